@@ -1,0 +1,1 @@
+"""The reference DLRM: data, model, optimizers and trainer."""
