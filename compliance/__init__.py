@@ -1,0 +1,1 @@
+"""Compliance: JSON Schemas and rule sets (data), and the checkers over submitted logs."""
