@@ -1,0 +1,193 @@
+"""Embedding tables fused into one weight, with the optimizer fused into the backward pass.
+
+This is the approach of FBGEMM's table-batched embeddings: all tables of one dimension
+live in a single ``sum(rows) x D`` weight, a batch's lookups of all features are one
+``index_select``, and the backward pass never builds a gradient for the whole table. It
+sums the gradients of duplicate rows first (sorted unique ids, then an ordered
+``index_add_``), so the update is deterministic, and applies the optimizer to exactly the
+rows touched. The update for a row equals what ``torch.optim.Adagrad`` (or SGD) does to
+that row given its summed gradient; ``tests/reference/test_embeddings.py`` checks it
+against ``nn.EmbeddingBag(sparse=True)`` with ``torch.optim.Adagrad``.
+
+Because the update happens in backward, one ``loss.backward()`` is one optimizer step for
+the embeddings: gradient accumulation over several backward passes is not supported.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from harness.errors import ErrorCategory, HarnessError
+
+
+class SparseOptimizerKind(enum.Enum):
+    ADAGRAD = "adagrad"  # elementwise, as torch.optim.Adagrad
+    ROWWISE_ADAGRAD = "rowwise_adagrad"  # one accumulator per row (FBGEMM EXACT_ROWWISE_ADAGRAD)
+    SGD = "sgd"
+
+
+@dataclass(frozen=True)
+class SparseOptimizerConfig:
+    """The fused optimizer of the embedding tables. MLPerf closed fixes eps=1e-8 and no decay."""
+
+    kind: SparseOptimizerKind = SparseOptimizerKind.ADAGRAD
+    learning_rate: float = 0.01
+    eps: float = 1e-8
+    initial_accumulator_value: float = 0.0
+
+
+def coalesce(ids: torch.Tensor, grads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum the gradient rows of duplicate ids, deterministically.
+
+    Args:
+        ids: ``N`` int64 row ids, with repeats.
+        grads: ``N x D`` gradient rows, one per id.
+
+    Returns:
+        ``(unique_ids, summed)``: ``U`` sorted distinct ids and their ``U x D`` summed gradients.
+    """
+    unique_ids, inverse = torch.unique(ids, sorted=True, return_inverse=True)
+    summed = torch.zeros(unique_ids.numel(), grads.shape[1], dtype=grads.dtype, device=grads.device)
+    summed.index_add_(0, inverse, grads)
+    return unique_ids, summed
+
+
+class _FusedLookup(torch.autograd.Function):
+    """``weight[ids]`` pooled per feature; backward applies the fused optimizer in place."""
+
+    @staticmethod
+    def forward(ctx, weight: torch.Tensor, ids: torch.Tensor, owner: FusedEmbeddingCollection) -> torch.Tensor:
+        ctx.owner = owner
+        ctx.save_for_backward(ids)
+        return owner._pool(weight.index_select(0, ids.reshape(-1)).view(ids.shape[0], ids.shape[1], -1))
+
+    @staticmethod
+    def backward(ctx, grad_pooled: torch.Tensor):
+        (ids,) = ctx.saved_tensors
+        owner: FusedEmbeddingCollection = ctx.owner
+        grad_rows = owner._unpool(grad_pooled).reshape(-1, grad_pooled.shape[-1])
+        unique_ids, summed = coalesce(ids.reshape(-1), grad_rows)
+        owner._apply_update(unique_ids, summed)
+        return None, None, None
+
+
+class FusedEmbeddingCollection(nn.Module):
+    """All embedding tables of a DLRM as one weight with a fused sparse optimizer.
+
+    Args:
+        table_rows: rows of each table (one table per categorical feature).
+        dim: the embedding dimension, the same for every table (as DLRM's interaction needs).
+        pooling: ids per sample of each feature; the ids of a feature are sum-pooled.
+        optimizer: the fused optimizer; ``None`` means the tables are frozen (inference).
+        device: where the weight lives; ``torch.device("meta")`` builds without memory.
+    """
+
+    def __init__(
+        self,
+        table_rows: Sequence[int],
+        dim: int,
+        pooling: Sequence[int],
+        optimizer: SparseOptimizerConfig | None = None,
+        device: torch.device | str | None = None,
+    ):
+        super().__init__()
+        if len(table_rows) != len(pooling):
+            raise HarnessError(f"{len(table_rows)} tables but {len(pooling)} pooling factors")
+        self.table_rows = tuple(int(r) for r in table_rows)
+        self.pooling = tuple(int(p) for p in pooling)
+        self.dim = int(dim)
+        self.optimizer = optimizer
+        row_offsets = torch.tensor([0, *self.table_rows[:-1]], dtype=torch.int64).cumsum(0)
+        column_feature = torch.repeat_interleave(torch.arange(len(self.pooling)), torch.tensor(self.pooling))
+        self.register_buffer("column_offsets", row_offsets[column_feature].to(device), persistent=False)
+        self.register_buffer("column_feature", column_feature.to(device), persistent=False)
+        self._one_hot = all(p == 1 for p in self.pooling)
+        total = sum(self.table_rows)
+        self.weight = nn.Parameter(torch.empty(total, self.dim, device=device))
+        self.register_buffer("optimizer_state", self._new_state(total, device))
+        self.reset_parameters()
+
+    def _new_state(self, total: int, device) -> torch.Tensor:
+        opt = self.optimizer
+        if opt is None or opt.kind is SparseOptimizerKind.SGD:
+            return torch.empty(0, device=device)
+        shape = (total, self.dim) if opt.kind is SparseOptimizerKind.ADAGRAD else (total,)
+        return torch.full(shape, opt.initial_accumulator_value, device=device)
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """DLRM's initialisation: table ``t`` uniform in ``+-sqrt(1 / rows_t)``."""
+        if self.weight.is_meta:
+            return
+        start = 0
+        for rows in self.table_rows:
+            bound = math.sqrt(1.0 / rows)
+            self.weight[start : start + rows].uniform_(-bound, bound, generator=generator)
+            start += rows
+
+    def _pool(self, looked_up: torch.Tensor) -> torch.Tensor:
+        """``B x L x D`` lookups -> ``B x F x D`` per-feature sums."""
+        if self._one_hot:
+            return looked_up
+        out = looked_up.new_zeros(looked_up.shape[0], len(self.pooling), looked_up.shape[2])
+        return out.index_add_(1, self.column_feature, looked_up)
+
+    def _unpool(self, grad_pooled: torch.Tensor) -> torch.Tensor:
+        """``B x F x D`` gradient of the pooled output -> ``B x L x D`` gradient per lookup."""
+        if self._one_hot:
+            return grad_pooled
+        return grad_pooled.index_select(1, self.column_feature)
+
+    @torch.no_grad()
+    def _apply_update(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
+        opt = self.optimizer
+        if opt is None:
+            raise HarnessError(
+                "backward through embeddings built without an optimizer (inference tables)",
+                ErrorCategory.BAD_INPUT,
+            )
+        w = self.weight.data
+        if opt.kind is SparseOptimizerKind.SGD:
+            w.index_add_(0, rows, grad, alpha=-opt.learning_rate)
+            return
+        state = self.optimizer_state
+        if opt.kind is SparseOptimizerKind.ADAGRAD:
+            acc = state.index_select(0, rows).addcmul_(grad, grad)
+            state.index_copy_(0, rows, acc)
+            denom = acc.sqrt_().add_(opt.eps)
+        else:
+            acc = state.index_select(0, rows).add_(grad.pow(2).mean(dim=1))
+            state.index_copy_(0, rows, acc)
+            denom = acc.sqrt_().add_(opt.eps).unsqueeze(1)
+        w.index_copy_(0, rows, w.index_select(0, rows).addcdiv_(grad, denom, value=-opt.learning_rate))
+
+    def global_ids(self, sparse: torch.Tensor) -> torch.Tensor:
+        """Per-table ids ``B x L`` -> rows of the fused weight ``B x L``."""
+        return sparse + self.column_offsets
+
+    def forward(self, sparse: torch.Tensor) -> torch.Tensor:
+        """Look up and pool.
+
+        Args:
+            sparse: ``B x L`` int64 per-table ids, features side by side
+                (see :class:`harness.reference.batches.Batch`).
+
+        Returns:
+            ``B x F x D`` sum-pooled embeddings, one ``D``-vector per feature.
+
+        Example::
+
+            emb = FusedEmbeddingCollection([10, 20], dim=4, pooling=[1, 2])
+            emb(torch.tensor([[3, 0, 19]])).shape  # torch.Size([1, 2, 4])
+        """
+        ids = self.global_ids(sparse)
+        if self.training and self.optimizer is not None and torch.is_grad_enabled():
+            return _FusedLookup.apply(self.weight, ids, self)
+        with torch.no_grad():
+            return self._pool(self.weight.index_select(0, ids.reshape(-1)).view(ids.shape[0], ids.shape[1], -1))

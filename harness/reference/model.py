@@ -1,0 +1,209 @@
+"""The reference DLRM (Naumov et al., 2019), with the dot or the DCNv2 interaction.
+
+::
+
+    dense x (B x 13) --> DenseArch (bottom MLP) --> d (B x D) --------------+
+                                                                            |
+    sparse ids (B x L) --> SparseArch (embedding bags) --> e (B x F x D) ---+--> interaction --> OverArch --> logit (B)
+                                                                                (dot | dcn)     (top MLP)
+
+* ``dot``: the DLRM paper's interaction. With ``z = [d, e_1 .. e_F]`` (``F + 1`` vectors),
+  the output is ``d`` concatenated with ``<z_i, z_j>`` for all ``i < j``:
+  ``D + (F + 1) F / 2`` features.
+* ``dcn``: DCNv2's low-rank cross network (Wang et al., 2021) on ``x0 = concat(d, e)``
+  (``(F + 1) D`` features), as MLPerf's ``dlrm_dcnv2``:
+  ``x_{l+1} = x0 * (W_l (V_l x_l) + b_l) + x_l`` with ``V_l`` of rank ``r``.
+
+The bottom MLP has a ReLU after every layer (its last width must be ``D``); the top MLP has
+a ReLU after every layer but the last, which outputs one logit.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from harness.errors import HarnessError
+from harness.reference.batches import NUM_DENSE
+from harness.reference.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
+
+
+class Interaction(enum.Enum):
+    DOT = "dot"
+    DCN = "dcn"
+
+
+@dataclass(frozen=True)
+class DLRMConfig:
+    """The architecture. Sizes are layer widths after the input, e.g. ``bottom_mlp=(512, 256, 64)``."""
+
+    table_rows: tuple[int, ...]
+    embedding_dim: int
+    pooling: tuple[int, ...]
+    bottom_mlp: tuple[int, ...]
+    top_mlp: tuple[int, ...]
+    interaction: Interaction = Interaction.DOT
+    dcn_layers: int = 3
+    dcn_rank: int = 512
+    num_dense: int = NUM_DENSE
+
+    def __post_init__(self) -> None:
+        if not self.bottom_mlp or self.bottom_mlp[-1] != self.embedding_dim:
+            raise HarnessError(
+                f"the bottom MLP must end at the embedding dimension {self.embedding_dim}, got {self.bottom_mlp}"
+            )
+        if not self.top_mlp or self.top_mlp[-1] != 1:
+            raise HarnessError(f"the top MLP must end with one output (the logit), got {self.top_mlp}")
+
+    @property
+    def num_sparse(self) -> int:
+        return len(self.table_rows)
+
+    @property
+    def interaction_width(self) -> int:
+        """Width of the interaction's output, the top MLP's input."""
+        f, d = self.num_sparse, self.embedding_dim
+        if self.interaction is Interaction.DOT:
+            return d + (f + 1) * f // 2
+        return (f + 1) * d
+
+
+def _mlp(in_features: int, widths: Sequence[int], *, relu_last: bool, device) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, width in enumerate(widths):
+        layers.append(nn.Linear(in_features, width, device=device))
+        if relu_last or i < len(widths) - 1:
+            layers.append(nn.ReLU())
+        in_features = width
+    return nn.Sequential(*layers)
+
+
+class DenseArch(nn.Module):
+    """The bottom MLP."""
+
+    def __init__(self, num_dense: int, widths: Sequence[int], device=None):
+        super().__init__()
+        self.mlp = _mlp(num_dense, widths, relu_last=True, device=device)
+
+    def forward(self, dense: torch.Tensor) -> torch.Tensor:
+        """``B x num_dense`` -> ``B x D``."""
+        return self.mlp(dense)
+
+
+class SparseArch(nn.Module):
+    """The embedding bags of all categorical features."""
+
+    def __init__(self, embeddings: FusedEmbeddingCollection):
+        super().__init__()
+        self.embeddings = embeddings
+
+    def forward(self, sparse: torch.Tensor) -> torch.Tensor:
+        """``B x L`` per-table ids -> ``B x F x D`` pooled embeddings."""
+        return self.embeddings(sparse)
+
+
+class InteractionArch(nn.Module):
+    """DLRM's pairwise dot-product interaction."""
+
+    def __init__(self, num_sparse: int, device=None):
+        super().__init__()
+        n = num_sparse + 1
+        rows, cols = torch.triu_indices(n, n, offset=1)
+        self.register_buffer("pairs", (rows * n + cols).to(device), persistent=False)
+
+    def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
+        """``B x D`` and ``B x F x D`` -> ``B x (D + (F + 1) F / 2)``.
+
+        Example::
+
+            arch = InteractionArch(num_sparse=3)
+            arch(torch.rand(2, 8), torch.rand(2, 3, 8)).shape  # torch.Size([2, 14])
+        """
+        z = torch.cat([dense.unsqueeze(1), sparse], dim=1)
+        dots = torch.bmm(z, z.transpose(1, 2)).flatten(1).index_select(1, self.pairs)
+        return torch.cat([dense, dots], dim=1)
+
+
+class InteractionDCNArch(nn.Module):
+    """DCNv2's low-rank cross network over the concatenated dense and sparse vectors."""
+
+    def __init__(self, in_features: int, num_layers: int, rank: int, device=None):
+        super().__init__()
+        self.v = nn.ModuleList(nn.Linear(in_features, rank, bias=False, device=device) for _ in range(num_layers))
+        self.w = nn.ModuleList(nn.Linear(rank, in_features, bias=True, device=device) for _ in range(num_layers))
+
+    def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
+        """``B x D`` and ``B x F x D`` -> ``B x (F + 1) D``."""
+        x0 = torch.cat([dense, sparse.flatten(1)], dim=1)
+        x = x0
+        for v, w in zip(self.v, self.w):
+            x = x0 * w(v(x)) + x
+        return x
+
+
+class OverArch(nn.Module):
+    """The top MLP, ending in one logit."""
+
+    def __init__(self, in_features: int, widths: Sequence[int], device=None):
+        super().__init__()
+        self.mlp = _mlp(in_features, widths, relu_last=False, device=device)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """``B x in_features`` -> ``B`` logits."""
+        return self.mlp(features).squeeze(1)
+
+
+class DLRM(nn.Module):
+    """DenseArch + SparseArch + interaction + OverArch.
+
+    Args:
+        config: the architecture.
+        sparse_optimizer: the optimizer fused into the embeddings' backward (``None`` for
+            inference); the dense parameters are optimised by a torch optimizer over
+            :meth:`dense_parameters`.
+        device: ``torch.device("meta")`` builds the model without allocating memory.
+    """
+
+    def __init__(self, config: DLRMConfig, sparse_optimizer: SparseOptimizerConfig | None = None, device=None):
+        super().__init__()
+        self.config = config
+        self.dense_arch = DenseArch(config.num_dense, config.bottom_mlp, device=device)
+        self.sparse_arch = SparseArch(
+            FusedEmbeddingCollection(
+                config.table_rows, config.embedding_dim, config.pooling, optimizer=sparse_optimizer, device=device
+            )
+        )
+        if config.interaction is Interaction.DOT:
+            self.interaction: nn.Module = InteractionArch(config.num_sparse, device=device)
+        else:
+            self.interaction = InteractionDCNArch(config.interaction_width, config.dcn_layers, config.dcn_rank, device)
+        self.over_arch = OverArch(config.interaction_width, config.top_mlp, device=device)
+
+    def dense_parameters(self) -> list[nn.Parameter]:
+        """Every parameter but the embedding tables (which have their fused optimizer)."""
+        emb = self.sparse_arch.embeddings.weight
+        return [p for p in self.parameters() if p is not emb]
+
+    def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
+        """Click logits.
+
+        Args:
+            dense: ``B x 13`` float32 dense features.
+            sparse: ``B x L`` int64 per-table ids (``L = sum(pooling)``).
+
+        Returns:
+            ``B`` logits (apply a sigmoid for click probabilities).
+
+        Example::
+
+            cfg = DLRMConfig(table_rows=(10, 20), embedding_dim=4, pooling=(1, 1),
+                             bottom_mlp=(8, 4), top_mlp=(8, 1))
+            DLRM(cfg)(torch.rand(3, 13), torch.tensor([[1, 2], [3, 4], [5, 6]])).shape  # torch.Size([3])
+        """
+        d = self.dense_arch(dense)
+        e = self.sparse_arch(sparse)
+        return self.over_arch(self.interaction(d, e))

@@ -1,0 +1,270 @@
+"""Synthetic Criteo-like data with a planted teacher, so the best achievable AUC is known.
+
+Each sample has 13 dense features and 26 categorical features, like Criteo:
+
+* dense feature ``k`` is ``log(1 + c)`` of a count ``c = floor(E * scale_k)`` with ``E``
+  exponential, the transform MLPerf applies to Criteo's integer fields;
+* categorical feature ``f`` draws ``pooling[f]`` ids from table ``f``'s ``rows[f]`` rows
+  with a power-law (Zipf) frequency over ranks, ``P(rank r) ~ (r + 1) ** -s``; ranks are
+  scattered over rows by a fixed affine bijection, so the hot rows are not simply 0, 1, 2;
+* the label is ``Bernoulli(sigmoid(t(x)))`` for a planted teacher
+
+      t(x) = bias + sum_k a_k * (dense_k - log1p(scale_k))
+                  + sum_f mean_j w_f[id_fj]
+                  + sum_{f < g} <u_f, u_g>,   u_f = mean_j V_f[id_fj] (a K-vector)
+
+  whose per-row scalars ``w_f`` and vectors ``V_f`` are themselves counter-based normals.
+
+``sigmoid(t(x))`` is the true click probability, so ranking the eval split by it gives the
+best AUC any model can reach in expectation (the Bayes-optimal ranking); it is reported as
+:meth:`SyntheticCriteo.best_auc`. The student DLRM with a dot or DCN interaction can express
+this family, so the gap between its AUC and the teacher's is what training leaves on the table.
+
+Every value of sample ``i`` is a pure function of ``(dataset seed, i)`` through
+:mod:`harness.reference.counter_rng`: the same whatever the world size, batch size or rank
+that produces it. Train samples are indices ``0 .. train_samples - 1`` and eval samples
+``train_samples .. train_samples + eval_samples - 1``, so the splits are disjoint.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from harness.errors import ErrorCategory, HarnessError
+from harness.reference import counter_rng as rng
+from harness.reference.batches import NUM_DENSE, NUM_SPARSE, Batch
+
+# Scales of the 13 count features, in the spirit of Criteo's integer columns (a few are
+# small counts, a few are heavy-tailed); they shape the data, not the difficulty.
+DENSE_SCALES: tuple[float, ...] = (3.0, 100.0, 20.0, 7.0, 20000.0, 100.0, 10.0, 10.0, 100.0, 1.0, 3.0, 1.0, 10.0)
+
+# Stream numbers: one per kind of random quantity, so no two quantities share a counter.
+_S_DENSE = 1 << 20
+_S_SPARSE = 2 << 20
+_S_LABEL = 3 << 20
+_S_ROW_W = 4 << 20
+_S_ROW_V = 5 << 20
+_S_DENSE_W = 6 << 20
+_S_PERM = 7 << 20
+
+# Teacher tables up to this many values per table are materialised (faster); larger ones
+# are computed on the fly. Both give the same numbers, since both are the same pure function.
+_MATERIALISE_LIMIT = 1 << 24
+
+
+@dataclass(frozen=True)
+class TeacherSpec:
+    """The planted model's scales. ``row_effect_std`` etc. are standard deviations."""
+
+    latent_dim: int = 4
+    row_effect_std: float = 0.2
+    interaction_std: float = 0.3
+    dense_weight_std: float = 0.2
+    bias: float = -1.2
+
+
+@dataclass(frozen=True)
+class SyntheticSpec:
+    """Everything the synthetic data set is a function of."""
+
+    seed: int
+    train_samples: int
+    eval_samples: int
+    table_rows: tuple[int, ...]
+    pooling: tuple[int, ...] = field(default=(1,) * NUM_SPARSE)
+    zipf_exponent: float = 1.05
+    teacher: TeacherSpec = TeacherSpec()
+
+    def __post_init__(self) -> None:
+        if len(self.table_rows) != NUM_SPARSE or len(self.pooling) != NUM_SPARSE:
+            raise HarnessError(
+                f"synthetic data needs {NUM_SPARSE} table sizes and pooling factors, "
+                f"got {len(self.table_rows)} and {len(self.pooling)}"
+            )
+        if min(self.table_rows) < 1 or min(self.pooling) < 1:
+            raise HarnessError("synthetic table rows and pooling factors must be >= 1")
+        if self.train_samples < 1 or self.eval_samples < 1:
+            raise HarnessError("synthetic train and eval sample counts must be >= 1")
+        if self.zipf_exponent <= 0:
+            raise HarnessError("zipf_exponent must be > 0")
+
+
+def _coprime_multiplier(k: np.uint64, n: int) -> int:
+    """A multiplier in [1, n) coprime with n, derived from key ``k`` (1 when n <= 2)."""
+    if n <= 2:
+        return 1
+    a = int(rng.bits(k, np.array([0], dtype=np.uint64))[0] % np.uint64(n - 1)) + 1
+    while math.gcd(a, n) != 1:
+        a = a % (n - 1) + 1
+    return a
+
+
+class SyntheticCriteo:
+    """The generator: batches by global sample index, the teacher, the best AUC."""
+
+    def __init__(self, spec: SyntheticSpec):
+        self.spec = spec
+        self._feature_cols = np.concatenate([[0], np.cumsum(spec.pooling)]).astype(np.int64)
+        self._perm_a = [
+            _coprime_multiplier(rng.key(spec.seed, _S_PERM + f), n) for f, n in enumerate(spec.table_rows)
+        ]
+        self._perm_b = [
+            int(rng.bits(rng.key(spec.seed, _S_PERM + f), np.array([1], dtype=np.uint64))[0] % np.uint64(n))
+            for f, n in enumerate(spec.table_rows)
+        ]
+        k = rng.key(spec.seed, _S_DENSE_W)
+        self._dense_w = spec.teacher.dense_weight_std * rng.normal(k, np.arange(NUM_DENSE))
+        self._dense_center = np.log1p(np.asarray(DENSE_SCALES))
+        self._tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    @property
+    def pooling(self) -> tuple[int, ...]:
+        return self.spec.pooling
+
+    # ----------------------------------------------------------------- features
+    def _dense(self, idx: np.ndarray) -> np.ndarray:
+        """``N x 13`` float32 dense features of samples ``idx``."""
+        out = np.empty((idx.shape[0], NUM_DENSE), dtype=np.float32)
+        for k_i, scale in enumerate(DENSE_SCALES):
+            u = rng.uniform(rng.key(self.spec.seed, _S_DENSE + k_i), idx)
+            out[:, k_i] = np.log1p(np.floor(-np.log1p(-u) * scale))
+        return out
+
+    def _ids(self, idx: np.ndarray, f: int) -> np.ndarray:
+        """``N x pooling[f]`` int64 ids of table ``f`` for samples ``idx``."""
+        n, p, s = self.spec.table_rows[f], self.spec.pooling[f], self.spec.zipf_exponent
+        counters = idx[:, None].astype(np.uint64) * np.uint64(p) + np.arange(p, dtype=np.uint64)
+        u = rng.uniform(rng.key(self.spec.seed, _S_SPARSE + f), counters)
+        if abs(s - 1.0) < 1e-12:
+            x = np.power(float(n + 1), u)
+        else:
+            top = float(n + 1) ** (1.0 - s)
+            x = np.power(1.0 + u * (top - 1.0), 1.0 / (1.0 - s))
+        rank = np.clip(np.floor(x).astype(np.int64) - 1, 0, n - 1)
+        return (rank * self._perm_a[f] + self._perm_b[f]) % n
+
+    # ------------------------------------------------------------------ teacher
+    def _row_values(self, f: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Teacher scalar ``w_f[rows]`` and vectors ``V_f[rows]`` (``... x K``)."""
+        t, n = self.spec.teacher, self.spec.table_rows[f]
+        if n * (1 + t.latent_dim) <= _MATERIALISE_LIMIT:
+            if f not in self._tables:
+                self._tables[f] = self._compute_rows(f, np.arange(n, dtype=np.int64))
+            w, v = self._tables[f]
+            return w[rows], v[rows]
+        return self._compute_rows(f, rows)
+
+    def _compute_rows(self, f: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        t = self.spec.teacher
+        w = t.row_effect_std * rng.normal(rng.key(self.spec.seed, _S_ROW_W + f), rows)
+        scale = t.interaction_std / math.sqrt(t.latent_dim)
+        v = np.stack(
+            [scale * rng.normal(rng.key(self.spec.seed, _S_ROW_V + f * 64 + c), rows) for c in range(t.latent_dim)],
+            axis=-1,
+        )
+        return w, v
+
+    def _logits(self, dense: np.ndarray, ids: Sequence[np.ndarray]) -> np.ndarray:
+        t = self.spec.teacher
+        logit = t.bias + (dense.astype(np.float64) - self._dense_center) @ self._dense_w
+        u_sum = np.zeros((dense.shape[0], t.latent_dim))
+        u_sq = np.zeros(dense.shape[0])
+        for f, rows in enumerate(ids):
+            w, v = self._row_values(f, rows)
+            logit += w.mean(axis=1)
+            u = v.mean(axis=1)
+            u_sum += u
+            u_sq += (u * u).sum(axis=1)
+        return logit + 0.5 * ((u_sum * u_sum).sum(axis=1) - u_sq)
+
+    def probabilities(self, idx: np.ndarray) -> np.ndarray:
+        """The teacher's true click probability of samples ``idx`` (global indices)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        dense = self._dense(idx)
+        ids = [self._ids(idx, f) for f in range(NUM_SPARSE)]
+        return 1.0 / (1.0 + np.exp(-self._logits(dense, ids)))
+
+    # ------------------------------------------------------------------ samples
+    def samples(self, idx: np.ndarray) -> Batch:
+        """The samples with global indices ``idx``, in that order."""
+        idx = np.asarray(idx, dtype=np.int64)
+        dense = self._dense(idx)
+        ids = [self._ids(idx, f) for f in range(NUM_SPARSE)]
+        p = 1.0 / (1.0 + np.exp(-self._logits(dense, ids)))
+        labels = (rng.uniform(rng.key(self.spec.seed, _S_LABEL), idx) < p).astype(np.float32)
+        return Batch(
+            dense=torch.from_numpy(dense),
+            sparse=torch.from_numpy(np.concatenate(ids, axis=1)),
+            labels=torch.from_numpy(labels),
+            pooling=self.spec.pooling,
+        )
+
+    def eval_indices(self) -> np.ndarray:
+        return np.arange(self.spec.train_samples, self.spec.train_samples + self.spec.eval_samples, dtype=np.int64)
+
+    @functools.cache
+    def best_auc(self) -> float:
+        """AUC on the eval split of ranking by the teacher's true probability."""
+        from sklearn.metrics import roc_auc_score
+
+        idx = self.eval_indices()
+        labels = np.concatenate([self.samples(c).labels.numpy() for c in np.array_split(idx, max(1, idx.size // 65536))])
+        probs = np.concatenate([self.probabilities(c) for c in np.array_split(idx, max(1, idx.size // 65536))])
+        return float(roc_auc_score(labels, probs))
+
+
+@dataclass(frozen=True)
+class EpochOrder:
+    """A seeded bijective shuffle of the training indices: position ``t`` -> sample index.
+
+    ``(a * t + b) mod N`` with ``gcd(a, N) = 1`` is a permutation of ``0 .. N - 1`` that any
+    rank can evaluate for its own positions without materialising it.
+    """
+
+    samples: int
+    a: int
+    b: int
+
+    @classmethod
+    def from_seed(cls, seed: int, samples: int) -> EpochOrder:
+        k = rng.key(seed, _S_PERM - 1)
+        b = int(rng.bits(k, np.array([1], dtype=np.uint64))[0] % np.uint64(samples))
+        return cls(samples=samples, a=_coprime_multiplier(k, samples), b=b)
+
+    def indices(self, positions: np.ndarray) -> np.ndarray:
+        return (np.asarray(positions, dtype=np.int64) * self.a + self.b) % self.samples
+
+
+def train_batches(
+    data: SyntheticCriteo,
+    order: EpochOrder,
+    global_batch_size: int,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    start_batch: int = 0,
+) -> Iterator[Batch]:
+    """This rank's slice of each global batch of one epoch (the last partial batch dropped)."""
+    if global_batch_size % world_size:
+        raise HarnessError(
+            f"global batch size {global_batch_size} is not divisible by the world size {world_size}",
+            ErrorCategory.BAD_INPUT,
+        )
+    local = global_batch_size // world_size
+    for b in range(start_batch, data.spec.train_samples // global_batch_size):
+        lo = b * global_batch_size + rank * local
+        yield data.samples(order.indices(np.arange(lo, lo + local)))
+
+
+def eval_batches(data: SyntheticCriteo, batch_size: int, *, rank: int = 0, world_size: int = 1) -> Iterator[Batch]:
+    """This rank's share of the whole eval split, in batches (every sample exactly once)."""
+    idx = data.eval_indices()
+    mine = np.array_split(idx, world_size)[rank]
+    for lo in range(0, mine.size, batch_size):
+        yield data.samples(mine[lo : lo + batch_size])
