@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, turning every HarnessError into one line and an exit code."""
     _register()
     try:
-        cli.main(args=argv, prog_name="harness", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="harness", standalone_mode=False)
     except HarnessError as err:
         click.echo(f"harness: error: {err}", err=True)
         return err.exit_code
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("harness: interrupted", err=True)
         return 130
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,67 @@
+"""Hardware profiles (data, one YAML file each) and detection of the machine actually present.
+
+``load_profile("zionex-8gpu")`` gives a :class:`Profile`; ``load_profile("local")`` (the
+default) describes this machine from :func:`detect`. :func:`profile_present` says whether a
+profile's hardware is here to run for real, and :func:`system_description` writes the MLPerf
+``systems/<name>.json`` without ever claiming hardware the run did not use.
+"""
+
+from harness.hw_profiles.detection import (
+    CudaDevice,
+    DetectedHardware,
+    detect,
+    matching_devices,
+    profile_present,
+)
+from harness.hw_profiles.profiles import (
+    DEFAULT_PROFILE,
+    LOCAL,
+    CollectiveBackend,
+    DeviceType,
+    HostSpec,
+    Interconnect,
+    MemoryTier,
+    Profile,
+    format_bytes,
+    format_rate,
+    list_profiles,
+    load_profile,
+    local_profile,
+    profile_from_file,
+    profile_names,
+)
+from harness.hw_profiles.system_desc import (
+    SYSTEM_DESC_FIELDS,
+    system_description,
+    system_name_for,
+    system_statuses,
+    write_system_description,
+)
+
+__all__ = [
+    "DEFAULT_PROFILE",
+    "LOCAL",
+    "SYSTEM_DESC_FIELDS",
+    "CollectiveBackend",
+    "CudaDevice",
+    "DetectedHardware",
+    "DeviceType",
+    "HostSpec",
+    "Interconnect",
+    "MemoryTier",
+    "Profile",
+    "detect",
+    "format_bytes",
+    "format_rate",
+    "list_profiles",
+    "load_profile",
+    "local_profile",
+    "matching_devices",
+    "profile_from_file",
+    "profile_names",
+    "profile_present",
+    "system_description",
+    "system_name_for",
+    "system_statuses",
+    "write_system_description",
+]

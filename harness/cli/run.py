@@ -1,0 +1,111 @@
+"""``harness run``: a scored MLPerf-style run set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from tqdm import tqdm
+
+from harness.hw_profiles import DEFAULT_PROFILE
+from harness.rules.seeds import Seed, SeedSource
+from harness.runsets import (
+    DEFAULT_STATUS,
+    DEFAULT_SUBMITTER,
+    Reporter,
+    RunOutcome,
+    RunSetRequest,
+    execute_run_set,
+    plan_run_set,
+)
+
+DEFAULT_BENCHMARK = "dlrm_synthetic"
+
+
+class TerminalReporter(Reporter):
+    """A progress bar per run (samples, samples/s, last AUC), then a line per finished run."""
+
+    def __init__(self) -> None:
+        self._bar: tqdm | None = None
+        self._postfix: dict[str, str] = {}
+
+    def run_started(self, index: int, total: int, seed: Seed, train_samples: int) -> None:
+        chosen = " (chosen)" if seed.source is SeedSource.USER else ""
+        self._bar = tqdm(
+            total=train_samples, desc=f"run {index + 1}/{total} seed {seed.value}{chosen}", unit="sample",
+            unit_scale=True, leave=False, dynamic_ncols=True, mininterval=0.5,
+        )
+        self._postfix = {}
+
+    def progress(self, index: int, event: dict[str, Any]) -> None:
+        if self._bar is None:
+            return
+        self._bar.update(max(0, int(event.get("samples", 0)) - self._bar.n))
+        if "samples_per_s" in event:
+            self._postfix["samples/s"] = f"{event['samples_per_s']:,.0f}"
+        if "auc" in event:
+            self._postfix["AUC"] = f"{event['auc']:.4f}"
+        self._bar.set_postfix(self._postfix, refresh=False)
+
+    def run_finished(self, outcome: RunOutcome) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        verdict = "reached the target" if outcome.converged else "did NOT reach the target"
+        auc = f", final AUC {outcome.final_auc:.5f}" if outcome.final_auc is not None else ""
+        click.echo(f"run {outcome.index}: {outcome.minutes * 60:8.2f} s  {verdict}{auc}  ({outcome.log_path})")
+
+    def message(self, text: str) -> None:
+        click.echo(text)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+@click.command()
+@click.option("--benchmark", "-b", default=DEFAULT_BENCHMARK, show_default=True, help="Benchmark spec name.")
+@click.option("--profile", "-p", default=DEFAULT_PROFILE, show_default=True, help="Hardware profile name.")
+@click.option("--submitter", "-s", default=DEFAULT_SUBMITTER, show_default=True, help="Submitting organisation.")
+@click.option("--runs", "-n", type=click.IntRange(min=1), default=None, help="Runs in the set [default: the spec's].")
+@click.option("--results", "results_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+              show_default=True, help="Root of the results tree.")
+@click.option("--seed", "seeds", type=click.IntRange(min=0), multiple=True,
+              help="Choose seeds (repeat per run, or once for seed, seed+1, ...); recorded as user-chosen.")
+@click.option("--resume", is_flag=True, help="Complete an interrupted run set.")
+@click.option("--division", type=click.Choice(["closed", "open"]), default="closed", show_default=True)
+@click.option("--status", type=click.Choice(["Available on-premise", "Available cloud",
+              "Research, Development, or Internal (RDI)", "Preview"]), default=DEFAULT_STATUS, show_default=True,
+              help="The system's availability, as MLPerf's system description states it.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch threads per run [default: all cores].")
+def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_dir: Path, seeds: tuple[int, ...],
+        resume: bool, division: str, status: str, threads: int | None) -> None:
+    """Train the reference DLRM N times to the target AUC; write MLPerf logs; print the score."""
+    plan = plan_run_set(RunSetRequest(
+        benchmark=benchmark, profile=profile, submitter=submitter, runs=runs, results_dir=results_dir,
+        seeds=seeds, resume=resume, division=division, status=status, threads=threads,
+    ))
+    click.echo(
+        f"{plan.spec.name} on {plan.system}: {plan.runs} run(s) to AUC {plan.spec.target_auc} "
+        f"(at most {plan.spec.max_epochs:g} epoch of {plan.spec.dataset['train_samples']:,} samples), "
+        f"submitter {submitter}, {division} division"
+    )
+    reporter = TerminalReporter()
+    try:
+        outcome = execute_run_set(plan, reporter)
+    finally:
+        reporter.close()
+    click.echo(f"system description: {outcome.system_json}")
+    click.echo(f"result logs:        {outcome.results_dir}")
+    if outcome.score is None:
+        click.echo(f"score: none ({outcome.score_error})")
+        if len(outcome.runs) >= 3:
+            raise click.exceptions.Exit(1)
+        return
+    s = outcome.score
+    click.echo(
+        f"score: {s.minutes:.6f} minutes (olympic mean of {len(s.counted_minutes)} of {len(outcome.runs)} runs; "
+        f"{s.non_converged_runs} did not converge)"
+    )

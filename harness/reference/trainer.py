@@ -1,0 +1,311 @@
+"""The reference trainer: one timed MLPerf run, from ``init_start`` to ``run_stop``.
+
+The MLPerf clock runs from ``run_start`` (before the first touch of the training data) to
+``run_stop``: ``status=success`` at the first evaluation whose AUC reaches the target,
+``status=aborted`` at the epoch limit, on an interrupt or on an error. Evaluation runs on the
+whole eval split at the benchmark's cadence (every ``1/20`` epoch for DLRM); ``epoch_num``
+is the fraction of the epoch seen so far. Log records are emitted from the ``_log_*`` hooks
+only, through :class:`harness.reference.mlperf_log.MLPerfLog`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from sklearn.metrics import roc_auc_score
+
+from harness.errors import ErrorCategory, HarnessError
+from harness.reference import synthetic
+from harness.reference.batches import Batch
+from harness.reference.embeddings import SparseOptimizerConfig, SparseOptimizerKind
+from harness.reference.mlperf_log import MLPerfLog
+from harness.reference.model import DLRM
+from harness.rules.specs import BenchmarkSpec, spec_from_dict
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything one run depends on, as plain JSON (it crosses a process boundary)."""
+
+    benchmark: dict[str, Any]
+    hyperparameters: dict[str, Any]
+    profile: dict[str, Any]
+    seed: int
+    seed_source: str
+    submitter: str
+    division: str
+    status: str
+    platform: str
+    log_path: str
+    fingerprint: str
+    config_filename: str
+    emulated: bool = False
+    run_index: int = 0
+    progress: bool = False
+    threads: int | None = None
+    extra_log: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunConfig:
+        return cls(**json.loads(text))
+
+
+@dataclass
+class RunResult:
+    status: str  # "success" | "aborted"
+    reason: str
+    eval_accuracies: list[tuple[float, float]]  # (epoch_num, auc)
+    train_samples_per_s: float
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _prefetch(batches: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:
+    """Produce batches in a background thread, ``depth`` ahead of the consumer."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    sentinel = object()
+
+    def produce() -> None:
+        try:
+            for b in batches:
+                if stop.is_set():
+                    return
+                q.put(b)
+            q.put(sentinel)
+        except BaseException as err:  # handed to the consumer, which re-raises it
+            q.put(err)
+
+    thread = threading.Thread(target=produce, name="harness-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is sentinel:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+
+
+class Trainer:
+    """Trains the reference DLRM once, logging the MLPerf events of the run."""
+
+    def __init__(self, config: RunConfig, log: MLPerfLog, *, progress: Callable[[dict], None] | None = None):
+        self.config = config
+        self.log = log
+        self.spec: BenchmarkSpec = spec_from_dict(config.benchmark, what="benchmark of the run config")
+        self.hp = config.hyperparameters
+        self._progress = progress or (lambda _event: None)
+        self.rank, self.world_size = 0, 1
+
+    # ------------------------------------------------------------------ hooks
+    def _log_init_start(self) -> None:
+        c, hp = self.config, self.hp
+        self.log.event("cache_clear", True)
+        self.log.start("init_start")
+        self.log.event("submission_benchmark", self.spec.name)
+        self.log.event("submission_org", c.submitter)
+        self.log.event("submission_division", c.division)
+        self.log.event("submission_status", c.status)
+        self.log.event("submission_platform", c.platform)
+        self.log.event("seed", c.seed, {"seed_source": c.seed_source})
+        for key in sorted(hp):
+            self.log.event(key, hp[key])
+        self.log.event("lowest_numerical_precision_in_linear", "fp32")
+        self.log.event("lowest_numerical_precision_in_comm", "fp32")
+        self.log.event("data_parallelism", self.world_size)
+        self.log.event("tensor_parallelism", 1)
+        self.log.event("pipeline_parallelism", 1)
+        self.log.event("config_filename", c.config_filename)
+        self.log.event("harness_fingerprint", c.fingerprint)
+        self.log.event("harness_ruleset", self.spec.ruleset)
+        self.log.event("harness_emulated", c.emulated)
+        for key, value in sorted(c.extra_log.items()):
+            self.log.event(key, value)
+
+    def _log_init_stop(self, best_auc: float | None) -> None:
+        d = self.spec.dataset
+        self.log.event("train_samples", d["train_samples"])
+        self.log.event("eval_samples", d["eval_samples"])
+        if best_auc is not None:
+            self.log.event("harness_teacher_best_auc", best_auc)
+        self.log.end("init_stop")
+
+    def _log_run_start(self) -> None:
+        self.log.start("run_start")
+        self.log.start("epoch_start", metadata={"epoch_num": 0})
+
+    def _log_eval_start(self, epoch_num: float) -> None:
+        self.log.start("eval_start", metadata={"epoch_num": epoch_num})
+
+    def _log_eval(self, epoch_num: float, auc: float) -> None:
+        self.log.event("eval_accuracy", auc, {"epoch_num": epoch_num})
+        self.log.end("eval_stop", metadata={"epoch_num": epoch_num})
+
+    def _log_run_stop(self, status: str, reason: str, epoch_num: float, throughput: float) -> None:
+        self.log.end("run_stop", metadata={"status": status, "epoch_num": epoch_num, "reason": reason})
+        self.log.end("epoch_stop", metadata={"epoch_num": epoch_num})
+        self.log.event("tracked_stats", {"throughput": throughput}, {"step": epoch_num})
+
+    # ------------------------------------------------------------------ pieces
+    def _data(self) -> synthetic.SyntheticCriteo:
+        d = self.spec.dataset
+        if d["kind"] != "synthetic":
+            raise HarnessError(
+                f"benchmark {self.spec.name} trains on {d['kind']} data; training on real Criteo data "
+                "is not wired into `harness run` yet (the readers exist in harness.reference.criteo)",
+                ErrorCategory.NOT_IMPLEMENTED,
+            )
+        teacher = synthetic.TeacherSpec(**d.get("teacher", {}))
+        return synthetic.SyntheticCriteo(
+            synthetic.SyntheticSpec(
+                seed=d["seed"],
+                train_samples=d["train_samples"],
+                eval_samples=d["eval_samples"],
+                table_rows=tuple(d["table_rows"]),
+                pooling=tuple(d["pooling"]),
+                zipf_exponent=d.get("zipf_exponent", 1.05),
+                teacher=teacher,
+            )
+        )
+
+    def _model(self) -> tuple[DLRM, torch.optim.Optimizer]:
+        hp = self.hp
+        lr = float(hp["opt_base_learning_rate"])
+        if hp["opt_name"] == "adagrad":
+            sparse = SparseOptimizerConfig(
+                kind=self.spec.embedding_optimizer,
+                learning_rate=lr,
+                eps=float(hp.get("opt_adagrad_epsilon", 1e-8)),
+                initial_accumulator_value=float(hp.get("opt_adagrad_initial_accumulator_value", 0.0)),
+            )
+        else:
+            sparse = SparseOptimizerConfig(kind=SparseOptimizerKind.SGD, learning_rate=lr)
+        torch.manual_seed(self.config.seed)
+        model = DLRM(self.spec.model_config(), sparse_optimizer=sparse)
+        if hp["opt_name"] == "adagrad":
+            dense = torch.optim.Adagrad(
+                model.dense_parameters(),
+                lr=lr,
+                lr_decay=float(hp.get("opt_adagrad_learning_rate_decay", 0.0)),
+                weight_decay=float(hp.get("opt_weight_decay", 0.0)),
+                initial_accumulator_value=float(hp.get("opt_adagrad_initial_accumulator_value", 0.0)),
+                eps=float(hp.get("opt_adagrad_epsilon", 1e-8)),
+            )
+        else:
+            dense = torch.optim.SGD(model.dense_parameters(), lr=lr, weight_decay=float(hp.get("opt_weight_decay", 0.0)))
+        return model, dense
+
+    def _eval_steps(self, steps_per_epoch: int) -> list[int]:
+        """The steps after which to evaluate: every ``fraction`` of an epoch, up to the limit."""
+        fraction, limit = self.spec.eval_every_epoch_fraction, self.spec.max_epochs
+        count = int(math.floor(limit / fraction + 1e-9))
+        steps = sorted({max(1, round(k * fraction * steps_per_epoch)) for k in range(1, count + 1)})
+        last = int(math.floor(limit * steps_per_epoch))
+        if not steps or steps[-1] != last:
+            steps.append(last)
+        return steps
+
+    @torch.no_grad()
+    def evaluate(self, model: DLRM, data: synthetic.SyntheticCriteo) -> float:
+        """AUC over the whole eval split (scikit-learn's ``roc_auc_score``)."""
+        model.eval()
+        scores, labels = [], []
+        for batch in _prefetch(synthetic.eval_batches(data, self.spec.eval_batch_size)):
+            scores.append(torch.sigmoid(model(batch.dense, batch.sparse)).double().numpy())
+            labels.append(batch.labels.numpy())
+        model.train()
+        return float(roc_auc_score(np.concatenate(labels), np.concatenate(scores)))
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> RunResult:
+        if self.config.threads:
+            torch.set_num_threads(self.config.threads)
+        self._log_init_start()
+        data = self._data()
+        best_auc = data.best_auc()
+        model, dense_opt = self._model()
+        loss_fn = torch.nn.BCEWithLogitsLoss()
+        gbs = int(self.hp["global_batch_size"])
+        train_samples = self.spec.dataset["train_samples"]
+        steps_per_epoch = train_samples // gbs
+        if steps_per_epoch < 1:
+            raise HarnessError(f"global batch size {gbs} exceeds the {train_samples} training samples")
+        eval_at = self._eval_steps(steps_per_epoch)
+        self._log_init_stop(best_auc)
+
+        self._log_run_start()
+        order = synthetic.EpochOrder.from_seed(self.config.seed, train_samples)
+        result = RunResult("aborted", "epoch limit reached without reaching the target", [], 0.0)
+        step, epoch_num, train_time, next_eval = 0, 0.0, 0.0, 0
+        last_progress = 0.0
+        try:
+            t0 = time.perf_counter()
+            for batch in _prefetch(synthetic.train_batches(data, order, gbs)):
+                dense_opt.zero_grad(set_to_none=True)
+                loss = loss_fn(model(batch.dense, batch.sparse), batch.labels)
+                loss.backward()
+                dense_opt.step()
+                step += 1
+                epoch_num = step * gbs / train_samples
+                now = time.perf_counter()
+                if now - last_progress > 0.5:
+                    self._progress({"samples": step * gbs, "samples_per_s": step * gbs / max(train_time + now - t0, 1e-9)})
+                    last_progress = now
+                if step == eval_at[next_eval]:
+                    train_time += time.perf_counter() - t0
+                    self._log_eval_start(epoch_num)
+                    auc = self.evaluate(model, data)
+                    self._log_eval(epoch_num, auc)
+                    result.eval_accuracies.append((epoch_num, auc))
+                    self._progress({"samples": step * gbs, "auc": auc, "epoch_num": epoch_num,
+                                    "samples_per_s": step * gbs / max(train_time, 1e-9)})
+                    next_eval += 1
+                    if auc >= self.spec.target_auc:
+                        result.status, result.reason = "success", f"AUC {auc:.5f} reached the target {self.spec.target_auc}"
+                        break
+                    if next_eval == len(eval_at):
+                        break
+                    t0 = time.perf_counter()
+        except KeyboardInterrupt:
+            result.reason = "interrupted"
+            raise
+        except Exception as err:
+            result.reason = f"error: {type(err).__name__}: {err}"
+            raise
+        finally:
+            result.train_samples_per_s = step * gbs / max(train_time, 1e-9)
+            self._log_run_stop(result.status, result.reason, epoch_num, result.train_samples_per_s)
+        return result
+
+
+def run_from_config(config: RunConfig) -> RunResult:
+    """Run one training run in this process, writing its log (rank 0)."""
+    log = MLPerfLog(config.log_path)
+
+    def progress(event: dict) -> None:
+        if config.progress:
+            print("HARNESS_PROGRESS " + json.dumps(event), flush=True)
+
+    try:
+        return Trainer(config, log, progress=progress).run()
+    finally:
+        log.close()
+

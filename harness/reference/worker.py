@@ -1,0 +1,44 @@
+"""One training run in its own process: ``python -m harness.reference.worker RUN_CONFIG.json``.
+
+Exit status: 0 when the run ended (``success`` or ``aborted`` at the epoch limit; the log
+says which), 130 when interrupted (SIGINT or SIGTERM; the log ends ``run_stop
+status=aborted``), 1 on an error (one line on stderr; the log ends the same way).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+from harness.errors import HarnessError
+
+
+def _terminate_as_interrupt(signum, frame):  # noqa: ARG001
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m harness.reference.worker RUN_CONFIG.json", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    from harness.reference.trainer import RunConfig, run_from_config
+
+    try:
+        config = RunConfig.from_json(Path(argv[0]).read_text())
+        run_from_config(config)
+    except KeyboardInterrupt:
+        print("harness worker: interrupted", file=sys.stderr)
+        return 130
+    except HarnessError as err:
+        print(f"harness worker: error: {err}", file=sys.stderr)
+        return 1
+    except Exception as err:  # one line for the user; the run's log already ends aborted
+        print(f"harness worker: error: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,408 @@
+"""Run sets: N timed runs of a benchmark on a profile, each in a fresh process, then the score.
+
+Layout (the MLPerf submission layout, under ``--results``, default ``results/``)::
+
+    <results>/<submitter>/systems/<system>.json
+    <results>/<submitter>/results/<system>/<benchmark>/result_<i>.txt
+    <results>/.harness/<submitter>/<system>/<benchmark>/     staging: run configs, logs
+                                                            being written, interrupted logs,
+                                                            runset.json (the set's manifest)
+
+A run's log is written in the staging folder and moved into the results tree with one
+``os.replace`` when the run has ended, so the results tree only ever holds finished logs.
+An interrupted run's log ends with ``run_stop status=aborted`` and stays in staging as
+``result_<i>.interrupted-<time>.txt``; ``--resume`` runs the missing indices of the set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ErrorCategory, HarnessError
+from harness.hw_profiles import (
+    Profile,
+    detect,
+    load_profile,
+    profile_present,
+    system_description,
+    system_name_for,
+    write_system_description,
+)
+from harness.reference.mlperf_log import MLPerfLog, parse_records
+from harness.reference.trainer import RunConfig
+from harness.rules.fingerprint import fingerprint
+from harness.rules.scoring import RunTime, Score, olympic_score
+from harness.rules.seeds import Seed, seeds_for_runs
+from harness.rules.specs import BenchmarkSpec, load_benchmark
+from harness.submitters import effective_hyperparameters
+
+DEFAULT_SUBMITTER = "reference"
+DEFAULT_STATUS = "Research, Development, or Internal (RDI)"
+_LOG_STATUS = {
+    "Available on-premise": "onprem",
+    "Available cloud": "cloud",
+    "Research, Development, or Internal (RDI)": "research",
+    "Preview": "preview",
+}
+_INTERRUPT_GRACE_S = 60.0
+
+
+@dataclass(frozen=True)
+class RunSetRequest:
+    """What the user asked for (the options of ``harness run``)."""
+
+    benchmark: str
+    profile: str
+    submitter: str = DEFAULT_SUBMITTER
+    runs: int | None = None
+    results_dir: Path = Path("results")
+    seeds: tuple[int, ...] = ()
+    resume: bool = False
+    division: str = "closed"
+    status: str = DEFAULT_STATUS
+    threads: int | None = None
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    index: int
+    seed: Seed
+    log_path: Path
+    minutes: float
+    converged: bool
+    final_auc: float | None
+
+
+@dataclass
+class RunSetOutcome:
+    runs: list[RunOutcome] = field(default_factory=list)
+    score: Score | None = None
+    score_error: str | None = None
+    system_json: Path | None = None
+    results_dir: Path | None = None
+
+
+class Reporter:
+    """What a run set tells the user while it works; the CLI supplies a terminal one."""
+
+    def run_started(self, index: int, total: int, seed: Seed, train_samples: int) -> None: ...
+
+    def progress(self, index: int, event: dict[str, Any]) -> None: ...
+
+    def run_finished(self, outcome: RunOutcome) -> None: ...
+
+    def message(self, text: str) -> None: ...
+
+
+def _fingerprint_profile(profile: Profile) -> dict[str, Any]:
+    """The profile's figures that a result depends on (not its prose, nor the free disk space
+    of ``local``, which drifts between runs of one set)."""
+    d = profile.to_dict()
+    d.pop("description", None)
+    d.pop("sources", None)
+    if profile.name == "local":
+        d.get("ssd", {}).pop("capacity_bytes", None)
+    return d
+
+
+@dataclass(frozen=True)
+class RunSetPlan:
+    """A request resolved against the benchmark, the profile and the machine present."""
+
+    request: RunSetRequest
+    spec: BenchmarkSpec
+    profile: Profile
+    system: str
+    hyperparameters: dict[str, Any]
+    fingerprint: str
+    runs: int
+    emulated: bool
+
+    @property
+    def package_dir(self) -> Path:
+        return self.request.results_dir / self.request.submitter
+
+    @property
+    def results_dir(self) -> Path:
+        return self.package_dir / "results" / self.system / self.spec.name
+
+    @property
+    def system_json(self) -> Path:
+        return self.package_dir / "systems" / f"{self.system}.json"
+
+    @property
+    def staging_dir(self) -> Path:
+        return self.request.results_dir / ".harness" / self.request.submitter / self.system / self.spec.name
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.staging_dir / "runset.json"
+
+    def result_path(self, index: int) -> Path:
+        return self.results_dir / f"result_{index}.txt"
+
+
+def plan_run_set(request: RunSetRequest) -> RunSetPlan:
+    """Resolve the request; refuse what cannot be run honestly here."""
+    if request.division not in ("closed", "open"):
+        raise HarnessError(f"division must be closed or open, not {request.division!r}")
+    if request.status not in _LOG_STATUS:
+        raise HarnessError(f"status must be one of {', '.join(map(repr, _LOG_STATUS))}")
+    if not request.submitter or "/" in request.submitter or request.submitter.startswith("."):
+        raise HarnessError(f"submitter name {request.submitter!r} cannot be a directory name")
+    spec = load_benchmark(request.benchmark)
+    detected = detect(results_dir=str(request.results_dir))
+    profile = load_profile(request.profile, detected=detected)
+    present, why = profile_present(profile, detected)
+    if not present:
+        raise HarnessError(
+            f"profile {profile.name} needs hardware that is not here: {why}", ErrorCategory.HARDWARE
+        )
+    if profile.world_size > 1 or profile.device_type.value != "cpu":
+        raise HarnessError(
+            f"profile {profile.name} has {profile.world_size} {profile.device_type.value} rank(s); "
+            "`harness run` trains on one CPU process so far (distributed and GPU training are not implemented yet)",
+            ErrorCategory.NOT_IMPLEMENTED,
+        )
+    hyperparameters = effective_hyperparameters(spec, request.submitter, request.division)
+    runs = request.runs if request.runs is not None else spec.required_runs
+    if runs < 1:
+        raise HarnessError("--runs must be at least 1")
+    fp = fingerprint({"benchmark": spec.raw, "hyperparameters": hyperparameters, "profile": _fingerprint_profile(profile)})
+    return RunSetPlan(
+        request=request,
+        spec=spec,
+        profile=profile,
+        system=system_name_for(profile, False),
+        hyperparameters=hyperparameters,
+        fingerprint=fp,
+        runs=runs,
+        emulated=False,
+    )
+
+
+# --------------------------------------------------------------------------- manifest
+def _read_manifest(plan: RunSetPlan) -> dict[str, Any] | None:
+    try:
+        return json.loads(plan.manifest_path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as err:
+        raise HarnessError(f"{plan.manifest_path}: unreadable run-set manifest ({err})") from None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _pending_indices(plan: RunSetPlan) -> list[int]:
+    """The run indices still to do; refuses to mix with or overwrite results already there."""
+    existing = sorted(plan.results_dir.glob("result_*.txt")) if plan.results_dir.is_dir() else []
+    manifest = _read_manifest(plan)
+    if not plan.request.resume:
+        if existing:
+            raise HarnessError(
+                f"{plan.results_dir} already holds {len(existing)} result file(s); use --resume to complete "
+                "that set, or another --results directory (nothing was changed)"
+            )
+        return list(range(plan.runs))
+    if manifest is None:
+        if existing:
+            raise HarnessError(f"{plan.results_dir} has results but no run-set manifest to resume from")
+        return list(range(plan.runs))
+    if manifest.get("fingerprint") != plan.fingerprint:
+        raise HarnessError(
+            "--resume: the benchmark, hyperparameters or profile changed since the set began "
+            f"(fingerprint {manifest.get('fingerprint')} -> {plan.fingerprint}); start a new set instead"
+        )
+    done = {i for i in range(plan.runs) if plan.result_path(i).is_file()}
+    return [i for i in range(plan.runs) if i not in done]
+
+
+# --------------------------------------------------------------------------- one run
+def _ensure_aborted(log_path: Path, reason: str) -> None:
+    """Make the log end with ``run_stop status=aborted`` if the worker could not write it."""
+    try:
+        records = parse_records(log_path) if log_path.exists() else []
+    except HarnessError:
+        records = []
+    if any(r.get("key") == "run_stop" for r in records):
+        return
+    log = MLPerfLog(log_path)
+    try:
+        log.end("run_stop", metadata={"status": "aborted", "reason": reason})
+    finally:
+        log.close()
+
+
+def _worker_failure(stderr_path: Path) -> str:
+    try:
+        lines = [line for line in stderr_path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        lines = []
+    return lines[-1] if lines else "no message"
+
+
+def _run_one(plan: RunSetPlan, index: int, seed: Seed, reporter: Reporter) -> Path:
+    """Run one training process; return its finished log in the results tree."""
+    plan.staging_dir.mkdir(parents=True, exist_ok=True)
+    staged = plan.staging_dir / f"result_{index}.txt"
+    staged.unlink(missing_ok=True)
+    stderr_path = plan.staging_dir / f"result_{index}.stderr.txt"
+    config = RunConfig(
+        benchmark=plan.spec.raw,
+        hyperparameters=plan.hyperparameters,
+        profile=plan.profile.to_dict(),
+        seed=seed.value,
+        seed_source=seed.source.value,
+        submitter=plan.request.submitter,
+        division=plan.request.division,
+        status=_LOG_STATUS[plan.request.status],
+        platform=plan.system,
+        log_path=str(staged.resolve()),
+        fingerprint=plan.fingerprint,
+        config_filename=f"{plan.spec.name}.yaml",
+        emulated=plan.emulated,
+        run_index=index,
+        progress=True,
+        threads=plan.request.threads,
+    )
+    config_path = plan.staging_dir / f"result_{index}.config.json"
+    _write_atomic(config_path, config.to_json())
+    with open(stderr_path, "wb") as err_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.reference.worker", str(config_path)],
+            stdout=subprocess.PIPE,
+            stderr=err_file,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+        )
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.startswith("HARNESS_PROGRESS "):
+                    try:
+                        reporter.progress(index, json.loads(line[len("HARNESS_PROGRESS ") :]))
+                    except json.JSONDecodeError:
+                        pass
+            code = proc.wait()
+        except KeyboardInterrupt:
+            _stop_worker(proc)
+            kept = plan.staging_dir / f"result_{index}.interrupted-{time.strftime('%Y%m%dT%H%M%S')}.txt"
+            _ensure_aborted(staged, "interrupted")
+            os.replace(staged, kept)
+            raise HarnessError(
+                f"interrupted during run {index}: its log ends run_stop status=aborted and is kept at {kept}; "
+                f"finished runs are in {plan.results_dir}; complete the set with the same command and --resume",
+                ErrorCategory.INTERRUPTED,
+            ) from None
+    if code != 0:
+        _ensure_aborted(staged, f"worker exited with status {code}")
+        failed = plan.staging_dir / f"result_{index}.failed-{time.strftime('%Y%m%dT%H%M%S')}.txt"
+        if staged.exists():
+            os.replace(staged, failed)
+        raise HarnessError(
+            f"run {index} failed: {_worker_failure(stderr_path)} (log kept at {failed})", ErrorCategory.RUN_FAILED
+        )
+    final = plan.result_path(index)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staged, final)
+    return final
+
+
+def _stop_worker(proc: subprocess.Popen) -> None:
+    """Ask the worker to stop (SIGINT), give it time to end its log, then make sure it is gone."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=_INTERRUPT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+# --------------------------------------------------------------------------- results
+def run_time_from_log(path: Path, target_auc: float) -> tuple[RunTime, float | None]:
+    """The run's clock and convergence from its log, as the result summarizer reads them."""
+    records = parse_records(path)
+    starts = [r["time_ms"] for r in records if r["key"] == "run_start"]
+    stops = [r for r in records if r["key"] == "run_stop"]
+    if len(starts) != 1 or len(stops) != 1:
+        raise HarnessError(f"{path}: expected one run_start and one run_stop, found {len(starts)} and {len(stops)}")
+    aucs = [float(r["value"]) for r in records if r["key"] == "eval_accuracy"]
+    converged = stops[0]["metadata"].get("status") == "success" and any(a >= target_auc for a in aucs)
+    return RunTime(float(starts[0]), float(stops[0]["time_ms"]), converged), (aucs[-1] if aucs else None)
+
+
+def execute_run_set(plan: RunSetPlan, reporter: Reporter | None = None) -> RunSetOutcome:
+    """Run the pending runs of the set, then score every finished run in the results tree."""
+    reporter = reporter or Reporter()
+    pending = _pending_indices(plan)
+    manifest = _read_manifest(plan) if plan.request.resume else None
+    manifest = manifest or {"fingerprint": plan.fingerprint, "benchmark": plan.spec.name, "runs": {}}
+    manifest["planned_runs"] = plan.runs
+    seeds = seeds_for_runs(pending, plan.request.seeds)
+    detected = detect(results_dir=str(plan.request.results_dir))
+    desc = system_description(
+        profile=plan.profile,
+        detected=detected,
+        submitter=plan.request.submitter,
+        division=plan.request.division,
+        status=plan.request.status,
+        emulated=plan.emulated,
+        system_name=plan.system,
+    )
+    write_system_description(desc, plan.system_json)
+    if not pending:
+        reporter.message(f"all {plan.runs} runs of the set are already in {plan.results_dir}")
+    for index in pending:
+        seed = seeds[index]
+        reporter.run_started(index, plan.runs, seed, int(plan.spec.dataset["train_samples"]))
+        final = _run_one(plan, index, seed, reporter)
+        manifest["runs"][str(index)] = {"seed": seed.value, "seed_source": seed.source.value}
+        _write_atomic(plan.manifest_path, json.dumps(manifest, indent=1, sort_keys=True))
+        run_time, auc = run_time_from_log(final, plan.spec.target_auc)
+        reporter.run_finished(RunOutcome(index, seed, final, run_time.minutes, run_time.converged, auc))
+    return score_results(plan, manifest)
+
+
+def score_results(plan: RunSetPlan, manifest: dict[str, Any]) -> RunSetOutcome:
+    outcome = RunSetOutcome(system_json=plan.system_json, results_dir=plan.results_dir)
+    times = []
+    for index in range(plan.runs):
+        path = plan.result_path(index)
+        run_time, auc = run_time_from_log(path, plan.spec.target_auc)
+        info = manifest["runs"].get(str(index), {})
+        seed = Seed(int(info.get("seed", -1)), _seed_source(info.get("seed_source", "os_random")))
+        outcome.runs.append(RunOutcome(index, seed, path, run_time.minutes, run_time.converged, auc))
+        times.append(run_time)
+    try:
+        outcome.score = olympic_score(times, max_dropped=plan.spec.max_non_converged_runs)
+    except HarnessError as err:
+        outcome.score_error = str(err)
+    return outcome
+
+
+def _seed_source(value: str):
+    from harness.rules.seeds import SeedSource
+
+    return SeedSource(value)
+
+

@@ -1,0 +1,51 @@
+"""Submitter configs (data): ``harness/submitters/<org>/<benchmark>.yaml``.
+
+A submitter without a config for a benchmark runs the benchmark's reference
+hyperparameters. In the closed division a config may change only what the benchmark
+lists as tunable (for ``dlrm_dcnv2``: global batch size and base learning rate).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from compliance.schemas import validate
+from harness.errors import ErrorCategory, HarnessError
+from harness.rules.specs import BenchmarkSpec
+
+
+def load_submitter_config(submitter: str, benchmark: str) -> dict[str, Any] | None:
+    """The config of ``submitter`` for ``benchmark``, or None when there is none."""
+    path = resources.files(__package__).joinpath(submitter, f"{benchmark}.yaml")
+    if not path.is_file():
+        return None
+    what = f"submitter config {submitter}/{benchmark}.yaml"
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise HarnessError(f"{what} is not valid YAML: {err}") from None
+    validate(raw, "submitter_config", what=what)
+    if raw["benchmark"] != benchmark or raw["submitter"] != submitter:
+        raise HarnessError(f"{what} names submitter {raw['submitter']!r} and benchmark {raw['benchmark']!r}")
+    return raw
+
+
+def effective_hyperparameters(spec: BenchmarkSpec, submitter: str, division: str) -> dict[str, Any]:
+    """The reference hyperparameters with the submitter's allowed changes applied."""
+    hp = spec.reference_hyperparameters
+    config = load_submitter_config(submitter, spec.name)
+    if config is None:
+        return hp
+    changes = config["hyperparameters"]
+    if division == "closed":
+        illegal = sorted(k for k, v in changes.items() if k not in spec.tunable_hyperparameters and hp.get(k) != v)
+        if illegal:
+            raise HarnessError(
+                f"closed division: {submitter}/{spec.name}.yaml changes {', '.join(illegal)}, but only "
+                f"{', '.join(sorted(spec.tunable_hyperparameters))} may differ from the reference",
+                ErrorCategory.BAD_INPUT,
+            )
+    return {**hp, **changes}
