@@ -69,6 +69,7 @@ drops it. Ranks may therefore get one batch more or fewer than each other.
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import math
 import struct
@@ -115,6 +116,7 @@ _MAX_DEC_DIGITS = 18  # fits int64 with room to spare
 
 # Lines parsed together (rounded up to whole batches): large enough to amortise numpy.
 _PARSE_CHUNK_LINES = 16384
+_READ_BYTES = 1 << 22
 
 
 def _bad(message: str) -> HarnessError:
@@ -172,8 +174,9 @@ def categorical_id(value: str, feature: int, rows: int, seed: int = 0) -> int:
 
 # --------------------------------------------------------------------------- parsing
 
-_HEX_LUT = np.full(256, -1, np.int16)
-_DEC_LUT = np.full(256, -1, np.int16)
+_NOT_A_DIGIT = 255
+_HEX_LUT = np.full(256, _NOT_A_DIGIT, np.uint8)
+_DEC_LUT = np.full(256, _NOT_A_DIGIT, np.uint8)
 for _i, _c in enumerate(b"0123456789"):
     _HEX_LUT[_c] = _i
     _DEC_LUT[_c] = _i
@@ -183,36 +186,47 @@ for _i, _c in enumerate(b"abcdef"):
 
 
 def _parse_digits(
-    fields: np.ndarray, lut: np.ndarray, base: int, max_digits: int, signed: bool
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Parse a bytes (``S`` dtype) array of digit strings, vectorised over all entries.
+    buf: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    lut: np.ndarray,
+    base: int,
+    max_digits: int,
+    signed: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Parse the digit strings ``buf[starts : starts + lengths]``, vectorised.
 
-    Returns ``(magnitude, length, negative, bad)``: the absolute value as uint64, the byte
-    length, whether a leading ``-`` was present (only when ``signed``) and a mask of
-    malformed entries (a non-digit, a lone ``-``, or more than ``max_digits`` digits).
-    Empty strings parse as 0 of length 0 and are not malformed.
+    Returns ``(magnitude, negative, bad)``: the absolute value as uint64, whether a
+    leading ``-`` was present (only when ``signed``) and a mask of malformed entries (a
+    non-digit, a lone ``-``, or more than ``max_digits`` digits). Empty strings parse as 0
+    and are not malformed.
     """
-    shape = fields.shape
-    lengths = np.char.str_len(fields).astype(np.int64)
+    shape = starts.shape
     magnitude = np.zeros(shape, np.uint64)
     negative = np.zeros(shape, bool)
-    width = fields.dtype.itemsize
-    if fields.size == 0:
-        return magnitude, lengths, negative, np.zeros(shape, bool)
-    raw = np.ascontiguousarray(fields).view(np.uint8).reshape(*shape, width)
-    start = np.zeros(shape, np.int64)
+    if starts.size == 0:
+        return magnitude, negative, np.zeros(shape, bool)
+    last = len(buf) - 1
+
+    def byte_at(p: int | np.ndarray) -> np.ndarray:
+        return buf[np.minimum(starts + p, last)]
+
+    first_digit = np.zeros(shape, np.int64)
     if signed:
-        negative = (raw[..., 0] == ord("-")) & (lengths > 0)
-        start = negative.astype(np.int64)
-    bad = (lengths - start > max_digits) | (negative & (lengths == 1))
+        negative = (lengths > 0) & (byte_at(0) == ord("-"))
+        first_digit = negative.astype(np.int64)
+    bad = (lengths - first_digit > max_digits) | (negative & (lengths == 1))
+    width = min(int(lengths.max()), max_digits + int(signed))
     base_u = np.uint64(base)
-    for p in range(min(width, max_digits + int(signed))):
-        active = (p >= start) & (p < lengths)
-        digit = lut[raw[..., p]]
-        bad |= active & (digit < 0)
-        step = magnitude * base_u + np.maximum(digit, 0).astype(np.uint64)
-        magnitude = np.where(active, step, magnitude)
-    return magnitude, lengths, negative, bad
+    for p in range(width):
+        active = p < lengths
+        if signed:
+            active &= p >= first_digit
+        digit = lut[byte_at(p)]
+        bad |= active & (digit == _NOT_A_DIGIT)
+        np.multiply(magnitude, base_u, out=magnitude, where=active)
+        np.add(magnitude, digit.astype(np.uint64), out=magnitude, where=active)
+    return magnitude, negative, bad
 
 
 def _show(field: bytes) -> str:
@@ -231,57 +245,80 @@ class _Parsed:
 
 def _parse_lines(
     lines: list[bytes],
-    where: list[tuple[int, int]],
+    runs: list[tuple[int, int, int]],
     paths: Sequence[Path],
     salts: np.ndarray,
     rows: np.ndarray,
 ) -> _Parsed:
-    """Parse raw TSV lines (newline stripped); ``where[i]`` is (file index, 1-based line)."""
+    """Parse raw TSV lines (newline stripped). ``runs`` locates them for messages: each
+    ``(offset, file index, line number)`` says that ``lines[offset]`` is that line of that
+    file and the lines after it follow on, up to the next run.
+
+    The lines are joined into one byte buffer and every field is located and decoded with
+    numpy, so no Python object is made per field. The first malformed line in file order
+    raises.
+    """
 
     def loc(i: int) -> str:
-        file_idx, line_no = where[i]
-        return f"{paths[file_idx]}:{line_no}"
+        offset, file_idx, line_no = runs[bisect.bisect_right(runs, (i, math.inf)) - 1]
+        return f"{paths[file_idx]}:{line_no + i - offset}"
 
-    split = [line.split(b"\t") for line in lines]
-    wrong = [i for i, fields in enumerate(split) if len(fields) != NUM_FIELDS]
-    if wrong:
-        first = wrong[0]
+    def field(i: int, col: int) -> str:
+        return _show(lines[i].split(b"\t")[col])
+
+    n = len(lines)
+    buf = np.frombuffer(b"\n".join(lines), np.uint8).copy()
+    tabs = np.flatnonzero(buf == ord("\t"))
+    newlines = np.flatnonzero(buf == ord("\n"))
+    tabs_before = np.searchsorted(tabs, newlines)  # tabs on the lines before each newline
+    tabs_per_line = np.diff(tabs_before, prepend=0, append=len(tabs))
+    wrong = np.flatnonzero(tabs_per_line != NUM_FIELDS - 1)
+    if wrong.size:
+        first = int(wrong[0])
         if first:  # an earlier line's error comes first
-            _parse_lines(lines[:first], where[:first], paths, salts, rows)
+            _parse_lines(lines[:first], runs, paths, salts, rows)
         raise _bad(
             f"{loc(first)}: expected {NUM_FIELDS} tab-separated fields, "
-            f"found {len(split[first])}"
+            f"found {int(tabs_per_line[first]) + 1}"
         )
-    n = len(split)
-    table = np.array(split, dtype=np.bytes_).reshape(n, NUM_FIELDS)
+    buf[newlines] = ord("\t")  # now exactly 40 * n fields, tab-separated
+    ends = np.flatnonzero(buf == ord("\t"))
+    starts = np.empty(n * NUM_FIELDS, np.int64)
+    starts[0] = 0
+    starts[1:] = ends + 1
+    stops = np.append(ends, len(buf))
+    starts = starts.reshape(n, NUM_FIELDS)
+    lengths = (stops.reshape(n, NUM_FIELDS) - starts).astype(np.int64)
 
-    label_field = table[:, 0]
-    is_one = label_field == b"1"
-    label_bad = ~(is_one | (label_field == b"0"))
+    label_len, label_byte = lengths[:, 0], buf[np.minimum(starts[:, 0], max(len(buf) - 1, 0))]
+    is_one = (label_len == 1) & (label_byte == ord("1"))
+    label_bad = ~(is_one | ((label_len == 1) & (label_byte == ord("0"))))
 
-    dense_mag, _, dense_neg, dense_bad = _parse_digits(
-        table[:, 1 : 1 + NUM_DENSE], _DEC_LUT, 10, _MAX_DEC_DIGITS, signed=True
+    dense_cols, cat_cols = slice(1, 1 + NUM_DENSE), slice(1 + NUM_DENSE, NUM_FIELDS)
+    dense_mag, dense_neg, dense_bad = _parse_digits(
+        buf, starts[:, dense_cols], lengths[:, dense_cols], _DEC_LUT, 10, _MAX_DEC_DIGITS, True
     )
-    cat_val, cat_len, _, cat_bad = _parse_digits(
-        table[:, 1 + NUM_DENSE :], _HEX_LUT, 16, _MAX_HEX_DIGITS, signed=False
+    cat_len = lengths[:, cat_cols]
+    cat_val, _, cat_bad = _parse_digits(
+        buf, starts[:, cat_cols], cat_len, _HEX_LUT, 16, _MAX_HEX_DIGITS, False
     )
 
     row_bad = label_bad | dense_bad.any(axis=1) | cat_bad.any(axis=1)
     if row_bad.any():
         i = int(np.argmax(row_bad))
         if label_bad[i]:
-            raise _bad(f"{loc(i)}: label must be 0 or 1, found {_show(table[i, 0])}")
+            raise _bad(f"{loc(i)}: label must be 0 or 1, found {field(i, 0)}")
         if dense_bad[i].any():
             j = int(np.argmax(dense_bad[i]))
             raise _bad(
                 f"{loc(i)}: integer feature {j} (field {j + 2}) is not an integer: "
-                f"{_show(table[i, 1 + j])}"
+                f"{field(i, 1 + j)}"
             )
         f = int(np.argmax(cat_bad[i]))
         col = 1 + NUM_DENSE + f
         raise _bad(
             f"{loc(i)}: categorical feature {f} (field {col + 1}) is not a hex string "
-            f"of at most {_MAX_HEX_DIGITS} digits: {_show(table[i, col])}"
+            f"of at most {_MAX_HEX_DIGITS} digits: {field(i, col)}"
         )
 
     # Negative counts clamp to 0, so only the magnitude of non-negative values matters.
@@ -315,7 +352,9 @@ def _check_table_rows(table_rows: Sequence[int]) -> np.ndarray:
     return np.array(rows, np.int64)
 
 
-def _batch(dense: np.ndarray, sparse: np.ndarray, labels: np.ndarray, pooling: tuple[int, ...]) -> Batch:
+def _batch(
+    dense: np.ndarray, sparse: np.ndarray, labels: np.ndarray, pooling: tuple[int, ...]
+) -> Batch:
     return Batch(
         dense=torch.from_numpy(np.ascontiguousarray(dense, dtype=np.float32)),
         sparse=torch.from_numpy(np.ascontiguousarray(sparse, dtype=np.int64)),
@@ -356,26 +395,35 @@ class CriteoTsv:
         self._rows = np.array(self.table_rows, np.int64)
         self._salts = _feature_salts(self.hash_seed)
 
-    def _lines(self) -> Iterator[tuple[bytes, int, int]]:
-        """Every line of every file as (content without newline, file index, line number)."""
+    def _blocks(self) -> Iterator[tuple[list[bytes], int, int]]:
+        """Lines of every file, a few MiB at a time: (lines without their newline, file
+        index, 1-based number of the first line)."""
         for file_idx, path in enumerate(self.paths):
-            line_no = 0
+            line_no = 1
             try:
                 with open(path, "rb") as raw:
                     gz = raw.read(2) == b"\x1f\x8b"
                     raw.seek(0)
-                    stream: BinaryIO = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw  # type: ignore[assignment]
-                    for line in stream:
-                        line_no += 1
-                        if line.endswith(b"\n"):
-                            line = line[:-1]
-                        if line.endswith(b"\r"):
-                            line = line[:-1]
-                        yield line, file_idx, line_no
+                    stream: BinaryIO = raw
+                    if gz:
+                        stream = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
+                    rest = b""
+                    while True:
+                        block = stream.read(_READ_BYTES)
+                        if not block:
+                            break
+                        block = rest + block
+                        lines = block.split(b"\n")
+                        rest = lines.pop()
+                        if lines:
+                            yield _strip_cr(lines, b"\r" in block), file_idx, line_no
+                            line_no += len(lines)
+                    if rest:
+                        yield _strip_cr([rest], True), file_idx, line_no
             except FileNotFoundError:
                 raise _not_found(path) from None
             except (OSError, EOFError, zlib.error) as exc:
-                raise _bad(f"{path}:{line_no + 1}: cannot read ({exc})") from None
+                raise _bad(f"{path}:{line_no}: cannot read ({exc})") from None
 
     def batches(
         self, batch_size: int, *, rank: int = 0, world_size: int = 1, drop_last: bool = False
@@ -389,25 +437,34 @@ class CriteoTsv:
                 unreadable file; NOT_FOUND for a file deleted since construction.
         """
         _check_batching(batch_size, rank, world_size)
-        group = max(1, _PARSE_CHUNK_LINES // batch_size)  # own batches parsed together
-        lines: list[bytes] = []
-        where: list[tuple[int, int]] = []
-        global_index = 0
-        for line, file_idx, line_no in self._lines():
-            if (global_index // batch_size) % world_size == 0:
-                lines.append(line)
-                where.append((file_idx, line_no))
-                if len(lines) == group * batch_size:
-                    yield from self._emit(lines, where, batch_size, drop_last)
-                    lines, where = [], []
-            global_index += 1
-        if lines:
-            yield from self._emit(lines, where, batch_size, drop_last)
+        flush_at = max(1, _PARSE_CHUNK_LINES // batch_size) * batch_size
+        pending: list[bytes] = []
+        runs: list[tuple[int, int, int]] = []  # (offset in pending, file index, line number)
+        global_index = 0  # of the first line of the current block
+        for lines, file_idx, first_line in self._blocks():
+            pos = 0
+            while pos < len(lines):
+                k = (global_index + pos) // batch_size
+                end = min(len(lines), (k + 1) * batch_size - global_index)
+                if k % world_size == rank:
+                    runs.append((len(pending), file_idx, first_line + pos))
+                    pending.extend(lines[pos:end])
+                    if len(pending) >= flush_at and len(pending) % batch_size == 0:
+                        yield from self._emit(pending, runs, batch_size, drop_last)
+                        pending, runs = [], []
+                pos = end
+            global_index += len(lines)
+        if pending:
+            yield from self._emit(pending, runs, batch_size, drop_last)
 
     def _emit(
-        self, lines: list[bytes], where: list[tuple[int, int]], batch_size: int, drop_last: bool
+        self,
+        lines: list[bytes],
+        runs: list[tuple[int, int, int]],
+        batch_size: int,
+        drop_last: bool,
     ) -> Iterator[Batch]:
-        parsed = _parse_lines(lines, where, self.paths, self._salts, self._rows)
+        parsed = _parse_lines(lines, runs, self.paths, self._salts, self._rows)
         for start in range(0, len(lines), batch_size):
             stop = start + batch_size
             if stop > len(lines) and drop_last:
@@ -418,6 +475,13 @@ class CriteoTsv:
                 parsed.labels[start:stop],
                 self.pooling,
             )
+
+
+def _strip_cr(lines: list[bytes], has_cr: bool) -> list[bytes]:
+    """Drop the ``\\r`` of Windows line ends (only looked for when ``has_cr``)."""
+    if has_cr:
+        return [line[:-1] if line.endswith(b"\r") else line for line in lines]
+    return lines
 
 
 # --------------------------------------------------------------------------- MLPerf 1TB
@@ -555,7 +619,9 @@ class Criteo1TB:
         if labels.ndim != 1:
             raise _bad(f"{labels_name}: expected shape N or N x 1, found {labels.shape}")
         if labels.dtype.kind not in "biuf":
-            raise _bad(f"{labels_name}: expected integer, bool or float labels, found {labels.dtype}")
+            raise _bad(
+                f"{labels_name}: expected integer, bool or float labels, found {labels.dtype}"
+            )
         if labels.shape[0] != n:
             raise _bad(f"{labels_name}: {labels.shape[0]} rows but {dense_name} has {n}")
 
@@ -571,10 +637,13 @@ class Criteo1TB:
                 if ids.ndim != 2 or ids.shape[1] < 1:
                     raise _bad(f"{sparse_name}: array '{f}' has shape {ids.shape}, expected N x P")
                 if ids.dtype.kind not in "iu":
-                    raise _bad(f"{sparse_name}: array '{f}' has dtype {ids.dtype}, expected integer ids")
+                    raise _bad(
+                        f"{sparse_name}: array '{f}' has dtype {ids.dtype}, expected integer ids"
+                    )
                 if ids.shape[0] != n:
                     raise _bad(
-                        f"{sparse_name}: array '{f}' has {ids.shape[0]} rows but {dense_name} has {n}"
+                        f"{sparse_name}: array '{f}' has {ids.shape[0]} rows "
+                        f"but {dense_name} has {n}"
                     )
                 sparse.append(ids)
         else:

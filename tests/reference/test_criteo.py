@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.reference import criteo
 from harness.reference.criteo import (
     MLPERF_MULTI_HOT_SIZES,
     Criteo1TB,
@@ -177,7 +178,9 @@ def test_batches_span_files_and_drop_last(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 4])
-def test_tsv_rank_sharding_is_round_robin_over_whole_batches(tmp_path: Path, batch_size: int) -> None:
+def test_tsv_rank_sharding_is_round_robin_over_whole_batches(
+    tmp_path: Path, batch_size: int
+) -> None:
     first = write_tsv(tmp_path / "a.tsv", [numbered(i) for i in range(6)])
     second = write_tsv(tmp_path / "b.tsv.gz", [numbered(i) for i in range(6, 11)], gz=True)
     reader = CriteoTsv([first, second], ROWS, hash_seed=3)
@@ -191,6 +194,27 @@ def test_tsv_rank_sharding_is_round_robin_over_whole_batches(tmp_path: Path, bat
         assert torch.equal(mine.dense, batch.dense)
         assert torch.equal(mine.sparse, batch.sparse)
         assert torch.equal(mine.labels, batch.labels)
+
+
+def test_small_read_blocks_and_parse_chunks_change_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = [numbered(i) for i in range(23)]
+    first = write_tsv(tmp_path / "a.tsv", lines[:11])
+    second = write_tsv(tmp_path / "b.tsv.gz", lines[11:], gz=True)
+    reader = CriteoTsv([first, second], ROWS)
+    want = [collect(reader.batches(3, rank=r, world_size=2)) for r in range(2)]
+
+    # Lines now straddle read blocks, and parsing flushes every couple of batches.
+    monkeypatch.setattr(criteo, "_READ_BYTES", 97)
+    monkeypatch.setattr(criteo, "_PARSE_CHUNK_LINES", 5)
+    for r in range(2):
+        got = collect(reader.batches(3, rank=r, world_size=2))
+        assert all(torch.equal(x, y) for x, y in zip(got, want[r]))
+
+    bad = write_tsv(tmp_path / "c.tsv.gz", lines[:13] + [_replace(lines[13], 20, "g")], gz=True)
+    err = bad_input(lambda: list(CriteoTsv([first, bad], ROWS).batches(2)))
+    assert "c.tsv.gz:14: categorical feature 6 (field 21)" in str(err)
 
 
 def test_missing_tsv_is_not_found(tmp_path: Path) -> None:
@@ -208,7 +232,10 @@ def _replace(line: str, index: int, value: str) -> str:
 
 
 MALFORMED = {
-    "too few fields": ("\t".join(LINE_A.split("\t")[:39]), "expected 40 tab-separated fields, found 39"),
+    "too few fields": (
+        "\t".join(LINE_A.split("\t")[:39]),
+        "expected 40 tab-separated fields, found 39",
+    ),
     "too many fields": (LINE_A + "\t", "expected 40 tab-separated fields, found 41"),
     "blank line": ("", "expected 40 tab-separated fields, found 1"),
     "fractional count": (_replace(LINE_A, 3, "1.5"), "integer feature 2 (field 4)"),
@@ -244,7 +271,8 @@ def test_first_malformed_line_is_reported(tmp_path: Path) -> None:
 
 def test_corrupt_gzip_is_bad_input(tmp_path: Path) -> None:
     path = tmp_path / "day_0.gz"
-    path.write_bytes(gzip.compress(("\n".join(numbered(i) for i in range(50)) + "\n").encode())[:60])
+    whole = gzip.compress(("\n".join(numbered(i) for i in range(50)) + "\n").encode())
+    path.write_bytes(whole[:60])
     err = bad_input(lambda: list(CriteoTsv([path], ROWS).batches(8)))
     assert "day_0.gz" in str(err)
 
@@ -282,8 +310,11 @@ def write_day(
     np.save(root / f"day_{day}_labels.npy", labels.reshape(-1, 1) if labels_2d else labels)
     out = {"dense": dense, "labels": labels}
     if multi_hot:
-        feats = {str(f): rng.integers(0, 120, (n, p)).astype(np.int32) for f, p in enumerate(pooling)}
-        (np.savez_compressed if compressed else np.savez)(root / f"day_{day}_sparse_multi_hot.npz", **feats)
+        feats = {
+            str(f): rng.integers(0, 120, (n, p)).astype(np.int32) for f, p in enumerate(pooling)
+        }
+        save = np.savez_compressed if compressed else np.savez
+        save(root / f"day_{day}_sparse_multi_hot.npz", **feats)
         out.update(feats)
     else:
         sparse = rng.integers(0, 120, (n, 26)).astype(np.int32)
@@ -314,19 +345,32 @@ def test_one_hot_days_decode_and_reduce_ids(tmp_path: Path) -> None:
 @pytest.mark.parametrize("compressed", [False, True], ids=["savez", "savez_compressed"])
 def test_multi_hot_pooling_and_layout(tmp_path: Path, compressed: bool) -> None:
     rng = np.random.default_rng(1)
-    days = [write_day(tmp_path, d, n, rng, multi_hot=True, compressed=compressed) for d, n in [(0, 3), (1, 4)]]
+    days = [
+        write_day(tmp_path, d, n, rng, multi_hot=True, compressed=compressed)
+        for d, n in [(0, 3), (1, 4)]
+    ]
     data = Criteo1TB(tmp_path, [0, 1], ONE_TB_ROWS, multi_hot=True)
     assert data.pooling == MLPERF_MULTI_HOT_SIZES
 
     batches = list(data.batches(2))
     assert [b.size for b in batches] == [2, 2, 2, 1]
     width = sum(MLPERF_MULTI_HOT_SIZES)
-    assert all(b.sparse.shape == (b.size, width) and b.pooling == MLPERF_MULTI_HOT_SIZES for b in batches)
+    for b in batches:
+        assert b.sparse.shape == (b.size, width) and b.pooling == MLPERF_MULTI_HOT_SIZES
     _, sparse, _ = collect(batches)
     offsets = np.cumsum((0,) + MLPERF_MULTI_HOT_SIZES)
     for f in range(26):
         want = np.concatenate([d[str(f)] for d in days]).astype(np.int64) % ONE_TB_ROWS[f]
         np.testing.assert_array_equal(sparse[:, offsets[f] : offsets[f + 1]].numpy(), want)
+
+
+def test_multi_hot_npz_written_by_savez_is_memory_mapped(tmp_path: Path) -> None:
+    ids = np.arange(40, dtype=np.int32).reshape(10, 4)
+    np.savez(tmp_path / "x.npz", **{"0": ids, "1": ids[:, :1]})
+    mapped = criteo._npz_member(tmp_path / "x.npz", "0")
+    assert isinstance(mapped, np.memmap)
+    np.testing.assert_array_equal(mapped, ids)
+    np.testing.assert_array_equal(criteo._npz_member(tmp_path / "x.npz", "1"), ids[:, :1])
 
 
 @pytest.mark.parametrize("multi_hot", [False, True])
