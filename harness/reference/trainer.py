@@ -70,8 +70,26 @@ class RunResult:
     train_samples_per_s: float
 
 
-class _Interrupted(Exception):
-    pass
+def synthetic_data(spec: BenchmarkSpec) -> synthetic.SyntheticCriteo:
+    """The generator of a synthetic benchmark's data set."""
+    d = spec.dataset
+    if d["kind"] != "synthetic":
+        raise HarnessError(
+            f"benchmark {spec.name} trains on {d['kind']} data; training on real Criteo data "
+            "is not wired into `harness run` yet (the readers exist in harness.reference.criteo)",
+            ErrorCategory.NOT_IMPLEMENTED,
+        )
+    return synthetic.SyntheticCriteo(
+        synthetic.SyntheticSpec(
+            seed=d["seed"],
+            train_samples=d["train_samples"],
+            eval_samples=d["eval_samples"],
+            table_rows=tuple(d["table_rows"]),
+            pooling=tuple(d["pooling"]),
+            zipf_exponent=d.get("zipf_exponent", 1.05),
+            teacher=synthetic.TeacherSpec(**d.get("teacher", {})),
+        )
+    )
 
 
 def _prefetch(batches: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:
@@ -114,6 +132,7 @@ class Trainer:
         self.hp = config.hyperparameters
         self._progress = progress or (lambda _event: None)
         self.rank, self.world_size = 0, 1
+        self._eval_cache: list[Batch] | None = None
 
     # ------------------------------------------------------------------ hooks
     def _log_init_start(self) -> None:
@@ -140,12 +159,10 @@ class Trainer:
         for key, value in sorted(c.extra_log.items()):
             self.log.event(key, value)
 
-    def _log_init_stop(self, best_auc: float | None) -> None:
+    def _log_init_stop(self) -> None:
         d = self.spec.dataset
         self.log.event("train_samples", d["train_samples"])
         self.log.event("eval_samples", d["eval_samples"])
-        if best_auc is not None:
-            self.log.event("harness_teacher_best_auc", best_auc)
         self.log.end("init_stop")
 
     def _log_run_start(self) -> None:
@@ -166,25 +183,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ pieces
     def _data(self) -> synthetic.SyntheticCriteo:
-        d = self.spec.dataset
-        if d["kind"] != "synthetic":
-            raise HarnessError(
-                f"benchmark {self.spec.name} trains on {d['kind']} data; training on real Criteo data "
-                "is not wired into `harness run` yet (the readers exist in harness.reference.criteo)",
-                ErrorCategory.NOT_IMPLEMENTED,
-            )
-        teacher = synthetic.TeacherSpec(**d.get("teacher", {}))
-        return synthetic.SyntheticCriteo(
-            synthetic.SyntheticSpec(
-                seed=d["seed"],
-                train_samples=d["train_samples"],
-                eval_samples=d["eval_samples"],
-                table_rows=tuple(d["table_rows"]),
-                pooling=tuple(d["pooling"]),
-                zipf_exponent=d.get("zipf_exponent", 1.05),
-                teacher=teacher,
-            )
-        )
+        return synthetic_data(self.spec)
 
     def _model(self) -> tuple[DLRM, torch.optim.Optimizer]:
         hp = self.hp
@@ -225,12 +224,16 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self, model: DLRM, data: synthetic.SyntheticCriteo) -> float:
-        """AUC over the whole eval split (scikit-learn's ``roc_auc_score``)."""
+        """AUC over the whole eval split (scikit-learn's ``roc_auc_score``).
+
+        The eval split is generated at the first evaluation (inside the timed region, as
+        reading it would be) and kept in memory for the later ones.
+        """
+        if self._eval_cache is None:
+            self._eval_cache = list(_prefetch(synthetic.eval_batches(data, self.spec.eval_batch_size)))
         model.eval()
-        scores, labels = [], []
-        for batch in _prefetch(synthetic.eval_batches(data, self.spec.eval_batch_size)):
-            scores.append(torch.sigmoid(model(batch.dense, batch.sparse)).double().numpy())
-            labels.append(batch.labels.numpy())
+        scores = [torch.sigmoid(model(b.dense, b.sparse)).double().numpy() for b in self._eval_cache]
+        labels = [b.labels.numpy() for b in self._eval_cache]
         model.train()
         return float(roc_auc_score(np.concatenate(labels), np.concatenate(scores)))
 
@@ -239,8 +242,7 @@ class Trainer:
         if self.config.threads:
             torch.set_num_threads(self.config.threads)
         self._log_init_start()
-        data = self._data()
-        best_auc = data.best_auc()
+        data = self._data()  # builds the generator; no sample is made before run_start
         model, dense_opt = self._model()
         loss_fn = torch.nn.BCEWithLogitsLoss()
         gbs = int(self.hp["global_batch_size"])
@@ -249,7 +251,7 @@ class Trainer:
         if steps_per_epoch < 1:
             raise HarnessError(f"global batch size {gbs} exceeds the {train_samples} training samples")
         eval_at = self._eval_steps(steps_per_epoch)
-        self._log_init_stop(best_auc)
+        self._log_init_stop()
 
         self._log_run_start()
         order = synthetic.EpochOrder.from_seed(self.config.seed, train_samples)

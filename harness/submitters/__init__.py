@@ -17,9 +17,14 @@ from harness.errors import ErrorCategory, HarnessError
 from harness.rules.specs import BenchmarkSpec
 
 
+def submitters_root():
+    """The folder of submitter configs shipped with the harness."""
+    return resources.files(__package__)
+
+
 def load_submitter_config(submitter: str, benchmark: str) -> dict[str, Any] | None:
     """The config of ``submitter`` for ``benchmark``, or None when there is none."""
-    path = resources.files(__package__).joinpath(submitter, f"{benchmark}.yaml")
+    path = submitters_root().joinpath(submitter, f"{benchmark}.yaml")
     if not path.is_file():
         return None
     what = f"submitter config {submitter}/{benchmark}.yaml"

@@ -1,0 +1,226 @@
+"""Training throughput of the reference DLRM against a plain PyTorch baseline, in one run.
+
+    python bench/throughput.py                       # the fixed small config on CPU
+    python bench/throughput.py --config dcnv2        # MLPerf dlrm_dcnv2's architecture (rows capped)
+    python bench/throughput.py --device cuda         # the same on a GPU
+
+Both models get the identical architecture, batch and (in-memory) data; a step is
+forward + backward + optimizer. The baseline is what a PyTorch user writes first: one
+``nn.EmbeddingBag(sparse=True)`` per table and one ``torch.optim.Adagrad`` over every
+parameter. Ours is :class:`harness.reference.model.DLRM`: the tables fused into one weight
+and Adagrad fused into the embedding backward (see ``harness/reference/embeddings.py``).
+
+Timings alternate between the two models over several rounds and report the median, so
+both see the same machine noise; the last line is the ratio ours / baseline. Beside them it
+prints the bound the machine's matrix-multiply rate puts on the MLP part (its FLOPs per
+sample, forward + backward, over a measured GEMM rate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from harness.reference.embeddings import SparseOptimizerConfig
+from harness.reference.model import DLRM, DLRMConfig, Interaction
+
+MLPERF_POOLING = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1)
+MLPERF_ROWS = (40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10, 2209,
+               11938, 155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    model: DLRMConfig
+    batch_size: int
+    lr: float = 0.01
+
+
+def small_config(batch_size: int) -> BenchConfig:
+    """26 tables x 100,000 rows x dim 64, one lookup each; MLPs 13-512-256-64 and 512-256-1; dot."""
+    return BenchConfig(
+        DLRMConfig(table_rows=(100_000,) * 26, embedding_dim=64, pooling=(1,) * 26, bottom_mlp=(512, 256, 64),
+                   top_mlp=(512, 256, 1), interaction=Interaction.DOT),
+        batch_size,
+    )
+
+
+def dcnv2_config(batch_size: int, max_rows: int) -> BenchConfig:
+    """MLPerf dlrm_dcnv2: dim 128, multi-hot, 512-256-128, DCN 3 x rank 512, 1024-1024-512-256-1."""
+    return BenchConfig(
+        DLRMConfig(table_rows=tuple(min(r, max_rows) for r in MLPERF_ROWS), embedding_dim=128, pooling=MLPERF_POOLING,
+                   bottom_mlp=(512, 256, 128), top_mlp=(1024, 1024, 512, 256, 1), interaction=Interaction.DCN,
+                   dcn_layers=3, dcn_rank=512),
+        batch_size,
+    )
+
+
+class BaselineDLRM(nn.Module):
+    """Plain PyTorch DLRM: a list of sparse EmbeddingBags, Sequential MLPs, the same interactions."""
+
+    def __init__(self, cfg: DLRMConfig, device):
+        super().__init__()
+        self.cfg = cfg
+        self.bags = nn.ModuleList(
+            nn.EmbeddingBag(r, cfg.embedding_dim, mode="sum", sparse=True, device=device) for r in cfg.table_rows
+        )
+
+        def mlp(n_in, widths, relu_last):
+            layers = []
+            for i, w in enumerate(widths):
+                layers.append(nn.Linear(n_in, w, device=device))
+                if relu_last or i < len(widths) - 1:
+                    layers.append(nn.ReLU())
+                n_in = w
+            return nn.Sequential(*layers)
+
+        self.bottom = mlp(cfg.num_dense, cfg.bottom_mlp, True)
+        self.top = mlp(cfg.interaction_width, cfg.top_mlp, False)
+        n = cfg.num_sparse + 1
+        self.li, self.lj = torch.tril_indices(n, n, -1, device=device)
+        if cfg.interaction is Interaction.DCN:
+            w = cfg.interaction_width
+            self.v = nn.ModuleList(nn.Linear(w, cfg.dcn_rank, bias=False, device=device) for _ in range(cfg.dcn_layers))
+            self.w = nn.ModuleList(nn.Linear(cfg.dcn_rank, w, device=device) for _ in range(cfg.dcn_layers))
+        self.cols = torch.tensor((0, *cfg.pooling)).cumsum(0).tolist()
+
+    def forward(self, dense, sparse):
+        x = self.bottom(dense)
+        e = [bag(sparse[:, self.cols[f] : self.cols[f + 1]]) for f, bag in enumerate(self.bags)]
+        if self.cfg.interaction is Interaction.DOT:
+            z = torch.stack([x, *e], dim=1)
+            zz = torch.bmm(z, z.transpose(1, 2))[:, self.li, self.lj]
+            features = torch.cat([x, zz], dim=1)
+        else:
+            x0 = torch.cat([x, *e], dim=1)
+            features = x0
+            for v, w in zip(self.v, self.w):
+                features = x0 * w(v(features)) + features
+        return self.top(features).squeeze(1)
+
+
+def mlp_flops_per_sample(cfg: DLRMConfig) -> float:
+    """Forward + backward FLOPs of the dense layers and interaction (2 per MAC, backward = 2 x forward)."""
+    macs, n_in = 0, cfg.num_dense
+    for w in cfg.bottom_mlp:
+        macs, n_in = macs + n_in * w, w
+    if cfg.interaction is Interaction.DOT:
+        n = cfg.num_sparse + 1
+        macs += n * n * cfg.embedding_dim
+    else:
+        macs += cfg.dcn_layers * 2 * cfg.interaction_width * cfg.dcn_rank
+    n_in = cfg.interaction_width
+    for w in cfg.top_mlp:
+        macs, n_in = macs + n_in * w, w
+    return 3 * 2 * macs
+
+
+def gemm_flops_per_s(device, size: int = 2048, reps: int = 20) -> float:
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+    for _ in range(3):
+        a @ b
+    _sync(device)
+    t = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    _sync(device)
+    return 2 * size**3 * reps / (time.perf_counter() - t)
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def make_batches(cfg: DLRMConfig, batch_size: int, count: int, device) -> list[tuple]:
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(count):
+        dense = torch.rand(batch_size, cfg.num_dense, generator=g)
+        sparse = torch.cat(
+            [torch.randint(0, r, (batch_size, p), generator=g) for r, p in zip(cfg.table_rows, cfg.pooling)], dim=1
+        )
+        labels = torch.randint(0, 2, (batch_size,), generator=g).float()
+        out.append((dense.to(device), sparse.to(device), labels.to(device)))
+    return out
+
+
+def stepper(model: nn.Module, optimizer: torch.optim.Optimizer):
+    loss_fn = nn.BCEWithLogitsLoss()
+
+    def step(batch):
+        dense, sparse, labels = batch
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model(dense, sparse), labels).backward()
+        optimizer.step()
+
+    return step
+
+
+def time_steps(step, batches, device) -> float:
+    """Seconds per step over ``batches``."""
+    _sync(device)
+    t = time.perf_counter()
+    for b in batches:
+        step(b)
+    _sync(device)
+    return (time.perf_counter() - t) / len(batches)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", choices=["small", "dcnv2"], default="small")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--batch-size", type=int, default=None, help="default: 2048 (small), 1024 (dcnv2 on CPU)")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps per round (default 10 small, 3 dcnv2 on CPU)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-rows", type=int, default=None, help="cap on table rows for dcnv2 (default 200k on CPU, 4M on GPU: two models with fp32 Adagrad state must fit)")
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    on_gpu = device.type == "cuda"
+    if args.config == "small":
+        bc = small_config(args.batch_size or 2048)
+        steps = args.steps or 10
+    else:
+        bc = dcnv2_config(args.batch_size or (65536 if on_gpu else 1024), args.max_rows or (4_000_000 if on_gpu else 200_000))
+        steps = args.steps or (20 if on_gpu else 3)
+    cfg = bc.model
+    print(f"config {args.config} on {device}: batch {bc.batch_size}, {len(cfg.table_rows)} tables, "
+          f"{sum(cfg.table_rows):,} rows x dim {cfg.embedding_dim}, pooling {sum(cfg.pooling)} ids/sample, "
+          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+
+    torch.manual_seed(0)
+    ours = DLRM(cfg, SparseOptimizerConfig(learning_rate=bc.lr), device=device)
+    ours_step = stepper(ours, torch.optim.Adagrad(ours.dense_parameters(), lr=bc.lr, eps=1e-8))
+    base = BaselineDLRM(cfg, device)
+    base_step = stepper(base, torch.optim.Adagrad(base.parameters(), lr=bc.lr, eps=1e-8))
+
+    batches = make_batches(cfg, bc.batch_size, steps, device)
+    for step in (ours_step, base_step):  # warm up both
+        for b in batches[:2]:
+            step(b)
+    ours_t, base_t = [], []
+    for _ in range(args.rounds):
+        ours_t.append(time_steps(ours_step, batches, device))
+        base_t.append(time_steps(base_step, batches, device))
+    ours_sps = bc.batch_size / statistics.median(ours_t)
+    base_sps = bc.batch_size / statistics.median(base_t)
+
+    flops = mlp_flops_per_sample(cfg)
+    rate = gemm_flops_per_s(device)
+    bound = rate / flops
+    print(f"MLP + interaction: {flops / 1e6:.2f} MFLOP/sample (fwd+bwd); measured GEMM rate {rate / 1e9:.1f} GFLOP/s")
+    print(f"matrix-multiply bound:   {bound:12,.0f} samples/s")
+    print(f"baseline (EmbeddingBag sparse + torch.optim.Adagrad): {base_sps:12,.0f} samples/s  ({base_sps / bound:.2f} of bound)")
+    print(f"ours (fused tables + fused Adagrad):                  {ours_sps:12,.0f} samples/s  ({ours_sps / bound:.2f} of bound)")
+    print(f"ratio ours / baseline: {ours_sps / base_sps:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

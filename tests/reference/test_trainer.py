@@ -1,0 +1,99 @@
+"""The trainer in-process on a tiny benchmark: MLPerf events, eval cadence, stop conditions."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.reference.mlperf_log import parse_records
+from harness.reference.trainer import RunConfig, Trainer, run_from_config
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "tiny_benchmark.yaml"
+
+
+def config(tmp_path, *, target=None, seed=3, **spec_changes) -> RunConfig:
+    spec = yaml.safe_load(FIXTURE.read_text())
+    if target is not None:
+        spec["quality"]["target"] = target
+    spec.update(spec_changes)
+    return RunConfig(
+        benchmark=spec, hyperparameters=spec["reference_hyperparameters"], profile={}, seed=seed,
+        seed_source="user_chosen", submitter="acme", division="closed", status="research", platform="box",
+        log_path=str(tmp_path / f"log-{seed}.txt"), fingerprint="sha256:" + "ab" * 32, config_filename="tiny.yaml",
+        threads=1,
+    )
+
+
+def test_eval_cadence_is_every_fraction_of_the_epoch(tmp_path):
+    trainer = Trainer(config(tmp_path), log=None)  # type: ignore[arg-type]
+    assert trainer._eval_steps(32) == [8, 16, 24, 32]
+    steps = trainer._eval_steps(512)
+    assert len(steps) == 4 and steps[-1] == 512
+
+
+def test_run_to_the_epoch_limit_is_aborted_with_every_eval_logged(tmp_path):
+    cfg = config(tmp_path, target=0.99)
+    result = run_from_config(cfg)
+    assert result.status == "aborted" and "epoch limit" in result.reason
+    recs = parse_records(Path(cfg.log_path))
+    evals = [r for r in recs if r["key"] == "eval_accuracy"]
+    assert [r["metadata"]["epoch_num"] for r in evals] == [0.25, 0.5, 0.75, 1.0]
+    assert [e for _, e in result.eval_accuracies] == [r["value"] for r in evals]
+    stop = [r for r in recs if r["key"] == "run_stop"]
+    assert len(stop) == 1 and stop[0]["metadata"]["status"] == "aborted"
+    assert evals[-1]["value"] > 0.55  # it learned something
+
+
+def test_reaching_the_target_stops_with_success_at_that_eval(tmp_path):
+    cfg = config(tmp_path, target=0.52)
+    result = run_from_config(cfg)
+    assert result.status == "success"
+    recs = parse_records(Path(cfg.log_path))
+    keys = [r["key"] for r in recs]
+    assert keys.index("run_stop") == keys.index("eval_stop") + 1
+    assert recs[keys.index("run_stop")]["metadata"]["status"] == "success"
+    assert recs[keys.index("eval_accuracy")]["value"] >= 0.52
+
+
+def test_same_seed_same_curve_bit_for_bit(tmp_path):
+    a = run_from_config(config(tmp_path, target=0.99, seed=9))
+    Path(config(tmp_path, seed=9).log_path).rename(tmp_path / "first.txt")
+    b = run_from_config(config(tmp_path, target=0.99, seed=9))
+    assert a.eval_accuracies == b.eval_accuracies and len(a.eval_accuracies) == 4
+    c = run_from_config(config(tmp_path, target=0.99, seed=10))
+    assert c.eval_accuracies != a.eval_accuracies
+
+
+def test_run_start_comes_before_the_first_touch_of_the_data(tmp_path, monkeypatch):
+    from harness.reference import synthetic
+
+    cfg = config(tmp_path, target=0.99)
+    touched_after_run_start = []
+    real = synthetic.SyntheticCriteo.samples
+
+    def spy(self, idx):
+        keys = [r["key"] for r in parse_records(Path(cfg.log_path))]
+        touched_after_run_start.append("run_start" in keys)
+        return real(self, idx)
+
+    monkeypatch.setattr(synthetic.SyntheticCriteo, "samples", spy)
+    run_from_config(cfg)
+    assert touched_after_run_start and all(touched_after_run_start)
+
+
+def test_interrupt_ends_the_log_aborted(tmp_path, monkeypatch):
+    cfg = config(tmp_path, target=0.99)
+    calls = {"n": 0}
+    real_step = __import__("torch").optim.Adagrad.step
+
+    def interrupting_step(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real_step(self, *a, **k)
+
+    monkeypatch.setattr("torch.optim.Adagrad.step", interrupting_step)
+    with pytest.raises(KeyboardInterrupt):
+        run_from_config(cfg)
+    stop = [r for r in parse_records(Path(cfg.log_path)) if r["key"] == "run_stop"]
+    assert len(stop) == 1 and stop[0]["metadata"]["status"] == "aborted" and stop[0]["metadata"]["reason"] == "interrupted"

@@ -1,0 +1,205 @@
+"""`harness run` end to end, in real subprocesses: logs, layout, score, seeds, Ctrl-C and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+FIXTURE = Path(__file__).parent / "fixtures" / "tiny_benchmark.yaml"
+
+
+def harness(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
+def records(path: Path) -> list[dict]:
+    out = []
+    for line in path.read_text().splitlines():
+        if ":::MLLOG " in line:
+            out.append(json.loads(line.split(":::MLLOG ", 1)[1]))
+    return out
+
+
+def result_dir(root: Path, benchmark: str = "tiny_synthetic") -> Path:
+    dirs = list((root / "results" / "reference" / "results").glob(f"*/{benchmark}"))
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+def write_spec(tmp_path: Path, **changes) -> Path:
+    spec = yaml.safe_load(FIXTURE.read_text())
+    for dotted, value in changes.items():
+        node = spec
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    path = tmp_path / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.fixture(scope="module")
+def run_set(tmp_path_factory):
+    """One real run set of three runs with chosen seeds."""
+    root = tmp_path_factory.mktemp("runset")
+    proc = harness("run", "--benchmark", str(FIXTURE), "--seed", "100", "--threads", "1", cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    return root, proc
+
+
+@pytest.mark.slow
+def test_run_set_writes_the_mlperf_layout(run_set):
+    root, _ = run_set
+    package = root / "results" / "reference"
+    systems = list((package / "systems").glob("*.json"))
+    assert len(systems) == 1
+    desc = json.loads(systems[0].read_text())
+    assert len(desc) == 33 and desc["submitter"] == "reference"
+    rdir = result_dir(root)
+    assert rdir.parent.name == systems[0].stem
+    assert sorted(p.name for p in rdir.iterdir()) == ["result_0.txt", "result_1.txt", "result_2.txt"]
+
+
+@pytest.mark.slow
+def test_printed_score_equals_recomputation_from_log_timestamps(run_set):
+    root, proc = run_set
+    minutes = []
+    for path in sorted(result_dir(root).glob("result_*.txt")):
+        recs = records(path)
+        start = [r["time_ms"] for r in recs if r["key"] == "run_start"]
+        stop = [r for r in recs if r["key"] == "run_stop"]
+        assert len(start) == 1 and len(stop) == 1 and stop[0]["metadata"]["status"] == "success"
+        minutes.append((stop[0]["time_ms"] - start[0]) / 60000)
+    expected = sorted(minutes)[1:-1]
+    expected_score = sum(expected) / len(expected)
+    score_line = [line for line in proc.stdout.splitlines() if line.startswith("score:")]
+    assert len(score_line) == 1
+    assert float(score_line[0].split()[1]) == pytest.approx(expected_score, abs=5e-7)
+
+
+@pytest.mark.slow
+def test_every_log_carries_the_keys_mlperf_6_0_0_requires(run_set):
+    import mlperf_logging
+
+    rules_dir = Path(mlperf_logging.__file__).parent / "compliance_checker" / "training_6.0.0"
+    required: list[tuple[str, str | None]] = []
+    for name in ("common.yaml", "closed_common.yaml", "closed_dlrm_dcnv2.yaml"):
+        for rule in yaml.safe_load((rules_dir / name).read_text()):
+            key = rule.get("KEY")
+            if not key:
+                continue
+            req = str(key.get("REQ", "OPTIONAL"))
+            if req in ("EXACTLY_ONE", "AT_LEAST_ONE"):
+                required.append((key["NAME"], None))
+            elif req.startswith("AT_LEAST_ONE_OR("):
+                required.append((key["NAME"], req[len("AT_LEAST_ONE_OR(") : -1]))
+    assert len(required) >= 25  # the rule files were really read
+    root, _ = run_set
+    for path in sorted(result_dir(root).glob("result_*.txt")):
+        keys = [r["key"] for r in records(path)]
+        for key, alternative in required:
+            assert key in keys or (alternative and alternative in keys), f"{path.name} lacks {key}"
+        for key in ("init_stop", "run_start", "run_stop", "train_samples", "eval_samples", "submission_org"):
+            assert keys.count(key) == 1, key
+        assert keys.index("init_stop") < keys.index("run_start") < keys.index("eval_accuracy") < keys.index("run_stop")
+        for key in ("lowest_numerical_precision_in_linear", "config_filename", "harness_fingerprint", "tracked_stats"):
+            assert key in keys
+
+
+@pytest.mark.slow
+def test_chosen_seeds_are_recorded_as_chosen(run_set):
+    root, _ = run_set
+    for i, path in enumerate(sorted(result_dir(root).glob("result_*.txt"))):
+        seed = [r for r in records(path) if r["key"] == "seed"]
+        assert seed[0]["value"] == 100 + i and seed[0]["metadata"]["seed_source"] == "user_chosen"
+
+
+@pytest.mark.slow
+def test_same_seed_list_gives_identical_eval_accuracy_sequences(tmp_path):
+    spec = write_spec(tmp_path, **{"quality.target": 0.99})  # run the whole epoch: 4 evaluations
+    curves = []
+    for attempt in ("a", "b"):
+        root = tmp_path / attempt
+        root.mkdir()
+        proc = harness("run", "--benchmark", str(spec), "--runs", "2", "--seed", "41", "--seed", "42", cwd=root)
+        assert proc.returncode == 0, proc.stderr  # two runs: no score, but not a failure
+        curves.append([
+            [r["value"] for r in records(p) if r["key"] == "eval_accuracy"]
+            for p in sorted(result_dir(root).glob("result_*.txt"))
+        ])
+    assert curves[0] == curves[1]
+    assert len(curves[0]) == 2 and all(len(c) == 4 for c in curves[0])
+    assert curves[0][0] != curves[0][1]  # different seeds, different curves
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_finished_runs_and_resume_completes_the_set(tmp_path):
+    # run 0 converges at once; run 1 is long enough to be interrupted
+    spec = write_spec(tmp_path, **{"dataset.train_samples": 2_000_000, "quality.target": 0.51})
+    root = tmp_path / "root"
+    root.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", "--benchmark", str(spec), "--runs", "2", "--seed", "1"],
+        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    staging = root / "results" / ".harness" / "reference"
+    deadline = time.time() + 240
+    staged_run_1 = None
+    while time.time() < deadline and proc.poll() is None:
+        candidates = list(staging.glob("*/tiny_synthetic/result_1.txt"))
+        if candidates and "run_start" in candidates[0].read_text():
+            staged_run_1 = candidates[0]
+            break
+        time.sleep(0.2)
+    assert staged_run_1 is not None, f"run 1 never started: {proc.poll()} {proc.stderr.read() if proc.poll() is not None else ''}"
+    # let it train a little, then press Ctrl-C
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted during run 1" in err and "--resume" in err
+    rdir = result_dir(root)
+    assert [p.name for p in rdir.glob("result_*.txt")] == ["result_0.txt"]
+    interrupted = list(staged_run_1.parent.glob("result_1.interrupted-*.txt"))
+    assert len(interrupted) == 1
+    stops = [r for r in records(interrupted[0]) if r["key"] == "run_stop"]
+    assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"
+    # the finished run is untouched by the resume
+    before = (rdir / "result_0.txt").read_bytes()
+    # without --resume the existing results are refused, and nothing changes
+    refused = harness("run", "--benchmark", str(spec), "--runs", "2", cwd=root)
+    assert refused.returncode == 2 and "--resume" in refused.stderr and "Traceback" not in refused.stderr
+    resumed = harness("run", "--benchmark", str(spec), "--runs", "2", "--resume",
+                      cwd=root, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert sorted(p.name for p in rdir.glob("result_*.txt")) == ["result_0.txt", "result_1.txt"]
+    assert (rdir / "result_0.txt").read_bytes() == before
+    stops = [r for r in records(rdir / "result_1.txt") if r["key"] == "run_stop"]
+    assert len(stops) == 1 and stops[0]["metadata"]["status"] == "success"
+    assert "score:" in resumed.stdout
+
+
+def test_unknown_benchmark_is_one_line_and_exit_2(tmp_path):
+    proc = harness("run", "--benchmark", "no_such_benchmark", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "unknown benchmark 'no_such_benchmark'" in proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_real_data_benchmark_is_refused_clearly(tmp_path):
+    proc = harness("run", "--benchmark", "dlrm_dcnv2", cwd=tmp_path)
+    assert proc.returncode == 4 and "synthetic data only" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr

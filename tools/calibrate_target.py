@@ -1,0 +1,95 @@
+"""Calibrate a synthetic benchmark's target AUC from reference runs.
+
+    python tools/calibrate_target.py dlrm_synthetic --runs 10 --out calib/
+
+runs the reference ``--runs`` times through ``harness run`` (chosen seeds 1000, 1001, ...,
+with the target set out of reach so every run trains to the epoch limit and logs its whole
+AUC curve), then picks the target: the highest AUC, on a 0.0005 grid, that at least
+``ceil(0.9 * runs)`` runs reach and whose median first-reaching epoch is at most 0.7 of the
+epoch limit. It prints the per-run epochs to reach that target, the median, and how far the
+target sits below the planted teacher's best AUC, as YAML for the spec's
+``quality.calibration`` block.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from harness.rules.specs import load_benchmark
+
+
+def _curve(path: Path) -> tuple[list[tuple[float, float]], float | None]:
+    curve, best = [], None
+    for line in path.read_text().splitlines():
+        if ":::MLLOG " not in line:
+            continue
+        r = json.loads(line.split(":::MLLOG ", 1)[1])
+        if r["key"] == "eval_accuracy":
+            curve.append((float(r["metadata"]["epoch_num"]), float(r["value"])))
+        elif r["key"] == "harness_teacher_best_auc":
+            best = float(r["value"])
+    return curve, best
+
+
+def first_epoch(curve: list[tuple[float, float]], target: float) -> float:
+    return next((e for e, auc in curve if auc >= target), math.inf)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("benchmark")
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--out", type=Path, default=Path("calibration"))
+    ap.add_argument("--fraction", type=float, default=0.7, help="median epoch fraction to aim at")
+    args = ap.parse_args()
+    spec = load_benchmark(args.benchmark)
+    raw = dict(spec.raw)
+    raw["quality"] = {**raw["quality"], "target": 0.9999}
+    args.out.mkdir(parents=True, exist_ok=True)
+    spec_path = args.out / f"{spec.name}.yaml"
+    spec_path.write_text(yaml.safe_dump(raw))
+    subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--benchmark", str(spec_path), "--runs", str(args.runs),
+         "--seed", "1000", "--results", str(args.out / "results"), "--submitter", "calibration"],
+        check=True,
+    )
+    logs = sorted((args.out / "results" / "calibration" / "results").glob(f"*/{spec.name}/result_*.txt"))
+    curves, best = zip(*(_curve(p) for p in logs))
+    need = math.ceil(0.9 * len(curves))
+    limit = args.fraction * spec.max_epochs
+    chosen = None
+    for k in range(1000, 2000):
+        target = k * 0.0005
+        epochs = [first_epoch(c, target) for c in curves]
+        reached = [e for e in epochs if math.isfinite(e)]
+        if len(reached) < need or statistics.median(epochs) > limit:
+            break
+        chosen = (target, epochs)
+    if chosen is None:
+        print("no target satisfies the rule", file=sys.stderr)
+        return 1
+    target, epochs = chosen
+    print(yaml.safe_dump({"quality": {"target": round(target, 4), "calibration": {
+        "method": f"highest AUC on a 0.0005 grid reached by >= {need} of {len(curves)} reference runs "
+                  f"with median first-reaching epoch <= {args.fraction} of the limit (tools/calibrate_target.py)",
+        "reference_seeds": list(range(1000, 1000 + len(curves))),
+        "epochs_to_target": [round(e, 4) if math.isfinite(e) else None for e in epochs],
+        "median_epoch_to_target": round(statistics.median(epochs), 4),
+        "runs_reaching_target": sum(math.isfinite(e) for e in epochs),
+        "final_auc": [round(c[-1][1], 5) for c in curves],
+        "teacher_best_auc": round(best[0], 5),
+        "gap_below_teacher_best_auc": round(best[0] - target, 5),
+    }}}, sort_keys=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
