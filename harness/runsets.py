@@ -54,6 +54,7 @@ _LOG_STATUS = {
     "Preview": "preview",
 }
 _INTERRUPT_GRACE_S = 60.0
+_PROGRESS = "HARNESS_PROGRESS "
 
 
 @dataclass(frozen=True)
@@ -246,6 +247,11 @@ def _ensure_aborted(log_path: Path, reason: str) -> None:
         records = []
     if any(r.get("key") == "run_stop" for r in records):
         return
+    if log_path.exists() and log_path.stat().st_size:
+        with open(log_path, "rb+") as f:  # a worker killed mid-line: finish that line first
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
     log = MLPerfLog(log_path)
     try:
         log.end("run_stop", metadata={"status": "aborted", "reason": reason})
@@ -261,13 +267,8 @@ def _worker_failure(stderr_path: Path) -> str:
     return lines[-1] if lines else "no message"
 
 
-def _run_one(plan: RunSetPlan, index: int, seed: Seed, reporter: Reporter, best_auc: float | None) -> Path:
-    """Run one training process; return its finished log in the results tree."""
-    plan.staging_dir.mkdir(parents=True, exist_ok=True)
-    staged = plan.staging_dir / f"result_{index}.txt"
-    staged.unlink(missing_ok=True)
-    stderr_path = plan.staging_dir / f"result_{index}.stderr.txt"
-    config = RunConfig(
+def _worker_config(plan: RunSetPlan, index: int, seed: Seed, log_path: Path, best_auc: float | None) -> RunConfig:
+    return RunConfig(
         benchmark=plan.spec.raw,
         hyperparameters=plan.hyperparameters,
         profile=plan.profile.to_dict(),
@@ -277,7 +278,7 @@ def _run_one(plan: RunSetPlan, index: int, seed: Seed, reporter: Reporter, best_
         division=plan.request.division,
         status=_LOG_STATUS[plan.request.status],
         platform=plan.system,
-        log_path=str(staged.resolve()),
+        log_path=str(log_path.resolve()),
         fingerprint=plan.fingerprint,
         config_filename=f"{plan.spec.name}.yaml",
         emulated=plan.emulated,
@@ -286,41 +287,55 @@ def _run_one(plan: RunSetPlan, index: int, seed: Seed, reporter: Reporter, best_
         threads=plan.request.threads,
         extra_log={"harness_teacher_best_auc": best_auc} if best_auc is not None else {},
     )
-    config_path = plan.staging_dir / f"result_{index}.config.json"
-    _write_atomic(config_path, config.to_json())
+
+
+def _follow_worker(config_path: Path, stderr_path: Path, on_progress: Callable[[dict], None]) -> int:
+    """Start the worker process, relay its progress lines, return its exit status.
+
+    On KeyboardInterrupt the worker is asked to stop and has ended before this re-raises.
+    """
     with open(stderr_path, "wb") as err_file:
         proc = subprocess.Popen(
             [sys.executable, "-m", "harness.reference.worker", str(config_path)],
-            stdout=subprocess.PIPE,
-            stderr=err_file,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            bufsize=1,
+            stdout=subprocess.PIPE, stderr=err_file, stdin=subprocess.DEVNULL, text=True, bufsize=1,
         )
         try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                if line.startswith("HARNESS_PROGRESS "):
+            for line in proc.stdout or ():
+                if line.startswith(_PROGRESS):
                     try:
-                        reporter.progress(index, json.loads(line[len("HARNESS_PROGRESS ") :]))
+                        on_progress(json.loads(line[len(_PROGRESS) :]))
                     except json.JSONDecodeError:
                         pass
-            code = proc.wait()
+            return proc.wait()
         except KeyboardInterrupt:
             _stop_worker(proc)
-            kept = plan.staging_dir / f"result_{index}.interrupted-{time.strftime('%Y%m%dT%H%M%S')}.txt"
-            _ensure_aborted(staged, "interrupted")
-            os.replace(staged, kept)
-            raise HarnessError(
-                f"interrupted during run {index}: its log ends run_stop status=aborted and is kept at {kept}; "
-                f"finished runs are in {plan.results_dir}; complete the set with the same command and --resume",
-                ErrorCategory.INTERRUPTED,
-            ) from None
+            raise
+
+
+def _run_one(plan: RunSetPlan, index: int, seed: Seed, reporter: Reporter, best_auc: float | None) -> Path:
+    """Run one training process; return its finished log, moved into the results tree."""
+    plan.staging_dir.mkdir(parents=True, exist_ok=True)
+    staged = plan.staging_dir / f"result_{index}.txt"
+    staged.unlink(missing_ok=True)
+    stderr_path = plan.staging_dir / f"result_{index}.stderr.txt"
+    config_path = plan.staging_dir / f"result_{index}.config.json"
+    _write_atomic(config_path, _worker_config(plan, index, seed, staged, best_auc).to_json())
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    try:
+        code = _follow_worker(config_path, stderr_path, lambda event: reporter.progress(index, event))
+    except KeyboardInterrupt:
+        kept = plan.staging_dir / f"result_{index}.interrupted-{stamp}.txt"
+        _ensure_aborted(staged, "interrupted")
+        os.replace(staged, kept)
+        raise HarnessError(
+            f"interrupted during run {index}: its log ends run_stop status=aborted and is kept at {kept}; "
+            f"finished runs are in {plan.results_dir}; complete the set with the same command and --resume",
+            ErrorCategory.INTERRUPTED,
+        ) from None
     if code != 0:
+        failed = plan.staging_dir / f"result_{index}.failed-{stamp}.txt"
         _ensure_aborted(staged, f"worker exited with status {code}")
-        failed = plan.staging_dir / f"result_{index}.failed-{time.strftime('%Y%m%dT%H%M%S')}.txt"
-        if staged.exists():
-            os.replace(staged, failed)
+        os.replace(staged, failed)
         raise HarnessError(
             f"run {index} failed: {_worker_failure(stderr_path)} (log kept at {failed})", ErrorCategory.RUN_FAILED
         )

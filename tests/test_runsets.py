@@ -203,3 +203,34 @@ def test_real_data_benchmark_is_refused_clearly(tmp_path):
     proc = harness("run", "--benchmark", "dlrm_dcnv2", cwd=tmp_path)
     assert proc.returncode == 4 and "synthetic data only" in proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_killed_worker_leaves_its_log_ending_aborted_and_a_one_line_error(tmp_path):
+    spec = write_spec(tmp_path, **{"dataset.train_samples": 2_000_000, "quality.target": 0.99})
+    root = tmp_path / "root"
+    root.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", "--benchmark", str(spec), "--runs", "3"],
+        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    staging = root / "results" / ".harness" / "reference"
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        staged = list(staging.glob("*/tiny_synthetic/result_0.txt"))
+        if staged and "run_start" in staged[0].read_text():
+            break
+        time.sleep(0.2)
+    workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    assert len(workers) == 1
+    os.kill(int(workers[0]), signal.SIGKILL)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    error_lines = [line for line in err.splitlines() if line.startswith("harness: error:")]
+    assert len(error_lines) == 1 and "run 0 failed" in error_lines[0] and "Traceback" not in err
+    failed = list(staging.glob("*/tiny_synthetic/result_0.failed-*.txt"))
+    assert len(failed) == 1
+    recs = records(failed[0])
+    assert recs[-1]["key"] == "run_stop" and recs[-1]["metadata"]["status"] == "aborted"
+    assert not list((root / "results" / "reference" / "results").glob("*/tiny_synthetic/result_*.txt"))

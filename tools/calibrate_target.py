@@ -59,7 +59,7 @@ def main() -> int:
     subprocess.run(
         [sys.executable, "-m", "harness", "run", "--benchmark", str(spec_path), "--runs", str(args.runs),
          "--seed", "1000", "--results", str(args.out / "results"), "--submitter", "calibration"],
-        check=True,
+        check=False,  # no run reaches the unreachable target, so the set has no score: exit 1 is expected
     )
     logs = sorted((args.out / "results" / "calibration" / "results").glob(f"*/{spec.name}/result_*.txt"))
     curves, best = zip(*(_curve(p) for p in logs))

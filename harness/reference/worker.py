@@ -14,7 +14,12 @@ from pathlib import Path
 from harness.errors import HarnessError
 
 
-def _terminate_as_interrupt(signum, frame):  # noqa: ARG001
+def _interrupt_once(signum, frame):  # noqa: ARG001
+    """The first SIGINT/SIGTERM interrupts the run; later ones are ignored, so that a second
+    Ctrl-C (or the parent forwarding the one the terminal already sent) cannot cut the
+    ``run_stop status=aborted`` record short while it is being written."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
@@ -22,7 +27,8 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m harness.reference.worker RUN_CONFIG.json", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    signal.signal(signal.SIGINT, _interrupt_once)
+    signal.signal(signal.SIGTERM, _interrupt_once)
     from harness.reference.trainer import RunConfig, run_from_config
 
     try:

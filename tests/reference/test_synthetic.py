@@ -102,3 +102,11 @@ def test_materialised_and_on_the_fly_teacher_agree(monkeypatch):
     materialised = _data().probabilities(idx)
     monkeypatch.setattr(synthetic, "_MATERIALISE_LIMIT", 0)
     assert np.array_equal(materialised, _data().probabilities(idx))
+
+
+def test_default_benchmark_records_its_teachers_best_auc():
+    from harness.reference.trainer import synthetic_data
+    from harness.rules.specs import load_benchmark
+
+    spec = load_benchmark("dlrm_synthetic")
+    assert synthetic_data(spec).best_auc() == pytest.approx(spec.dataset["best_auc"], abs=5e-6)
