@@ -156,16 +156,16 @@ class FusedEmbeddingCollection(nn.Module):
         if opt.kind is SparseOptimizerKind.SGD:
             w.index_add_(0, rows, grad, alpha=-opt.learning_rate)
             return
+        # ``rows`` are distinct (coalesced), so index_add_ is an exact, ordered update of each
+        # row, and cheaper than gathering the rows and scattering them back.
         state = self.optimizer_state
         if opt.kind is SparseOptimizerKind.ADAGRAD:
-            acc = state.index_select(0, rows).addcmul_(grad, grad)
-            state.index_copy_(0, rows, acc)
-            denom = acc.sqrt_().add_(opt.eps)
+            state.index_add_(0, rows, grad * grad)
+            denom = state.index_select(0, rows).sqrt_().add_(opt.eps)
         else:
-            acc = state.index_select(0, rows).add_(grad.pow(2).mean(dim=1))
-            state.index_copy_(0, rows, acc)
-            denom = acc.sqrt_().add_(opt.eps).unsqueeze(1)
-        w.index_copy_(0, rows, w.index_select(0, rows).addcdiv_(grad, denom, value=-opt.learning_rate))
+            state.index_add_(0, rows, grad.pow(2).mean(dim=1))
+            denom = state.index_select(0, rows).sqrt_().add_(opt.eps).unsqueeze(1)
+        w.index_add_(0, rows, grad.div_(denom).mul_(-opt.learning_rate))
 
     def global_ids(self, sparse: torch.Tensor) -> torch.Tensor:
         """Per-table ids ``B x L`` -> rows of the fused weight ``B x L``."""

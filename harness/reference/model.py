@@ -106,6 +106,27 @@ class SparseArch(nn.Module):
         return self.embeddings(sparse)
 
 
+class _PairwiseDots(torch.autograd.Function):
+    """``<z_i, z_j>`` for the pairs ``i < j`` listed (flattened) in ``pairs``.
+
+    Autograd would differentiate ``bmm(z, z^T)`` through both operands (two batched
+    matmuls); since ``d<z_i, z_j>/dz`` is symmetric, one suffices:
+    ``grad_z = (G + G^T) z`` with ``G`` the ``(F+1) x (F+1)`` gradient of the dots.
+    """
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(z, pairs)
+        return torch.bmm(z, z.transpose(1, 2)).flatten(1).index_select(1, pairs)
+
+    @staticmethod
+    def backward(ctx, grad_dots: torch.Tensor):
+        z, pairs = ctx.saved_tensors
+        n = z.shape[1]
+        g = grad_dots.new_zeros(grad_dots.shape[0], n * n).index_copy_(1, pairs, grad_dots).view(-1, n, n)
+        return torch.bmm(g + g.transpose(1, 2), z), None
+
+
 class InteractionArch(nn.Module):
     """DLRM's pairwise dot-product interaction."""
 
@@ -124,8 +145,7 @@ class InteractionArch(nn.Module):
             arch(torch.rand(2, 8), torch.rand(2, 3, 8)).shape  # torch.Size([2, 14])
         """
         z = torch.cat([dense.unsqueeze(1), sparse], dim=1)
-        dots = torch.bmm(z, z.transpose(1, 2)).flatten(1).index_select(1, self.pairs)
-        return torch.cat([dense, dots], dim=1)
+        return torch.cat([dense, _PairwiseDots.apply(z, self.pairs)], dim=1)
 
 
 class InteractionDCNArch(nn.Module):

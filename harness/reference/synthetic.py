@@ -122,6 +122,26 @@ class SyntheticCriteo:
         self._dense_w = spec.teacher.dense_weight_std * rng.normal(k, np.arange(NUM_DENSE))
         self._dense_center = np.log1p(np.asarray(DENSE_SCALES))
         self._tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # Per-column (one column per id of a sample) constants, so that all features' ids
+        # are drawn in one vectorised pass. Scalars are computed as Python floats exactly
+        # as a per-feature loop would, so the values do not depend on the vectorisation.
+        p = spec.pooling
+        col_f = np.repeat(np.arange(NUM_SPARSE), p)
+        self._col_feature = col_f
+        self._col_hot = np.concatenate([np.arange(q) for q in p]).astype(np.uint64)
+        self._col_pool = np.asarray(p, dtype=np.uint64)[col_f]
+        self._col_key = np.array([rng.key(spec.seed, _S_SPARSE + f) for f in range(NUM_SPARSE)], dtype=np.uint64)[col_f]
+        rows = np.asarray(spec.table_rows, dtype=np.int64)
+        self._col_rows = rows[col_f]
+        s = spec.zipf_exponent
+        if abs(s - 1.0) < 1e-12:
+            self._col_base = np.array([float(n + 1) for n in spec.table_rows])[col_f]
+        else:
+            self._col_top = np.array([float(n + 1) ** (1.0 - s) for n in spec.table_rows])[col_f]
+        self._col_a = np.asarray(self._perm_a, dtype=np.int64)[col_f]
+        self._col_b = np.asarray(self._perm_b, dtype=np.int64)[col_f]
+        self._dense_keys = [rng.key(spec.seed, _S_DENSE + k) for k in range(NUM_DENSE)]
+        self._label_key = rng.key(spec.seed, _S_LABEL)
 
     @property
     def pooling(self) -> tuple[int, ...]:
@@ -132,22 +152,24 @@ class SyntheticCriteo:
         """``N x 13`` float32 dense features of samples ``idx``."""
         out = np.empty((idx.shape[0], NUM_DENSE), dtype=np.float32)
         for k_i, scale in enumerate(DENSE_SCALES):
-            u = rng.uniform(rng.key(self.spec.seed, _S_DENSE + k_i), idx)
+            u = rng.uniform(self._dense_keys[k_i], idx)
             out[:, k_i] = np.log1p(np.floor(-np.log1p(-u) * scale))
         return out
 
-    def _ids(self, idx: np.ndarray, f: int) -> np.ndarray:
-        """``N x pooling[f]`` int64 ids of table ``f`` for samples ``idx``."""
-        n, p, s = self.spec.table_rows[f], self.spec.pooling[f], self.spec.zipf_exponent
-        counters = idx[:, None].astype(np.uint64) * np.uint64(p) + np.arange(p, dtype=np.uint64)
-        u = rng.uniform(rng.key(self.spec.seed, _S_SPARSE + f), counters)
+    def _all_ids(self, idx: np.ndarray) -> np.ndarray:
+        """``N x L`` int64 ids of all features side by side (feature ``f`` has ``pooling[f]`` columns)."""
+        s = self.spec.zipf_exponent
+        counters = idx[:, None].astype(np.uint64) * self._col_pool + self._col_hot
+        u = rng.uniform(self._col_key, counters)
         if abs(s - 1.0) < 1e-12:
-            x = np.power(float(n + 1), u)
+            x = np.power(self._col_base, u)
         else:
-            top = float(n + 1) ** (1.0 - s)
-            x = np.power(1.0 + u * (top - 1.0), 1.0 / (1.0 - s))
-        rank = np.clip(np.floor(x).astype(np.int64) - 1, 0, n - 1)
-        return (rank * self._perm_a[f] + self._perm_b[f]) % n
+            x = np.power(1.0 + u * (self._col_top - 1.0), 1.0 / (1.0 - s))
+        rank = np.clip(np.floor(x).astype(np.int64) - 1, 0, self._col_rows - 1)
+        return (rank * self._col_a + self._col_b) % self._col_rows
+
+    def _split(self, ids: np.ndarray) -> list[np.ndarray]:
+        return np.split(ids, np.cumsum(self.spec.pooling)[:-1], axis=1)
 
     # ------------------------------------------------------------------ teacher
     def _row_values(self, f: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -177,8 +199,12 @@ class SyntheticCriteo:
         u_sq = np.zeros(dense.shape[0])
         for f, rows in enumerate(ids):
             w, v = self._row_values(f, rows)
-            logit += w.mean(axis=1)
-            u = v.mean(axis=1)
+            if rows.shape[1] == 1:  # the mean of one value, without the cost of a reduction
+                logit += w[:, 0]
+                u = v[:, 0]
+            else:
+                logit += w.mean(axis=1)
+                u = v.mean(axis=1)
             u_sum += u
             u_sq += (u * u).sum(axis=1)
         return logit + 0.5 * ((u_sum * u_sum).sum(axis=1) - u_sq)
@@ -187,20 +213,19 @@ class SyntheticCriteo:
         """The teacher's true click probability of samples ``idx`` (global indices)."""
         idx = np.asarray(idx, dtype=np.int64)
         dense = self._dense(idx)
-        ids = [self._ids(idx, f) for f in range(NUM_SPARSE)]
-        return 1.0 / (1.0 + np.exp(-self._logits(dense, ids)))
+        return 1.0 / (1.0 + np.exp(-self._logits(dense, self._split(self._all_ids(idx)))))
 
     # ------------------------------------------------------------------ samples
     def samples(self, idx: np.ndarray) -> Batch:
         """The samples with global indices ``idx``, in that order."""
         idx = np.asarray(idx, dtype=np.int64)
         dense = self._dense(idx)
-        ids = [self._ids(idx, f) for f in range(NUM_SPARSE)]
-        p = 1.0 / (1.0 + np.exp(-self._logits(dense, ids)))
-        labels = (rng.uniform(rng.key(self.spec.seed, _S_LABEL), idx) < p).astype(np.float32)
+        all_ids = self._all_ids(idx)
+        p = 1.0 / (1.0 + np.exp(-self._logits(dense, self._split(all_ids))))
+        labels = (rng.uniform(self._label_key, idx) < p).astype(np.float32)
         return Batch(
             dense=torch.from_numpy(dense),
-            sparse=torch.from_numpy(np.concatenate(ids, axis=1)),
+            sparse=torch.from_numpy(all_ids),
             labels=torch.from_numpy(labels),
             pooling=self.spec.pooling,
         )

@@ -52,3 +52,19 @@ def test_builds_on_meta_device():
 def test_bad_architecture_is_a_clear_error():
     with pytest.raises(HarnessError, match="bottom MLP must end at the embedding dimension 4"):
         DLRMConfig(table_rows=(1,), embedding_dim=4, pooling=(1,), bottom_mlp=(8, 5), top_mlp=(1,))
+
+
+def test_dot_interaction_gradient_equals_autograd_through_bmm():
+    torch.manual_seed(0)
+    arch = InteractionArch(num_sparse=4)
+    d = torch.rand(3, 5, requires_grad=True)
+    e = torch.rand(3, 4, 5, requires_grad=True)
+    upstream = torch.randn(3, 5 + 10)
+    arch(d, e).backward(upstream)
+    ours = (d.grad.clone(), e.grad.clone())
+    d.grad, e.grad = None, None
+    z = torch.cat([d.unsqueeze(1), e], dim=1)
+    rows, cols = torch.triu_indices(5, 5, offset=1)
+    reference = torch.cat([d, torch.bmm(z, z.transpose(1, 2))[:, rows, cols]], dim=1)
+    reference.backward(upstream)
+    assert torch.allclose(ours[0], d.grad, atol=1e-6) and torch.allclose(ours[1], e.grad, atol=1e-6)
