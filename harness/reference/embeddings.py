@@ -65,14 +65,16 @@ class _FusedLookup(torch.autograd.Function):
     def forward(ctx, weight: torch.Tensor, ids: torch.Tensor, owner: FusedEmbeddingCollection) -> torch.Tensor:
         ctx.owner = owner
         ctx.save_for_backward(ids)
-        return owner._pool(weight.index_select(0, ids.reshape(-1)).view(ids.shape[0], ids.shape[1], -1))
+        return owner._lookup(weight, ids)
 
     @staticmethod
     def backward(ctx, grad_pooled: torch.Tensor):
         (ids,) = ctx.saved_tensors
         owner: FusedEmbeddingCollection = ctx.owner
-        grad_rows = owner._unpool(grad_pooled).reshape(-1, grad_pooled.shape[-1])
-        unique_ids, summed = coalesce(ids.reshape(-1), grad_rows)
+        if owner._one_hot:
+            unique_ids, summed = coalesce(ids.reshape(-1), grad_pooled.reshape(-1, grad_pooled.shape[-1]))
+        else:
+            unique_ids, summed = owner._coalesce_pooled(ids, grad_pooled)
         owner._apply_update(unique_ids, summed)
         return None, None, None
 
@@ -131,18 +133,33 @@ class FusedEmbeddingCollection(nn.Module):
             self.weight[start : start + rows].uniform_(-bound, bound, generator=generator)
             start += rows
 
-    def _pool(self, looked_up: torch.Tensor) -> torch.Tensor:
-        """``B x L x D`` lookups -> ``B x F x D`` per-feature sums."""
+    def _lookup(self, weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids`` (``B x L``) of ``weight``, sum-pooled per feature: ``B x F x D``."""
+        batch = ids.shape[0]
         if self._one_hot:
-            return looked_up
-        out = looked_up.new_zeros(looked_up.shape[0], len(self.pooling), looked_up.shape[2])
-        return out.index_add_(1, self.column_feature, looked_up)
+            return weight.index_select(0, ids.reshape(-1)).view(batch, ids.shape[1], -1)
+        # one bag per (sample, feature), as nn.EmbeddingBag does it, without a B x L x D copy
+        starts = torch.tensor((0, *self.pooling[:-1]), device=ids.device).cumsum(0)
+        offsets = (torch.arange(batch, device=ids.device).unsqueeze(1) * ids.shape[1] + starts).reshape(-1)
+        pooled = torch.nn.functional.embedding_bag(ids.reshape(-1), weight, offsets, mode="sum")
+        return pooled.view(batch, len(self.pooling), -1)
 
-    def _unpool(self, grad_pooled: torch.Tensor) -> torch.Tensor:
-        """``B x F x D`` gradient of the pooled output -> ``B x L x D`` gradient per lookup."""
-        if self._one_hot:
-            return grad_pooled
-        return grad_pooled.index_select(1, self.column_feature)
+    def _coalesce_pooled(self, ids: torch.Tensor, grad_pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per distinct row, the sum of the pooled gradients of every bag that looked it up.
+
+        ``summed = M @ G`` with ``M[u, bag]`` the number of times row ``u`` is in ``bag``:
+        one sparse product, rather than copying each bag's gradient to each of its ids
+        (``B x L x D``) and summing those.
+        """
+        batch, width = ids.shape
+        unique_ids, inverse = torch.unique(ids.reshape(-1), sorted=True, return_inverse=True)
+        bags = (torch.arange(batch, device=ids.device).unsqueeze(1) * len(self.pooling) + self.column_feature).reshape(-1)
+        counts = torch.sparse_coo_tensor(
+            torch.stack([inverse.reshape(-1), bags]),
+            torch.ones(batch * width, dtype=grad_pooled.dtype, device=ids.device),
+            (unique_ids.numel(), batch * len(self.pooling)),
+        )
+        return unique_ids, torch.sparse.mm(counts, grad_pooled.reshape(batch * len(self.pooling), -1))
 
     @torch.no_grad()
     def _apply_update(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
@@ -190,4 +207,4 @@ class FusedEmbeddingCollection(nn.Module):
         if self.training and self.optimizer is not None and torch.is_grad_enabled():
             return _FusedLookup.apply(self.weight, ids, self)
         with torch.no_grad():
-            return self._pool(self.weight.index_select(0, ids.reshape(-1)).view(ids.shape[0], ids.shape[1], -1))
+            return self._lookup(self.weight, ids)
