@@ -38,6 +38,7 @@ from harness.hw_profiles import (
     write_system_description,
 )
 from harness.reference.mlperf_log import MLPerfLog, parse_records
+from harness.rules.results import RunSetStats, read_run_log, score_run_set
 from harness.reference.trainer import RunConfig
 from harness.rules.fingerprint import fingerprint
 from harness.rules.scoring import RunTime, Score, olympic_score
@@ -88,6 +89,7 @@ class RunSetOutcome:
     runs: list[RunOutcome] = field(default_factory=list)
     score: Score | None = None
     score_error: str | None = None
+    stats: RunSetStats | None = None
     system_json: Path | None = None
     results_dir: Path | None = None
 
@@ -363,14 +365,11 @@ def _stop_worker(proc: subprocess.Popen) -> None:
 # --------------------------------------------------------------------------- results
 def run_time_from_log(path: Path, target_auc: float) -> tuple[RunTime, float | None]:
     """The run's clock and convergence from its log, as the result summarizer reads them."""
-    records = parse_records(path)
-    starts = [r["time_ms"] for r in records if r["key"] == "run_start"]
-    stops = [r for r in records if r["key"] == "run_stop"]
-    if len(starts) != 1 or len(stops) != 1:
-        raise HarnessError(f"{path}: expected one run_start and one run_stop, found {len(starts)} and {len(stops)}")
-    aucs = [float(r["value"]) for r in records if r["key"] == "eval_accuracy"]
-    converged = stops[0]["metadata"].get("status") == "success" and any(a >= target_auc for a in aucs)
-    return RunTime(float(starts[0]), float(stops[0]["time_ms"]), converged), (aucs[-1] if aucs else None)
+    log = read_run_log(path)
+    if log.run_start_ms is None or log.run_stop_ms is None:
+        raise HarnessError(f"{path}: the log lacks run_start or run_stop")
+    final = log.eval_accuracies[-1][1] if log.eval_accuracies else None
+    return log.run_time(target_auc), final
 
 
 def teacher_best_auc(spec: BenchmarkSpec) -> float | None:
@@ -434,6 +433,8 @@ def score_results(plan: RunSetPlan, manifest: dict[str, Any]) -> RunSetOutcome:
         outcome.score = olympic_score(times, max_dropped=plan.spec.max_non_converged_runs)
     except HarnessError as err:
         outcome.score_error = str(err)
+    outcome.stats = score_run_set(plan.results_dir, target=plan.spec.target_auc,
+                                  max_dropped=plan.spec.max_non_converged_runs)
     return outcome
 
 

@@ -87,6 +87,8 @@ def test_printed_score_equals_recomputation_from_log_timestamps(run_set):
     score_line = [line for line in proc.stdout.splitlines() if line.startswith("score:")]
     assert len(score_line) == 1
     assert float(score_line[0].split()[1]) == pytest.approx(expected_score, abs=5e-7)
+    spread = [line for line in proc.stdout.splitlines() if line.startswith("spread:")]
+    assert len(spread) == 1 and "CV" in spread[0] and "bootstrap 95% interval" in spread[0]
 
 
 @pytest.mark.slow

@@ -109,3 +109,10 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
         f"score: {s.minutes:.6f} minutes (olympic mean of {len(s.counted_minutes)} of {len(outcome.runs)} runs; "
         f"{s.non_converged_runs} did not converge)"
     )
+    st = outcome.stats
+    if st is not None and st.coefficient_of_variation is not None and st.bootstrap_95 is not None:
+        click.echo(
+            f"spread: mean {st.mean_minutes:.6f} min, sd {st.stdev_minutes:.6f} min, "
+            f"CV {st.coefficient_of_variation:.1%}; bootstrap 95% interval of the score "
+            f"[{st.bootstrap_95[0]:.6f}, {st.bootstrap_95[1]:.6f}] min"
+        )

@@ -1,0 +1,166 @@
+"""Run sets in the MLPerf results layout, read and scored as the result summarizer does.
+
+A run set is ``<package>/results/<system>/<benchmark>/`` holding ``result_*.txt`` logs (the
+summarizer's own glob) and, where the review added one, ``scaling.json``. Logs are read
+tolerantly, as real submissions need: lines that are not MLLOG records are skipped, and a
+record may follow a rank prefix (``0: :::MLLOG {...}``).
+
+Besides the olympic score this gives the spread of a set: mean, standard deviation and
+coefficient of variation of the converged runs' minutes, and a bootstrap 95% interval of
+the olympic score (seeded, so a set always gets the same interval).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import ErrorCategory, HarnessError
+from harness.rules.scoring import RunTime, Score, olympic_score
+
+PREFIX = ":::MLLOG "
+RESULT_GLOB = "result_*.txt"
+
+
+@dataclass(frozen=True)
+class RunLog:
+    """What scoring needs from one result log."""
+
+    path: Path
+    benchmark: str | None
+    run_start_ms: float | None
+    run_stop_ms: float | None
+    status: str | None
+    eval_accuracies: tuple[tuple[float, float], ...]  # (epoch_num, value)
+    throughput: float | None
+
+    def converged(self, target: float | None) -> bool:
+        """Ended ``status=success`` (and, when the target is known, some eval reached it)."""
+        if self.run_start_ms is None or self.run_stop_ms is None or self.status != "success":
+            return False
+        return target is None or any(v >= target for _, v in self.eval_accuracies)
+
+    def run_time(self, target: float | None) -> RunTime:
+        start = self.run_start_ms if self.run_start_ms is not None else 0.0
+        stop = self.run_stop_ms if self.run_stop_ms is not None else start
+        return RunTime(start, stop, self.converged(target))
+
+
+def read_run_log(path: Path) -> RunLog:
+    """Parse one result log. A malformed MLLOG record is an error naming file and line."""
+    benchmark = start = stop = status = throughput = None
+    evals: list[tuple[float, float]] = []
+    try:
+        f = open(path, encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise HarnessError(f"{path}: cannot read ({err.strerror})", ErrorCategory.BAD_INPUT) from None
+    with f:
+        for lineno, line in enumerate(f, start=1):
+            at = line.find(PREFIX)
+            if at < 0:
+                continue
+            record = _record(path, lineno, line[at + len(PREFIX) :])
+            key, value, meta = record.get("key"), record.get("value"), record.get("metadata") or {}
+            if key == "submission_benchmark":
+                benchmark = str(value)
+            elif key == "run_start" and start is None:
+                start = float(record["time_ms"])
+            elif key == "run_stop" and stop is None:
+                stop = float(record["time_ms"])
+                status = meta.get("status") if isinstance(meta, dict) else None
+            elif key == "eval_accuracy" and isinstance(value, (int, float)):
+                epoch = meta.get("epoch_num", meta.get("samples_count", 0)) if isinstance(meta, dict) else 0
+                evals.append((float(epoch or 0), float(value)))
+            elif key == "tracked_stats" and isinstance(value, dict) and isinstance(value.get("throughput"), (int, float)):
+                throughput = float(value["throughput"])
+    return RunLog(path, benchmark, start, stop, status, tuple(evals), throughput)
+
+
+def _record(path: Path, lineno: int, text: str) -> dict[str, Any]:
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise HarnessError(f"{path}:{lineno}: malformed MLLOG record: {err.msg}") from None
+    if not isinstance(record, dict) or not isinstance(record.get("key"), str):
+        raise HarnessError(f"{path}:{lineno}: MLLOG record is not an object with a string key")
+    if record.get("key") in ("run_start", "run_stop") and not isinstance(record.get("time_ms"), (int, float)):
+        raise HarnessError(f"{path}:{lineno}: {record['key']} has no numeric time_ms")
+    return record
+
+
+def scaling_factor(run_set_dir: Path) -> float:
+    """``scaling.json``'s ``scaling_factor``, 1.0 when the file is absent."""
+    path = run_set_dir / "scaling.json"
+    if not path.is_file():
+        return 1.0
+    try:
+        factor = json.loads(path.read_text())["scaling_factor"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise HarnessError(f"{path}: no usable scaling_factor ({err})") from None
+    if not isinstance(factor, (int, float)) or not math.isfinite(factor) or factor <= 0:
+        raise HarnessError(f"{path}: scaling_factor must be a positive number")
+    return float(factor)
+
+
+@dataclass(frozen=True)
+class RunSetStats:
+    """A scored run set: the official score and the spread behind it."""
+
+    runs: tuple[RunLog, ...]
+    score: Score | None
+    score_error: str | None
+    scaling_factor: float
+    mean_minutes: float | None
+    stdev_minutes: float | None
+    coefficient_of_variation: float | None
+    bootstrap_95: tuple[float, float] | None
+
+
+def bootstrap_interval(times: list[RunTime], *, max_dropped: int, scaling: float, resamples: int = 2000,
+                       seed: int = 0) -> tuple[float, float] | None:
+    """2.5th and 97.5th percentiles of the olympic score over resampled run sets."""
+    rnd = random.Random(seed)
+    scores = []
+    for _ in range(resamples):
+        sample = [rnd.choice(times) for _ in times]
+        try:
+            scores.append(olympic_score(sample, max_dropped=max_dropped, scaling_factor=scaling).minutes)
+        except HarnessError:
+            continue
+    if len(scores) < resamples // 2:
+        return None
+    scores.sort()
+    return scores[int(0.025 * (len(scores) - 1))], scores[int(math.ceil(0.975 * (len(scores) - 1)))]
+
+
+def score_run_set(run_set_dir: Path, *, target: float | None = None, max_dropped: int = 1) -> RunSetStats:
+    """Read and score ``<system>/<benchmark>/``: olympic score x scaling factor, and spread."""
+    paths = sorted(p for p in Path(run_set_dir).glob(RESULT_GLOB) if p.is_file())
+    if not paths:
+        raise HarnessError(f"{run_set_dir}: no {RESULT_GLOB} files", ErrorCategory.NOT_FOUND)
+    runs = tuple(read_run_log(p) for p in paths)
+    factor = scaling_factor(Path(run_set_dir))
+    times = [r.run_time(target) for r in runs]
+    score, error = None, None
+    try:
+        score = olympic_score(times, max_dropped=max_dropped, scaling_factor=factor)
+    except HarnessError as err:
+        error = str(err)
+    minutes = [t.minutes for t in times if t.converged]
+    mean = statistics.fmean(minutes) if minutes else None
+    stdev = statistics.stdev(minutes) if len(minutes) > 1 else None
+    return RunSetStats(
+        runs=runs,
+        score=score,
+        score_error=error,
+        scaling_factor=factor,
+        mean_minutes=mean,
+        stdev_minutes=stdev,
+        coefficient_of_variation=(stdev / mean) if stdev is not None and mean else None,
+        bootstrap_95=bootstrap_interval(times, max_dropped=max_dropped, scaling=factor) if score else None,
+    )
