@@ -10,12 +10,16 @@ import pytest
 from harness.errors import HarnessError
 from harness.rules.results import read_run_log, score_run_set
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "mlperf-logs"
+from tests.conftest import SHARED_LOGS
+
+SHARED = SHARED_LOGS or Path("/nonexistent")
 
 
 def _expected_scores() -> list[tuple[Path, int, float, int]]:
     """(run set dir, runs, score, decimals given) for each row of the README's table."""
     rows = []
+    if SHARED_LOGS is None:
+        return rows
     for line in (SHARED / "README.md").read_text().splitlines():
         m = re.match(r"\| (v[0-9.]+) \| (\S+) \| (\S+) \| (\S+) \| (\d+) \| ([0-9.]+) \|", line)
         if m:
@@ -25,13 +29,13 @@ def _expected_scores() -> list[tuple[Path, int, float, int]]:
     return rows
 
 
-def test_the_readme_table_was_read():
+def test_the_readme_table_was_read(shared_logs):
     assert len(_expected_scores()) == 8
 
 
 @pytest.mark.parametrize("run_set, runs, expected, decimals", _expected_scores(),
                          ids=lambda v: v.parts[-5] if isinstance(v, Path) else None)
-def test_scores_of_real_mlperf_sets_equal_the_expected(run_set, runs, expected, decimals):
+def test_scores_of_real_mlperf_sets_equal_the_expected(shared_logs, run_set, runs, expected, decimals):
     stats = score_run_set(run_set)
     assert len(stats.runs) == runs
     # full-precision figures to 1e-9; figures the README rounds, to their last digit
@@ -43,7 +47,7 @@ def test_scores_of_real_mlperf_sets_equal_the_expected(run_set, runs, expected, 
     assert min(minutes) <= lo <= hi <= max(minutes)
 
 
-def test_scaling_json_multiplies_the_score(tmp_path):
+def test_scaling_json_multiplies_the_score(shared_logs, tmp_path):
     src = SHARED / "v3.0" / "GIGABYTE" / "results" / "G593-SD0_hugectr" / "dlrm_dcnv2"
     dst = tmp_path / "set"
     shutil.copytree(src, dst)
@@ -55,7 +59,7 @@ def test_scaling_json_multiplies_the_score(tmp_path):
     assert without.score.minutes == pytest.approx(4.103546, abs=5e-7)
 
 
-def test_a_non_converged_run_counts_as_the_slowest(tmp_path):
+def test_a_non_converged_run_counts_as_the_slowest(shared_logs, tmp_path):
     src = SHARED / "v4.1" / "Dell" / "results" / "XE9680x8H200-SXM-141GB" / "dlrm_dcnv2"
     dst = tmp_path / "set"
     shutil.copytree(src, dst)
