@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,9 +38,9 @@ from harness.hw_profiles import (
     write_system_description,
 )
 from harness.reference.mlperf_log import MLPerfLog, parse_records
-from harness.rules.results import RunSetStats, read_run_log, score_run_set
 from harness.reference.trainer import RunConfig
 from harness.rules.fingerprint import fingerprint
+from harness.rules.results import RunSetStats, read_run_log, score_run_set
 from harness.rules.scoring import RunTime, Score, olympic_score
 from harness.rules.seeds import Seed, seeds_for_runs
 from harness.rules.specs import BenchmarkSpec, load_benchmark

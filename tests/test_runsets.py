@@ -23,6 +23,14 @@ def harness(*args: str, cwd: Path, timeout: float = 300) -> subprocess.Completed
     )
 
 
+def start_harness(*args: str, cwd: Path) -> subprocess.Popen:
+    """`harness ...` as a background process, for tests that signal it while it runs."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
 def records(path: Path) -> list[dict]:
     out = []
     for line in path.read_text().splitlines():
@@ -152,11 +160,7 @@ def test_ctrl_c_keeps_finished_runs_and_resume_completes_the_set(tmp_path):
     spec = write_spec(tmp_path, **{"dataset.train_samples": 2_000_000, "quality.target": 0.51})
     root = tmp_path / "root"
     root.mkdir()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", "--benchmark", str(spec), "--runs", "2", "--seed", "1"],
-        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    proc = start_harness("run", "--benchmark", str(spec), "--runs", "2", "--seed", "1", cwd=root)
     staging = root / "results" / ".harness" / "reference"
     deadline = time.time() + 240
     staged_run_1 = None
@@ -212,11 +216,7 @@ def test_a_killed_worker_leaves_its_log_ending_aborted_and_a_one_line_error(tmp_
     spec = write_spec(tmp_path, **{"dataset.train_samples": 2_000_000, "quality.target": 0.99})
     root = tmp_path / "root"
     root.mkdir()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", "--benchmark", str(spec), "--runs", "3"],
-        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    proc = start_harness("run", "--benchmark", str(spec), "--runs", "3", cwd=root)
     staging = root / "results" / ".harness" / "reference"
     deadline = time.time() + 240
     while time.time() < deadline:

@@ -1,6 +1,5 @@
 """Scoring real MLPerf result trees: the expected scores of ../shared/mlperf-logs/README.md."""
 
-import json
 import re
 import shutil
 from pathlib import Path
