@@ -40,8 +40,8 @@ from harness.hw_profiles import (
 from harness.reference.mlperf_log import MLPerfLog, parse_records
 from harness.reference.trainer import RunConfig
 from harness.rules.fingerprint import fingerprint
-from harness.rules.results import RunSetStats, read_run_log, score_run_set
-from harness.rules.scoring import RunTime, Score, olympic_score
+from harness.rules.results import RunSetStats, read_run_log, run_set_stats
+from harness.rules.scoring import RunTime, Score
 from harness.rules.seeds import Seed, seeds_for_runs
 from harness.rules.specs import BenchmarkSpec, load_benchmark
 from harness.submitters import effective_hyperparameters
@@ -420,21 +420,17 @@ def execute_run_set(plan: RunSetPlan, reporter: Reporter | None = None) -> RunSe
 
 
 def score_results(plan: RunSetPlan, manifest: dict[str, Any]) -> RunSetOutcome:
+    """Score the set's runs ``0 .. runs-1`` from their logs in the results tree."""
     outcome = RunSetOutcome(system_json=plan.system_json, results_dir=plan.results_dir)
-    times = []
-    for index in range(plan.runs):
-        path = plan.result_path(index)
-        run_time, auc = run_time_from_log(path, plan.spec.target_auc)
+    logs = [read_run_log(plan.result_path(index)) for index in range(plan.runs)]
+    for index, log in enumerate(logs):
         info = manifest["runs"].get(str(index), {})
         seed = Seed(int(info.get("seed", -1)), _seed_source(info.get("seed_source", "os_random")))
-        outcome.runs.append(RunOutcome(index, seed, path, run_time.minutes, run_time.converged, auc))
-        times.append(run_time)
-    try:
-        outcome.score = olympic_score(times, max_dropped=plan.spec.max_non_converged_runs)
-    except HarnessError as err:
-        outcome.score_error = str(err)
-    outcome.stats = score_run_set(plan.results_dir, target=plan.spec.target_auc,
-                                  max_dropped=plan.spec.max_non_converged_runs)
+        run_time = log.run_time(plan.spec.target_auc)
+        final = log.eval_accuracies[-1][1] if log.eval_accuracies else None
+        outcome.runs.append(RunOutcome(index, seed, log.path, run_time.minutes, run_time.converged, final))
+    outcome.stats = run_set_stats(logs, target=plan.spec.target_auc, max_dropped=plan.spec.max_non_converged_runs)
+    outcome.score, outcome.score_error = outcome.stats.score, outcome.stats.score_error
     return outcome
 
 

@@ -143,24 +143,31 @@ def score_run_set(run_set_dir: Path, *, target: float | None = None, max_dropped
     paths = sorted(p for p in Path(run_set_dir).glob(RESULT_GLOB) if p.is_file())
     if not paths:
         raise HarnessError(f"{run_set_dir}: no {RESULT_GLOB} files", ErrorCategory.NOT_FOUND)
-    runs = tuple(read_run_log(p) for p in paths)
-    factor = scaling_factor(Path(run_set_dir))
+    return run_set_stats(
+        [read_run_log(p) for p in paths], scaling=scaling_factor(Path(run_set_dir)), target=target,
+        max_dropped=max_dropped,
+    )
+
+
+def run_set_stats(runs: list[RunLog], *, scaling: float = 1.0, target: float | None = None,
+                  max_dropped: int = 1) -> RunSetStats:
+    """The olympic score (or why there is none) and the spread of these runs."""
     times = [r.run_time(target) for r in runs]
     score, error = None, None
     try:
-        score = olympic_score(times, max_dropped=max_dropped, scaling_factor=factor)
+        score = olympic_score(times, max_dropped=max_dropped, scaling_factor=scaling)
     except HarnessError as err:
         error = str(err)
     minutes = [t.minutes for t in times if t.converged]
     mean = statistics.fmean(minutes) if minutes else None
     stdev = statistics.stdev(minutes) if len(minutes) > 1 else None
     return RunSetStats(
-        runs=runs,
+        runs=tuple(runs),
         score=score,
         score_error=error,
-        scaling_factor=factor,
+        scaling_factor=scaling,
         mean_minutes=mean,
         stdev_minutes=stdev,
         coefficient_of_variation=(stdev / mean) if stdev is not None and mean else None,
-        bootstrap_95=bootstrap_interval(times, max_dropped=max_dropped, scaling=factor) if score else None,
+        bootstrap_95=bootstrap_interval(times, max_dropped=max_dropped, scaling=scaling) if score else None,
     )
