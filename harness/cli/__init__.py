@@ -21,11 +21,13 @@ def cli() -> None:
 
 
 def _register() -> None:
+    from harness.cli import leaderboard as _leaderboard
     from harness.cli import profiles as _profiles
     from harness.cli import run as _run
 
     cli.add_command(_profiles.profiles)
     cli.add_command(_run.run)
+    cli.add_command(_leaderboard.leaderboard)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -99,8 +99,10 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
         reporter.close()
     click.echo(f"system description: {outcome.system_json}")
     click.echo(f"result logs:        {outcome.results_dir}")
+    hint = f"leaderboard: harness leaderboard {results_dir} -o site   (then open site/index.html)"
     if outcome.score is None:
         click.echo(f"score: none ({outcome.score_error})")
+        click.echo(hint)
         if len(outcome.runs) >= 3:
             raise click.exceptions.Exit(1)
         return
@@ -116,3 +118,4 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
             f"CV {st.coefficient_of_variation:.1%}; bootstrap 95% interval of the score "
             f"[{st.bootstrap_95[0]:.6f}, {st.bootstrap_95[1]:.6f}] min"
         )
+    click.echo(hint)

@@ -156,6 +156,7 @@ class Trainer:
         self.log.event("harness_fingerprint", c.fingerprint)
         self.log.event("harness_ruleset", self.spec.ruleset)
         self.log.event("harness_emulated", c.emulated)
+        self.log.event("harness_profile", str(c.profile.get("name", "")) or "unknown")
         for key, value in sorted(c.extra_log.items()):
             self.log.event(key, value)
 

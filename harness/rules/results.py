@@ -38,6 +38,12 @@ class RunLog:
     status: str | None
     eval_accuracies: tuple[tuple[float, float], ...]  # (epoch_num, value)
     throughput: float | None
+    eval_times_ms: tuple[float, ...] = ()  # time_ms of each eval_accuracy record
+
+    @property
+    def eval_points(self) -> list[tuple[float, float, float]]:
+        """``(epoch_num, AUC, time_ms)`` of each evaluation."""
+        return [(e, v, t) for (e, v), t in zip(self.eval_accuracies, self.eval_times_ms)]
 
     def converged(self, target: float | None) -> bool:
         """Ended ``status=success`` (and, when the target is known, some eval reached it)."""
@@ -55,6 +61,7 @@ def read_run_log(path: Path) -> RunLog:
     """Parse one result log. A malformed MLLOG record is an error naming file and line."""
     benchmark = start = stop = status = throughput = None
     evals: list[tuple[float, float]] = []
+    eval_times: list[float] = []
     try:
         f = open(path, encoding="utf-8", errors="replace")
     except OSError as err:
@@ -76,9 +83,10 @@ def read_run_log(path: Path) -> RunLog:
             elif key == "eval_accuracy" and isinstance(value, (int, float)):
                 epoch = meta.get("epoch_num", meta.get("samples_count", 0)) if isinstance(meta, dict) else 0
                 evals.append((float(epoch or 0), float(value)))
+                eval_times.append(float(record.get("time_ms") or 0))
             elif key == "tracked_stats" and isinstance(value, dict) and isinstance(value.get("throughput"), (int, float)):
                 throughput = float(value["throughput"])
-    return RunLog(path, benchmark, start, stop, status, tuple(evals), throughput)
+    return RunLog(path, benchmark, start, stop, status, tuple(evals), throughput, tuple(eval_times))
 
 
 def _record(path: Path, lineno: int, text: str) -> dict[str, Any]:

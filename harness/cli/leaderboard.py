@@ -1,0 +1,30 @@
+"""``harness leaderboard``: compare every run set under some results trees."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from harness.leaderboard import write_leaderboard
+from harness.leaderboard.collect import build_leaderboard
+
+
+@click.command()
+@click.argument("roots", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--output", "-o", "out_dir", type=click.Path(path_type=Path), default=Path("site"), show_default=True,
+              help="Folder for index.html, leaderboard.md, leaderboard.csv and leaderboard.json.")
+@click.option("--baseline", default=None, help="System whose score the speedups are relative to.")
+def leaderboard(roots: tuple[Path, ...], out_dir: Path, baseline: str | None) -> None:
+    """Score and compare every run set under ROOTS (results trees in the MLPerf layout)."""
+    board = build_leaderboard(list(roots), baseline=baseline)
+    written = write_leaderboard(board, out_dir)
+    sets = sum(len(g["entries"]) for g in board["benchmarks"])
+    ranked = sum(e["ranked"] for g in board["benchmarks"] for e in g["entries"])
+    click.echo(f"{sets} run sets in {len(board['benchmarks'])} benchmarks ({ranked} ranked, {sets - ranked} not ranked)")
+    for group in board["benchmarks"]:
+        for e in group["entries"]:
+            score = f"{e['score_minutes']:.4f} min" if e["score_minutes"] is not None else "no score"
+            where = f"#{e['rank']}" if e["ranked"] else "not ranked"
+            click.echo(f"  {group['benchmark']:<14} {where:<10} {e['submitter']} / {e['system']}: {score}")
+    click.echo(f"leaderboard: {written['index.html']} (also .md, .csv, .json in {out_dir})")

@@ -1,0 +1,263 @@
+"""Collect every run set under some roots into the leaderboard model (``leaderboard.schema.json``).
+
+A root may be a submitter package (``<pkg>/systems``, ``<pkg>/results``), a folder of
+packages (``results/``), or anything above them (``../shared/mlperf-logs``); folders whose
+names start with a dot (the harness's staging) are not entered, nor are symlinks followed.
+
+Per run set: the score and spread (:mod:`harness.rules.results`); the system description;
+the compliance verdict of MLPerf's own checker (``mlperf_logging``) for the official
+benchmarks under the round's ruleset, ``unchecked`` otherwise (the harness's own checker,
+``harness check``, is not built yet); RCPs are not checked yet. An entry is ranked only when
+it is compliant or unchecked, has the benchmark's required number of runs, has a score and
+was not emulated; every other entry is kept with its reasons.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import io
+import json
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from compliance.schemas import validate
+from harness import __version__
+from harness.errors import ErrorCategory, HarnessError
+from harness.rules.results import RESULT_GLOB, RunSetStats, read_run_log, run_set_stats, scaling_factor
+from harness.rules.specs import BenchmarkSpec, benchmark_names, load_benchmark
+
+_ROUND = re.compile(r"^v(\d+)\.(\d+)$")
+_MAX_DEPTH = 6
+RCP_NOT_CHECKED = "not checked (RCPs are not implemented yet)"
+
+
+@dataclass(frozen=True)
+class RunSetRef:
+    package: Path  # the submitter package (holds results/ and systems/)
+    system: str
+    benchmark_dir: Path
+
+
+def find_run_sets(root: Path) -> Iterator[RunSetRef]:
+    """Every ``<package>/results/<system>/<benchmark>/`` with result logs under ``root``."""
+    root = Path(root)
+    if not root.is_dir():
+        raise HarnessError(f"{root} is not a directory", ErrorCategory.NOT_FOUND)
+    for package in _packages(root, 0):
+        results = package / "results"
+        for system in sorted(p for p in results.iterdir() if p.is_dir() and not p.is_symlink()):
+            for bench in sorted(p for p in system.iterdir() if p.is_dir() and not p.is_symlink()):
+                if any(bench.glob(RESULT_GLOB)):
+                    yield RunSetRef(package, system.name, bench)
+
+
+def _packages(folder: Path, depth: int) -> Iterator[Path]:
+    if (folder / "results").is_dir() and not (folder / "results").is_symlink():
+        yield folder
+        return
+    if depth >= _MAX_DEPTH:
+        return
+    try:
+        children = sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        return
+    for child in children:
+        if not child.name.startswith("."):
+            yield from _packages(child, depth + 1)
+
+
+def _round_of(path: Path) -> str | None:
+    return next((part for part in reversed(path.parts) if _ROUND.match(part)), None)
+
+
+def _ruleset_of(round_name: str | None) -> str | None:
+    m = _ROUND.match(round_name or "")
+    return f"{m.group(1)}.{m.group(2)}.0" if m else None
+
+
+def _int(value: Any) -> int:
+    """MLPerf system files write numbers as numbers or strings ("8", "8 ")."""
+    try:
+        return int(float(str(value).strip()))
+    except (TypeError, ValueError):
+        return 0
+
+
+def official_compliance(paths: Sequence[Path], ruleset: str) -> tuple[str, list[str]]:
+    """MLPerf's own compliance checker over each log: ``pass``/``fail`` and the failing files."""
+    from mlperf_logging.compliance_checker import mlp_compliance
+
+    failed = []
+    for path in paths:
+        sink = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                checker = mlp_compliance.make_checker(usage="training", ruleset=ruleset, quiet=True, werror=False)
+                valid, *_ = mlp_compliance.main(str(path), f"training_{ruleset}/common.yaml", checker)
+        except Exception:  # the official checker crashing on a log is a failed check of that log
+            valid = False
+        if not valid:
+            failed.append(path.name)
+    return ("fail" if failed else "pass"), failed
+
+
+def _spec(benchmark: str) -> BenchmarkSpec | None:
+    return load_benchmark(benchmark) if benchmark in benchmark_names() else None
+
+
+def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | None]:
+    """The leaderboard entry of one run set, and its benchmark's name and spec."""
+    paths = sorted(p for p in ref.benchmark_dir.glob(RESULT_GLOB) if p.is_file())
+    logs, unreadable = [], []
+    for p in paths:
+        try:
+            logs.append(read_run_log(p))
+        except HarnessError as err:
+            unreadable.append(str(err))
+    benchmark = next((log.benchmark for log in logs if log.benchmark), None) or ref.benchmark_dir.name
+    spec = _spec(benchmark)
+    target = spec.target_auc if spec else None
+    max_dropped = spec.max_non_converged_runs if spec else 1
+    reasons: list[str] = [f"unreadable log: {u}" for u in unreadable]
+    try:
+        factor = scaling_factor(ref.benchmark_dir)
+    except HarnessError as err:
+        reasons.append(str(err))
+        factor = 1.0
+    stats: RunSetStats = run_set_stats(logs, scaling=factor, target=target, max_dropped=max_dropped)
+
+    desc_path = ref.package / "systems" / f"{ref.system}.json"
+    desc: dict[str, Any] = {}
+    try:
+        loaded = json.loads(desc_path.read_text(encoding="utf-8", errors="replace"))
+        desc = loaded if isinstance(loaded, dict) else {}
+        if not desc:
+            reasons.append(f"system description {desc_path.name} is not a JSON object")
+    except FileNotFoundError:
+        reasons.append(f"no system description {desc_path.name}")
+    except (OSError, ValueError) as err:
+        reasons.append(f"unreadable system description {desc_path.name}: {err}")
+
+    round_name = _round_of(ref.benchmark_dir)
+    ruleset = _ruleset_of(round_name)
+    if spec is not None and spec.raw.get("official") and ruleset:
+        verdict, failed = official_compliance(paths, ruleset)
+        if failed:
+            reasons.append(f"MLPerf compliance checker ({ruleset}) fails {len(failed)} log(s): {', '.join(failed[:5])}")
+    else:
+        verdict = "unchecked"
+
+    emulated = str(desc.get("hw_notes", "")).startswith("EMULATED") or "EMULATED" in str(desc.get("accelerator_model_name", ""))
+    if emulated:
+        reasons.append("emulated: the profile's hardware was not present; ranks ran as CPU processes")
+    required = spec.required_runs if spec else None
+    if required is not None and len(logs) < required:
+        reasons.append(f"{len(logs)} runs; the benchmark requires {required}")
+    if stats.score is None:
+        reasons.append(f"no score: {stats.score_error}")
+
+    count = _int(desc.get("number_of_nodes", 1)) * _int(desc.get("accelerators_per_node", 0))
+    score = stats.score.minutes if stats.score else None
+    host = f"{_int(desc.get('host_processors_per_node', 0))} x {desc.get('host_processor_model_name', 'unknown')}"
+    throughputs = [log.throughput for log in logs if log.throughput is not None]
+    profile = None
+    for p in paths[:1]:
+        profile = _profile_from_log(p)
+    entry = {
+        "rank": None,
+        "ranked": not reasons,
+        "reasons": reasons,
+        "submitter": str(desc.get("submitter") or ref.package.name),
+        "system": str(desc.get("system_name") or ref.system),
+        "round": round_name,
+        "source": str(ref.benchmark_dir),
+        "accelerator_model": str(desc.get("accelerator_model_name") or "none"),
+        "accelerator_count": count,
+        "host": host,
+        "profile": profile,
+        "division": str(desc.get("division") or "unknown"),
+        "availability": str(desc.get("status") or "unknown"),
+        "emulated": emulated,
+        "runs": len(logs),
+        "converged_runs": stats.score.converged_runs if stats.score else sum(lg.converged(target) for lg in logs),
+        "run_minutes": [lg.run_time(target).minutes * factor for lg in logs if lg.run_start_ms is not None and lg.run_stop_ms is not None],
+        "score_minutes": score,
+        "score_interval_95": list(stats.bootstrap_95) if stats.bootstrap_95 else None,
+        "coefficient_of_variation": stats.coefficient_of_variation,
+        "rcp_verdict": RCP_NOT_CHECKED,
+        "compliance_verdict": verdict,
+        "throughput_samples_per_s": sum(throughputs) / len(throughputs) if throughputs else None,
+        "accelerator_minutes": score * count if score is not None and count > 0 else None,
+        "speedup_vs_baseline": None,
+        "curves": [_curve(lg, target) for lg in logs],
+    }
+    return benchmark, entry, spec
+
+
+def _profile_from_log(path: Path) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if '"harness_profile"' in line and ":::MLLOG " in line:
+                    value = json.loads(line.split(":::MLLOG ", 1)[1]).get("value")
+                    return str(value) if value else None
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _curve(log, target: float | None) -> dict[str, Any]:
+    points: list[list[float]] = []
+    if log.run_start_ms is not None:
+        for _, auc, time_ms in log.eval_points:
+            points.append([(time_ms - log.run_start_ms) / 60000.0, auc])
+    return {"run": log.path.name, "converged": log.converged(target), "points": points}
+
+
+def build_leaderboard(roots: Sequence[Path], *, baseline: str | None = None) -> dict[str, Any]:
+    """The leaderboard model over every run set under ``roots``, validated against its schema."""
+    groups: dict[str, dict[str, Any]] = {}
+    seen: set[Path] = set()
+    for root in roots:
+        for ref in find_run_sets(Path(root)):
+            key = ref.benchmark_dir.resolve()
+            if key in seen:
+                continue
+            seen.add(key)
+            benchmark, entry, spec = build_entry(ref)
+            group = groups.setdefault(benchmark, {
+                "benchmark": benchmark,
+                "target_auc": spec.target_auc if spec else None,
+                "required_runs": spec.required_runs if spec else None,
+                "entries": [],
+            })
+            group["entries"].append(entry)
+    for group in groups.values():
+        _rank(group["entries"], baseline)
+    board = {
+        "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "harness_version": __version__,
+        "baseline_system": baseline,
+        "roots": [os.fspath(r) for r in roots],
+        "benchmarks": [groups[name] for name in sorted(groups)],
+    }
+    validate(board, "leaderboard", what="the leaderboard")
+    return board
+
+
+def _rank(entries: list[dict[str, Any]], baseline: str | None) -> None:
+    ranked = sorted((e for e in entries if e["ranked"]), key=lambda e: e["score_minutes"])
+    for i, e in enumerate(ranked, start=1):
+        e["rank"] = i
+    base = next(
+        (e for e in entries if baseline in (e["system"], Path(e["source"]).parent.name) and e["score_minutes"]), None
+    ) if baseline else None
+    for e in entries:
+        if base is not None and e["score_minutes"]:
+            e["speedup_vs_baseline"] = base["score_minutes"] / e["score_minutes"]
+    entries.sort(key=lambda e: (not e["ranked"], e["rank"] or 0, e["score_minutes"] is None, e["score_minutes"] or 0))

@@ -1,0 +1,124 @@
+"""The leaderboard model over real MLPerf trees and the harness's own runs; md/csv; the CLI."""
+
+import csv
+import io
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compliance.schemas import validate
+from harness.leaderboard.collect import build_leaderboard
+from harness.leaderboard.tables import render_csv, render_markdown
+from tests.rules.test_results import _expected_scores
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "tiny_benchmark.yaml"
+
+
+def _entries(board):
+    return [(g["benchmark"], e) for g in board["benchmarks"] for e in g["entries"]]
+
+
+def test_real_mlperf_systems_are_ranked_with_their_expected_scores(shared_logs):
+    board = build_leaderboard([shared_logs])
+    validate(board, "leaderboard", what="board")
+    by_source = {Path(e["source"]).resolve(): e for _, e in _entries(board)}
+    expected = _expected_scores()
+    assert len(by_source) == len(expected) == 8
+    for run_set, runs, score, decimals in expected:
+        e = by_source[run_set.resolve()]
+        tolerance = 1e-9 if decimals >= 9 else 0.5 * 10**-decimals
+        assert e["score_minutes"] == pytest.approx(score, abs=tolerance)
+        assert e["ranked"] and e["compliance_verdict"] == "pass" and e["runs"] == runs
+        assert all(c["points"] for c in e["curves"])
+    dcn = next(g for g in board["benchmarks"] if g["benchmark"] == "dlrm_dcnv2")
+    assert [e["rank"] for e in dcn["entries"]] == [1, 2, 3, 4, 5]
+    assert dcn["target_auc"] == 0.80275
+
+
+def test_baseline_gives_speedups(shared_logs):
+    board = build_leaderboard([shared_logs], baseline="XE9680x8H200-SXM-141GB")
+    dcn = next(g for g in board["benchmarks"] if g["benchmark"] == "dlrm_dcnv2")
+    base = next(e for e in dcn["entries"] if e["system"] == "XE9680x8H200-SXM-141GB")
+    assert base["speedup_vs_baseline"] == pytest.approx(1.0)
+    for e in dcn["entries"]:
+        assert e["speedup_vs_baseline"] == pytest.approx(base["score_minutes"] / e["score_minutes"])
+
+
+def _package_copy(shared_logs, tmp_path, rnd="v4.1", submitter="Dell"):
+    dst = tmp_path / rnd / submitter
+    shutil.copytree(shared_logs / rnd / submitter, dst)
+    return dst
+
+
+def test_too_few_runs_emulated_and_broken_sets_are_kept_apart_with_reasons(shared_logs, tmp_path):
+    pkg = _package_copy(shared_logs, tmp_path)
+    run_set = next((pkg / "results").glob("*/dlrm_dcnv2"))
+    sorted(run_set.glob("result_*.txt"))[0].unlink()
+    board = build_leaderboard([tmp_path])
+    (_, e), = _entries(board)
+    assert not e["ranked"] and e["rank"] is None and any("9 runs; the benchmark requires 10" in r for r in e["reasons"])
+
+    pkg2 = _package_copy(shared_logs, tmp_path / "b", "v5.0", "GigaComputing")
+    system_json = next((pkg2 / "systems").glob("*.json"))
+    desc = json.loads(system_json.read_text())
+    desc["hw_notes"] = "EMULATED: profile zionex-8gpu run on a CPU with 8 gloo ranks"
+    system_json.write_text(json.dumps(desc))
+    log = sorted(next((pkg2 / "results").glob("*/dlrm_dcnv2")).glob("result_*.txt"))[0]
+    log.write_text(log.read_text() + ':::MLLOG {"key": broken\n')
+    board = build_leaderboard([tmp_path / "b"])
+    (_, e), = _entries(board)
+    assert not e["ranked"] and e["emulated"]
+    assert any(r.startswith("emulated") for r in e["reasons"])
+    assert any("unreadable log" in r and "malformed MLLOG record" in r for r in e["reasons"])
+
+
+def test_markdown_and_csv_escape_user_values(shared_logs, tmp_path):
+    pkg = _package_copy(shared_logs, tmp_path)
+    system_json = next((pkg / "systems").glob("*.json"))
+    desc = json.loads(system_json.read_text())
+    desc["submitter"] = "<script>alert(1)</script>"
+    desc["system_name"] = "=HYPERLINK(\"x\")|pipe"
+    system_json.write_text(json.dumps(desc))
+    board = build_leaderboard([tmp_path])
+    md = render_markdown(board)
+    assert "<script>" not in md and "&lt;script&gt;alert(1)&lt;/script&gt;" in md and "\\|pipe" in md
+    rows = list(csv.reader(io.StringIO(render_csv(board))))
+    assert rows[0][:3] == ["benchmark", "ranked", "Rank"]
+    system_col = rows[0].index("System")
+    assert rows[1][system_col].startswith("'=HYPERLINK")
+
+
+@pytest.mark.slow
+def test_cli_builds_the_site_from_our_runs_beside_the_real_ones(shared_logs, tmp_path):
+    env_run = [sys.executable, "-m", "harness"]
+    run = subprocess.run([*env_run, "run", "--benchmark", str(FIXTURE), "--threads", "1"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1].startswith("leaderboard: harness leaderboard results -o site")
+    roots = [str(p) for p in sorted(shared_logs.glob("v*/*"))]
+    proc = subprocess.run([*env_run, "leaderboard", "results", *roots, "-o", "site"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    site = tmp_path / "site"
+    assert {p.name for p in site.iterdir()} >= {"index.html", "leaderboard.md", "leaderboard.csv", "leaderboard.json"}
+    board = json.loads((site / "leaderboard.json").read_text())
+    validate(board, "leaderboard", what="written board")
+    ours = [e for g, e in _entries(board) if g == "tiny_synthetic"]
+    assert len(ours) == 1 and ours[0]["ranked"] and ours[0]["compliance_verdict"] == "unchecked"
+    assert ours[0]["profile"] == "local"
+    real = {Path(e["source"]).resolve(): e["score_minutes"] for g, e in _entries(board) if g != "tiny_synthetic"}
+    for run_set, _, score, decimals in _expected_scores():
+        assert real[run_set.resolve()] == pytest.approx(score, abs=1e-9 if decimals >= 9 else 0.5 * 10**-decimals)
+    html = (site / "index.html").read_text()
+    assert "tiny_synthetic" in html and "http://" not in html.replace("http://www.w3.org", "")
+
+
+def test_a_missing_root_is_one_line_and_exit_2(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "harness", "leaderboard", "nope", "-o", "site"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "nope is not a directory" in proc.stderr
+    assert not (tmp_path / "site").exists()
