@@ -33,7 +33,7 @@ from harness.rules.specs import BenchmarkSpec, benchmark_names, load_benchmark
 
 _ROUND = re.compile(r"^v(\d+)\.(\d+)$")
 _MAX_DEPTH = 6
-RCP_NOT_CHECKED = "not checked (RCPs are not implemented yet)"
+RCP_NOT_CHECKED = "not checked"  # RCPs are not implemented yet (README)
 
 
 @dataclass(frozen=True)
