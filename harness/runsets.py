@@ -44,7 +44,7 @@ from harness.rules.results import RunSetStats, read_run_log, run_set_stats
 from harness.rules.scoring import RunTime, Score
 from harness.rules.seeds import Seed, seeds_for_runs
 from harness.rules.specs import BenchmarkSpec, load_benchmark
-from harness.submitters import effective_hyperparameters
+from harness.submitters import borrowing_provenance, effective_hyperparameters
 
 DEFAULT_SUBMITTER = "reference"
 DEFAULT_STATUS = "Research, Development, or Internal (RDI)"
@@ -129,6 +129,7 @@ class RunSetPlan:
     fingerprint: str
     runs: int
     emulated: bool
+    borrowed_from: dict[str, str] | None = None
 
     @property
     def package_dir(self) -> Path:
@@ -196,6 +197,7 @@ def plan_run_set(request: RunSetRequest) -> RunSetPlan:
         fingerprint=fp,
         runs=runs,
         emulated=False,
+        borrowed_from=borrowing_provenance(request.submitter, spec.name),
     )
 
 
@@ -287,7 +289,10 @@ def _worker_config(plan: RunSetPlan, index: int, seed: Seed, log_path: Path, bes
         run_index=index,
         progress=True,
         threads=plan.request.threads,
-        extra_log={"harness_teacher_best_auc": best_auc} if best_auc is not None else {},
+        extra_log={
+            **({"harness_teacher_best_auc": best_auc} if best_auc is not None else {}),
+            **({"harness_borrowed_from": plan.borrowed_from} if plan.borrowed_from else {}),
+        },
     )
 
 

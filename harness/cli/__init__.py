@@ -21,6 +21,7 @@ def cli() -> None:
 
 
 def _register() -> None:
+    from harness.cli import borrow as _borrow
     from harness.cli import leaderboard as _leaderboard
     from harness.cli import profiles as _profiles
     from harness.cli import run as _run
@@ -28,6 +29,7 @@ def _register() -> None:
     cli.add_command(_profiles.profiles)
     cli.add_command(_run.run)
     cli.add_command(_leaderboard.leaderboard)
+    cli.add_command(_borrow.borrow)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,7 +35,19 @@ def load_submitter_config(submitter: str, benchmark: str) -> dict[str, Any] | No
     validate(raw, "submitter_config", what=what)
     if raw["benchmark"] != benchmark or raw["submitter"] != submitter:
         raise HarnessError(f"{what} names submitter {raw['submitter']!r} and benchmark {raw['benchmark']!r}")
+    from harness.submitters.borrowing import check_borrowed_config
+
+    check_borrowed_config(raw, what)
     return raw
+
+
+def borrowing_provenance(submitter: str, benchmark: str) -> dict[str, str] | None:
+    """``{"lender", "lender_fingerprint"}`` when the submitter's config borrows, for the logs."""
+    config = load_submitter_config(submitter, benchmark)
+    if not config or not config.get("borrowed_from"):
+        return None
+    b = config["borrowed_from"]
+    return {"lender": b["lender"], "lender_fingerprint": b["lender_fingerprint"]}
 
 
 def effective_hyperparameters(spec: BenchmarkSpec, submitter: str, division: str) -> dict[str, Any]:
