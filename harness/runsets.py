@@ -171,10 +171,10 @@ def plan_run_set(request: RunSetRequest) -> RunSetPlan:
         raise HarnessError(
             f"profile {profile.name} needs hardware that is not here: {why}", ErrorCategory.HARDWARE
         )
-    if profile.world_size > 1 or profile.device_type.value != "cpu":
+    if profile.world_size > 1:
         raise HarnessError(
-            f"profile {profile.name} has {profile.world_size} {profile.device_type.value} rank(s); "
-            "`harness run` trains on one CPU process so far (distributed and GPU training are not implemented yet)",
+            f"profile {profile.name} has {profile.world_size} ranks; `harness run` trains in one process "
+            "(on the CPU or one GPU) so far: distributed training is not implemented yet",
             ErrorCategory.NOT_IMPLEMENTED,
         )
     if spec.dataset["kind"] != "synthetic":

@@ -132,6 +132,9 @@ class Trainer:
         self.hp = config.hyperparameters
         self._progress = progress or (lambda _event: None)
         self.rank, self.world_size = 0, 1
+        # one process, one device: the profile's accelerator when it has one (a profile is
+        # only run where its hardware is present), else the CPU
+        self.device = torch.device("cuda" if config.profile.get("device_type") == "cuda" else "cpu")
         self._eval_cache: list[Batch] | None = None
 
     # ------------------------------------------------------------------ hooks
@@ -199,7 +202,9 @@ class Trainer:
         else:
             sparse = SparseOptimizerConfig(kind=SparseOptimizerKind.SGD, learning_rate=lr)
         torch.manual_seed(self.config.seed)
-        model = DLRM(self.spec.model_config(), sparse_optimizer=sparse)
+        if self.device.type == "cuda":
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        model = DLRM(self.spec.model_config(), sparse_optimizer=sparse, device=self.device)
         if hp["opt_name"] == "adagrad":
             dense = torch.optim.Adagrad(
                 model.dense_parameters(),
@@ -223,6 +228,16 @@ class Trainer:
             steps.append(last)
         return steps
 
+    def _on_device(self, batch: Batch) -> Batch:
+        if self.device.type == "cpu":
+            return batch
+        return Batch(
+            dense=batch.dense.to(self.device, non_blocking=True),
+            sparse=batch.sparse.to(self.device, non_blocking=True),
+            labels=batch.labels.to(self.device, non_blocking=True),
+            pooling=batch.pooling,
+        )
+
     @torch.no_grad()
     def evaluate(self, model: DLRM, data: synthetic.SyntheticCriteo) -> float:
         """AUC over the whole eval split (scikit-learn's ``roc_auc_score``).
@@ -231,10 +246,12 @@ class Trainer:
         reading it would be) and kept in memory for the later ones.
         """
         if self._eval_cache is None:
-            self._eval_cache = list(_prefetch(synthetic.eval_batches(data, self.spec.eval_batch_size)))
+            self._eval_cache = [
+                self._on_device(b) for b in _prefetch(synthetic.eval_batches(data, self.spec.eval_batch_size))
+            ]
         model.eval()
-        scores = [torch.sigmoid(model(b.dense, b.sparse)).double().numpy() for b in self._eval_cache]
-        labels = [b.labels.numpy() for b in self._eval_cache]
+        scores = [torch.sigmoid(model(b.dense, b.sparse)).double().cpu().numpy() for b in self._eval_cache]
+        labels = [b.labels.cpu().numpy() for b in self._eval_cache]
         model.train()
         return float(roc_auc_score(np.concatenate(labels), np.concatenate(scores)))
 
@@ -262,6 +279,7 @@ class Trainer:
         try:
             t0 = time.perf_counter()
             for batch in _prefetch(synthetic.train_batches(data, order, gbs)):
+                batch = self._on_device(batch)
                 dense_opt.zero_grad(set_to_none=True)
                 loss = loss_fn(model(batch.dense, batch.sparse), batch.labels)
                 loss.backward()

@@ -7,9 +7,13 @@ status=aborted``), 1 on an error (one line on stderr; the log ends the same way)
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
+
+# deterministic cuBLAS on a GPU (read when cuBLAS starts, so before torch is used)
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 from harness.errors import HarnessError
 

@@ -97,3 +97,15 @@ def test_interrupt_ends_the_log_aborted(tmp_path, monkeypatch):
         run_from_config(cfg)
     stop = [r for r in parse_records(Path(cfg.log_path)) if r["key"] == "run_stop"]
     assert len(stop) == 1 and stop[0]["metadata"]["status"] == "aborted" and stop[0]["metadata"]["reason"] == "interrupted"
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device (none in CI)")
+def test_one_gpu_run_is_deterministic(tmp_path):
+    import dataclasses
+
+    runs = []
+    for name in ("a", "b"):
+        cfg = dataclasses.replace(config(tmp_path, target=0.99, seed=5), profile={"device_type": "cuda"},
+                                  log_path=str(tmp_path / f"{name}.txt"))
+        runs.append(run_from_config(cfg).eval_accuracies)
+    assert runs[0] == runs[1] and len(runs[0]) == 4 and runs[0][-1][1] > 0.55

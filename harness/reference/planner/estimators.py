@@ -1,0 +1,170 @@
+"""Cost model: per-step seconds and bytes of each shard, from a hardware profile.
+
+Lookups read ``batch x pooling x cols x param_bytes`` from the shard's tier at that tier's
+per-rank bandwidth; the all-to-all / reduce-scatter sends ``batch x cols x comm_bytes`` per
+rank over the links (NVLink within a node, the scale-out NIC across nodes, each at half the
+profile's both-directions figure); backward compute is a multiple of forward; a
+data-parallel table costs a replica per rank and an all-reduce of its gradient.
+Not modelled: the input (id) all-to-all, caches over slower tiers, overlap of stages.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from harness.hw_profiles.profiles import Profile
+from harness.reference.planner.types import (
+    TIERS,
+    CommPrecision,
+    Perf,
+    ShardingOption,
+    ShardLoad,
+    ShardingType,
+    Storage,
+    TableSpec,
+    Tier,
+)
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """The knobs of the cost model and proposer (defaults match torchrec's habits)."""
+
+    batch_size: int = 65536
+    comm_precision: CommPrecision = CommPrecision.FP32
+    param_bytes_per_element: int = 4
+    optimizer_state_bytes_per_element: int = 4
+    backward_compute_factor: float = 2.0  # gradient read-modify-write plus optimizer update
+    data_parallel_max_bytes: int = 64 * 2**20  # largest table offered data-parallel
+    column_block: int = 64  # column-wise shards are this many columns wide
+    large_table_bytes: int | None = None  # None: one rank's HBM (its DDR when there is none)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "param_bytes_per_element": self.param_bytes_per_element,
+            "optimizer_state_bytes_per_element": self.optimizer_state_bytes_per_element,
+            "backward_compute_factor": self.backward_compute_factor,
+            "data_parallel_max_bytes": self.data_parallel_max_bytes,
+            "column_block": self.column_block,
+        }
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A profile seen per rank: capacities and bandwidths of each tier, link bandwidths one way."""
+
+    nodes: int
+    ranks_per_node: int
+    capacity: Storage
+    tier_bw_bytes_per_s: tuple[float, float, float]  # hbm, ddr, ssd per rank
+    intra_bw_bytes_per_s: float  # one direction
+    scale_out_bw_bytes_per_s: float  # one direction
+
+    @classmethod
+    def from_profile(cls, profile: Profile) -> Topology:
+        """Per rank: HBM of one device; DDR and SSD of a node shared evenly by its ranks."""
+        per_node = max(profile.accelerators_per_node, 1)
+
+        def share(tier: Tier) -> tuple[int, float]:
+            t = profile.tiers[tier.value]
+            if t.capacity_bytes <= 0 or t.bandwidth_bytes_per_s <= 0:
+                return 0, 0.0
+            if tier is Tier.HBM:
+                return (t.capacity_bytes, t.bandwidth_bytes_per_s) if profile.accelerators_per_node else (0, 0.0)
+            return t.capacity_bytes // per_node, t.bandwidth_bytes_per_s / per_node
+
+        shares = [share(t) for t in TIERS]
+        return cls(
+            nodes=profile.nodes,
+            ranks_per_node=per_node,
+            capacity=Storage(*(c for c, _ in shares)),
+            tier_bw_bytes_per_s=tuple(bw for _, bw in shares),  # type: ignore[arg-type]
+            intra_bw_bytes_per_s=profile.interconnect.intra_node_bw_bytes_per_s / 2,
+            scale_out_bw_bytes_per_s=profile.interconnect.scale_out_bw_bytes_per_s / 2,
+        )
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.ranks_per_node
+
+    def bandwidth(self, tier: Tier) -> float:
+        return self.tier_bw_bytes_per_s[TIERS.index(tier)]
+
+    def all_to_all_s(self, nbytes: float) -> float:
+        """Seconds for one rank to spread ``nbytes`` evenly over every rank (its own share stays)."""
+        w, a = self.world_size, self.ranks_per_node
+        if w <= 1:
+            return 0.0
+        within = nbytes * (a - 1) / w / self.intra_bw_bytes_per_s if a > 1 else 0.0
+        across = nbytes * (w - a) / w / self.scale_out_bw_bytes_per_s if w > a else 0.0
+        return within + across
+
+    def node_reduce_scatter_s(self, nbytes: float) -> float:
+        a = self.ranks_per_node
+        return nbytes * (a - 1) / a / self.intra_bw_bytes_per_s if a > 1 else 0.0
+
+    def all_reduce_s(self, nbytes: float) -> float:
+        """A ring all-reduce over the world, limited by its slowest link."""
+        w = self.world_size
+        if w <= 1:
+            return 0.0
+        link = self.scale_out_bw_bytes_per_s if self.nodes > 1 else self.intra_bw_bytes_per_s
+        return 2 * (w - 1) / w * nbytes / link
+
+
+class ShardEstimator:
+    """Bytes and seconds of shards, and of a shard placed on a tier."""
+
+    def __init__(self, topology: Topology, config: PlannerConfig):
+        self.topology = topology
+        self.config = config
+
+    def storage_bytes(self, table: TableSpec, rows: int, cols: int) -> int:
+        c = self.config
+        weights = rows * cols * c.param_bytes_per_element
+        state = math.ceil(rows * cols * table.optimizer_state_factor) * c.optimizer_state_bytes_per_element
+        return weights + state
+
+    def table_bytes(self, table: TableSpec) -> int:
+        return self.storage_bytes(table, table.rows, table.dim)
+
+    def shard_loads(
+        self, table: TableSpec, sharding_type: ShardingType, extents: list[tuple[int, int, int, int]]
+    ) -> tuple[ShardLoad, ...]:
+        """Loads of shards ``(row_offset, rows, col_offset, cols)`` of ``table`` under ``sharding_type``."""
+        topo, c = self.topology, self.config
+        b, p = c.batch_size, table.pooling
+        cb, pb = c.comm_precision.bytes_per_element, c.param_bytes_per_element
+        w, a = topo.world_size, topo.ranks_per_node
+        loads = []
+        for row_offset, rows, col_offset, cols in extents:
+            if sharding_type is ShardingType.DATA_PARALLEL:
+                lookup = b / w * p * cols * pb
+                fwd, bwd = 0.0, topo.all_reduce_s(rows * cols * cb)
+            elif sharding_type is ShardingType.ROW_WISE:
+                lookup = b * p * cols * pb / w
+                fwd = bwd = topo.all_to_all_s(b * cols * cb)
+            elif sharding_type is ShardingType.TABLE_ROW_WISE:
+                lookup = b * p * cols * pb / a
+                fwd = bwd = topo.node_reduce_scatter_s(b * cols * cb) + topo.all_to_all_s(b * cols * cb / a)
+            else:  # table-wise, column-wise, table-column-wise: one rank serves its columns for the batch
+                lookup = b * p * cols * pb
+                fwd = bwd = topo.all_to_all_s(b * cols * cb)
+            loads.append(
+                ShardLoad(row_offset, rows, col_offset, cols, self.storage_bytes(table, rows, cols), lookup, fwd, bwd)
+            )
+        return tuple(loads)
+
+    def perf(self, load: ShardLoad, tier: Tier) -> Perf:
+        """The shard's seconds per step when it lives on ``tier``."""
+        bw = self.topology.bandwidth(tier)
+        compute = load.lookup_bytes / bw if bw > 0 else math.inf
+        return Perf(compute, load.fwd_comm_s, compute * self.config.backward_compute_factor, load.bwd_comm_s)
+
+    def option_cost(self, option: ShardingOption, tier: Tier) -> float:
+        """Total seconds of all of an option's shards when they live on ``tier``."""
+        return sum(self.perf(s, tier).total for s in option.shards)

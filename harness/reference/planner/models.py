@@ -1,0 +1,81 @@
+"""Embedding tables of a model to plan: a shipped model description
+(``harness/reference/models/<name>.yaml``) or a benchmark spec."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.errors import ErrorCategory, HarnessError
+from harness.reference.planner.types import TableSpec
+
+_MODELS = resources.files("harness.reference").joinpath("models")
+_CLASS_KEYS = {"name", "count", "rows", "dim", "pooling"}
+
+
+def optimizer_state_factor(optimizer: str, dim: int) -> float:
+    """Optimizer-state elements per weight element of an embedding optimizer."""
+    factors = {"sgd": 0.0, "rowwise_adagrad": 1.0 / dim, "adagrad": 1.0, "adam": 2.0}
+    if optimizer not in factors:
+        raise HarnessError(f"unknown embedding optimizer {optimizer!r}; known: {', '.join(factors)}")
+    return factors[optimizer]
+
+
+def model_names() -> list[str]:
+    return sorted(f.name.removesuffix(".yaml") for f in _MODELS.iterdir() if f.name.endswith(".yaml"))
+
+
+def load_model(name: str) -> list[TableSpec]:
+    """The tables of shipped model ``name`` (or of the model file at path ``name``)."""
+    if name.endswith((".yaml", ".yml")):
+        path: Any = Path(name)
+    else:
+        path = _MODELS.joinpath(f"{name}.yaml")
+    if not path.is_file():
+        raise HarnessError(f"unknown model {name!r}; known: {', '.join(model_names())}", ErrorCategory.NOT_FOUND)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise HarnessError(f"model file {name} is not valid YAML: {err}") from None
+    return tables_from_description(data, what=f"model {name}")
+
+
+def tables_from_description(data: Any, *, what: str = "model") -> list[TableSpec]:
+    """Tables from size classes: ``count`` tables per class, rows spread evenly around ``rows``."""
+    if not isinstance(data, dict) or not isinstance(data.get("classes"), list) or not data["classes"]:
+        raise HarnessError(f"{what} is invalid: it needs a non-empty list 'classes'")
+    optimizer = data.get("optimizer", "sgd")
+    tables = []
+    for entry in data["classes"]:
+        if not isinstance(entry, dict) or not _CLASS_KEYS <= entry.keys():
+            raise HarnessError(f"{what} is invalid: each class needs {', '.join(sorted(_CLASS_KEYS))}")
+        count, spread = int(entry["count"]), Fraction(str(entry.get("rows_spread", 0)))
+        for i in range(count):
+            position = Fraction(2 * i, count - 1) - 1 if count > 1 else Fraction(0)
+            rows = round(entry["rows"] * (1 + spread * position))
+            dim = int(entry["dim"])
+            tables.append(
+                TableSpec(
+                    name=f"{entry['name']}_{i:04d}",
+                    rows=max(rows, 1),
+                    dim=dim,
+                    pooling=float(entry["pooling"]),
+                    optimizer_state_factor=optimizer_state_factor(optimizer, dim),
+                )
+            )
+    return tables
+
+
+def tables_for_benchmark(spec: Any) -> list[TableSpec]:
+    """The tables of a benchmark spec (``harness.rules.specs.BenchmarkSpec``)."""
+    dim = int(spec.raw["model"]["embedding_dim"])
+    optimizer = spec.raw["model"].get("embedding_optimizer", "adagrad")
+    rows, pooling = spec.dataset["table_rows"], spec.dataset["pooling"]
+    return [
+        TableSpec(f"t{i:02d}", int(r), dim, float(p), optimizer_state_factor(optimizer, dim))
+        for i, (r, p) in enumerate(zip(rows, pooling))
+    ]

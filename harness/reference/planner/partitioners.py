@@ -1,0 +1,258 @@
+"""Partitioner: place the chosen options' shards on ranks and tiers, balancing rank cost.
+
+Tables are first given a target tier by heat (lookup bytes per stored byte: the hottest
+fill HBM, then DDR, then SSD, within the tiers' total capacity). Shards are then placed
+longest-processing-time first, each on the least-loaded rank with room in its target tier
+(else a slower tier, else a faster one); options bound to the world or to a node place one
+shard per rank. Last, single shards move or swap off the most loaded rank while that lowers
+the maximum rank cost.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from harness.reference.planner.estimators import ShardEstimator
+from harness.reference.planner.types import (
+    TIERS,
+    Perf,
+    Placement,
+    PlannerError,
+    PlannerErrorType,
+    Shard,
+    ShardingOption,
+    ShardLoad,
+    Storage,
+    Tier,
+)
+
+_TARGET_FILL = 0.95  # of a tier's total capacity given to targets, leaving room to pack
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Placed shards and, per rank, bytes per tier and seconds per step."""
+
+    shards: tuple[Shard, ...]
+    rank_storage: tuple[Storage, ...]
+    rank_perf: tuple[Perf, ...]
+
+
+@dataclass
+class _Placed:
+    table: str
+    load: ShardLoad
+    rank: int
+    tier: Tier
+    cost: float
+
+
+class GreedyLptPartitioner:
+    """Longest-processing-time-first greedy placement under per-rank tier capacities, then
+    improving moves and swaps."""
+
+    def __init__(self, estimator: ShardEstimator, *, improve_seconds: float = 5.0, max_improvements: int = 20000):
+        self.estimator = estimator
+        self.improve_seconds = improve_seconds
+        self.max_improvements = max_improvements
+
+    # -- the pipeline of this role ---------------------------------------------------------
+
+    def partition(self, options: list[ShardingOption]) -> Partition:
+        topo = self.estimator.topology
+        self._capacity = [topo.capacity.get(t) for t in TIERS]
+        self._used = [[0, 0, 0] for _ in range(topo.world_size)]
+        self._load = [0.0] * topo.world_size
+        self._singles: list[list[_Placed]] = [[] for _ in range(topo.world_size)]
+        self._placed: list[_Placed] = []
+        targets = self._target_tiers(options)
+        for option in self._lpt_order(options, targets):
+            self._place(option, targets[id(option)])
+        self._improve()
+        return self._result()
+
+    def _target_tiers(self, options: list[ShardingOption]) -> dict[int, Tier]:
+        """The fastest tier with room left in total, hottest options first."""
+        world = self.estimator.topology.world_size
+        budget = [int(c * world * _TARGET_FILL) for c in self._capacity]
+        targets = {}
+        for option in sorted(options, key=lambda o: -sum(s.lookup_bytes for s in o.shards) / max(o.storage_bytes, 1)):
+            usable = [i for i, c in enumerate(self._capacity) if c > 0]
+            index = next((i for i in usable if budget[i] >= option.storage_bytes), usable[-1] if usable else 0)
+            budget[index] -= option.storage_bytes
+            targets[id(option)] = TIERS[index]
+        return targets
+
+    def _lpt_order(self, options: list[ShardingOption], targets: dict[int, Tier]) -> list[ShardingOption]:
+        def per_rank_cost(option: ShardingOption) -> float:
+            return max(self._cost(s, targets[id(option)]) for s in option.shards)
+
+        return sorted(options, key=lambda o: (-per_rank_cost(o), o.table.name))
+
+    # -- placement --------------------------------------------------------------------------
+
+    def _tier_order(self, target: Tier) -> list[int]:
+        i = TIERS.index(target)
+        return [j for j in [*range(i, len(TIERS)), *range(i - 1, -1, -1)] if self._capacity[j] > 0]
+
+    def _fits(self, rank: int, tier: int, nbytes: int) -> bool:
+        return self._used[rank][tier] + nbytes <= self._capacity[tier]
+
+    def _cost(self, load: ShardLoad, tier: Tier) -> float:
+        return self.estimator.perf(load, tier).total
+
+    def _place(self, option: ShardingOption, target: Tier) -> None:
+        order = self._tier_order(target)
+        if option.placement is Placement.ANY:
+            for load in option.shards:
+                self._place_single(option, load, order)
+        elif option.placement is Placement.WORLD:
+            self._place_group(option, list(range(len(option.shards))), order)
+        else:
+            self._place_on_node(option, order)
+
+    def _place_single(self, option: ShardingOption, load: ShardLoad, order: list[int]) -> None:
+        best: tuple[float, int, int] | None = None
+        for rank in sorted(range(len(self._load)), key=self._load.__getitem__):
+            tier = next((t for t in order if self._fits(rank, t, load.storage_bytes)), None)
+            if tier is None:
+                continue
+            after = self._load[rank] + self._cost(load, TIERS[tier])
+            if best is None or after < best[0]:
+                best = (after, rank, tier)
+            if tier == order[0]:
+                break  # the least-loaded rank with room in the target tier
+        if best is None:
+            raise self._no_room(option, load)
+        self._commit(option, load, best[1], best[2], single=True)
+
+    def _group_tiers(self, option: ShardingOption, ranks: list[int], order: list[int]) -> list[int] | None:
+        """One tier for all shards when possible (symmetric ranks), else the first that fits each."""
+        for tier in order:
+            if all(self._fits(r, tier, s.storage_bytes) for r, s in zip(ranks, option.shards)):
+                return [tier] * len(ranks)
+        tiers = []
+        for r, s in zip(ranks, option.shards):
+            tier = next((t for t in order if self._fits(r, t, s.storage_bytes)), None)
+            if tier is None:
+                return None
+            tiers.append(tier)
+        return tiers
+
+    def _place_group(self, option: ShardingOption, ranks: list[int], order: list[int]) -> None:
+        tiers = self._group_tiers(option, ranks, order)
+        if tiers is None:
+            raise self._no_room(option, option.shards[0])
+        for rank, tier, load in zip(ranks, tiers, option.shards):
+            self._commit(option, load, rank, tier, single=False)
+
+    def _place_on_node(self, option: ShardingOption, order: list[int]) -> None:
+        topo = self.estimator.topology
+        best: tuple[float, list[int], list[int]] | None = None
+        for node in range(topo.nodes):
+            node_ranks = range(node * topo.ranks_per_node, (node + 1) * topo.ranks_per_node)
+            ranks = sorted(node_ranks, key=self._load.__getitem__)[: len(option.shards)]
+            tiers = self._group_tiers(option, ranks, order)
+            if tiers is None:
+                continue
+            after = max(
+                self._load[r] + self._cost(s, TIERS[t]) for r, t, s in zip(ranks, tiers, option.shards)
+            )
+            if best is None or after < best[0]:
+                best = (after, ranks, tiers)
+        if best is None:
+            raise self._no_room(option, option.shards[0])
+        for rank, tier, load in zip(best[1], best[2], option.shards):
+            self._commit(option, load, rank, tier, single=False)
+
+    def _commit(self, option: ShardingOption, load: ShardLoad, rank: int, tier: int, *, single: bool) -> None:
+        placed = _Placed(option.table.name, load, rank, TIERS[tier], self._cost(load, TIERS[tier]))
+        self._used[rank][tier] += load.storage_bytes
+        self._load[rank] += placed.cost
+        self._placed.append(placed)
+        if single:
+            self._singles[rank].append(placed)
+
+    def _no_room(self, option: ShardingOption, load: ShardLoad) -> PlannerError:
+        free = max((self._capacity[t] - self._used[r][t] for r in range(len(self._load)) for t in range(3)), default=0)
+        return PlannerError(
+            f"no rank has room for a {load.storage_bytes:,} B shard of table {option.table.name!r} "
+            f"({option.sharding_type.value}); the largest free space left in any tier of any rank is {free:,} B. "
+            "Possible solutions: a profile with more nodes or more memory per node, a lower-precision "
+            "optimizer state, or an SSD tier.",
+            PlannerErrorType.PARTITION,
+        )
+
+    # -- improvement ------------------------------------------------------------------------
+
+    def _improve(self) -> None:
+        deadline = time.monotonic() + self.improve_seconds
+        for _ in range(self.max_improvements):
+            if time.monotonic() > deadline or not (self._move() or self._swap()):
+                return
+
+    def _move(self) -> bool:
+        src = max(range(len(self._load)), key=self._load.__getitem__)
+        peak = self._load[src]
+        for shard in sorted(self._singles[src], key=lambda p: -p.cost):
+            for dst in sorted(range(len(self._load)), key=self._load.__getitem__):
+                if dst == src or self._load[dst] >= peak:
+                    break
+                for tier in range(3):
+                    if self._capacity[tier] == 0 or not self._fits(dst, tier, shard.load.storage_bytes):
+                        continue
+                    cost = self._cost(shard.load, TIERS[tier])
+                    if max(peak - shard.cost, self._load[dst] + cost) < peak * (1 - 1e-9):
+                        self._relocate(shard, dst, tier, cost)
+                        return True
+        return False
+
+    def _swap(self) -> bool:
+        src = max(range(len(self._load)), key=self._load.__getitem__)
+        peak = self._load[src]
+        for dst in sorted(range(len(self._load)), key=self._load.__getitem__)[:16]:
+            if dst == src:
+                continue
+            for a in self._singles[src]:
+                for b in self._singles[dst]:
+                    if b.cost >= a.cost:
+                        continue
+                    ta, tb = TIERS.index(a.tier), TIERS.index(b.tier)
+                    delta_b_tier = b.load.storage_bytes - a.load.storage_bytes  # on src in a's tier
+                    if self._used[src][ta] + delta_b_tier > self._capacity[ta]:
+                        continue
+                    if self._used[dst][tb] - b.load.storage_bytes + a.load.storage_bytes > self._capacity[tb]:
+                        continue
+                    cost_a, cost_b = self._cost(a.load, b.tier), self._cost(b.load, a.tier)
+                    new_src = peak - a.cost + cost_b
+                    new_dst = self._load[dst] - b.cost + cost_a
+                    if max(new_src, new_dst) < peak * (1 - 1e-9):
+                        self._relocate(a, dst, tb, cost_a)
+                        self._relocate(b, src, ta, cost_b)
+                        return True
+        return False
+
+    def _relocate(self, shard: _Placed, rank: int, tier: int, cost: float) -> None:
+        old_tier = TIERS.index(shard.tier)
+        self._used[shard.rank][old_tier] -= shard.load.storage_bytes
+        self._load[shard.rank] -= shard.cost
+        self._singles[shard.rank].remove(shard)
+        shard.rank, shard.tier, shard.cost = rank, TIERS[tier], cost
+        self._used[rank][tier] += shard.load.storage_bytes
+        self._load[rank] += cost
+        self._singles[rank].append(shard)
+
+    def _result(self) -> Partition:
+        world = len(self._load)
+        perf = [Perf()] * world
+        shards = []
+        for p in self._placed:
+            shard_perf = self.estimator.perf(p.load, p.tier)
+            perf[p.rank] = perf[p.rank] + shard_perf
+            shards.append(
+                Shard(p.table, p.rank, p.tier, p.load.row_offset, p.load.rows, p.load.col_offset, p.load.cols,
+                      p.load.storage_bytes, shard_perf)
+            )
+        storage = tuple(Storage(*u) for u in self._used)
+        return Partition(tuple(shards), storage, tuple(perf))

@@ -1,0 +1,328 @@
+"""Value types of the sharding planner: tables, options, shards, storage, cost and plans.
+
+Values are frozen dataclasses with arithmetic (``Storage + Storage``, ``Storage.fits_in``,
+``Perf + Perf``, ``Perf.total``), so the planning stages read like algebra.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.errors import ErrorCategory, HarnessError
+
+
+class ShardingType(enum.Enum):
+    """How one embedding table is split over ranks (torchrec's names)."""
+
+    DATA_PARALLEL = "data_parallel"  # a full replica on every rank, gradients all-reduced
+    TABLE_WISE = "table_wise"  # the whole table on one rank
+    ROW_WISE = "row_wise"  # rows split evenly over every rank
+    COLUMN_WISE = "column_wise"  # columns split into shards placed anywhere
+    TABLE_ROW_WISE = "table_row_wise"  # rows split over the ranks of one node
+    TABLE_COLUMN_WISE = "table_column_wise"  # columns split over ranks of one node
+
+
+class Placement(enum.Enum):
+    """Where an option's shards may go: each anywhere, one per rank of the world, or one node."""
+
+    ANY = "any"
+    WORLD = "world"
+    NODE = "node"
+
+
+PLACEMENT: dict[ShardingType, Placement] = {
+    ShardingType.DATA_PARALLEL: Placement.WORLD,
+    ShardingType.TABLE_WISE: Placement.ANY,
+    ShardingType.ROW_WISE: Placement.WORLD,
+    ShardingType.COLUMN_WISE: Placement.ANY,
+    ShardingType.TABLE_ROW_WISE: Placement.NODE,
+    ShardingType.TABLE_COLUMN_WISE: Placement.NODE,
+}
+
+
+class Tier(enum.Enum):
+    """Memory tiers, fastest first: HBM per device, DDR and SSD per node."""
+
+    HBM = "hbm"
+    DDR = "ddr"
+    SSD = "ssd"
+
+
+TIERS: tuple[Tier, ...] = (Tier.HBM, Tier.DDR, Tier.SSD)
+
+
+class CommPrecision(enum.Enum):
+    """Element precision of the embedding all-to-all / reduce-scatter on the wire."""
+
+    FP32 = "fp32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    FP8 = "fp8"
+    INT8 = "int8"
+
+    @property
+    def bytes_per_element(self) -> int:
+        return {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}[self.value]
+
+
+class PlannerErrorType(enum.Enum):
+    """Why the planner found no plan."""
+
+    INSUFFICIENT_STORAGE = "insufficient_storage"  # the tables do not fit the profile's tiers
+    PARTITION = "partition"  # they fit in total, but the shards could not be packed
+    BAD_INPUT = "bad_input"  # an empty model, a non-positive size
+
+
+class PlannerError(HarnessError):
+    """The one error of the planner; ``planner_category`` says why, the message how to fix it."""
+
+    def __init__(self, message: str, planner_category: PlannerErrorType):
+        category = ErrorCategory.BAD_INPUT if planner_category is PlannerErrorType.BAD_INPUT else ErrorCategory.HARDWARE
+        super().__init__(message, category)
+        self.planner_category = planner_category
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One embedding table: ``rows x dim`` weights, ``pooling`` ids per sample.
+
+    ``optimizer_state_factor`` is optimizer-state elements per weight element
+    (SGD 0, row-wise Adagrad ``1/dim``, Adagrad 1, Adam 2).
+    """
+
+    name: str
+    rows: int
+    dim: int
+    pooling: float = 1.0
+    optimizer_state_factor: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.rows < 1 or self.dim < 1 or self.pooling < 0 or self.optimizer_state_factor < 0:
+            raise PlannerError(
+                f"table {self.name!r}: rows and dim must be >= 1, pooling and optimizer_state_factor >= 0",
+                PlannerErrorType.BAD_INPUT,
+            )
+
+    @property
+    def parameters(self) -> int:
+        return self.rows * self.dim
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Bytes per tier."""
+
+    hbm: int = 0
+    ddr: int = 0
+    ssd: int = 0
+
+    @classmethod
+    def of(cls, tier: Tier, nbytes: int) -> Storage:
+        return cls(**{tier.value: nbytes})
+
+    def __add__(self, other: Storage) -> Storage:
+        return Storage(self.hbm + other.hbm, self.ddr + other.ddr, self.ssd + other.ssd)
+
+    def __sub__(self, other: Storage) -> Storage:
+        return Storage(self.hbm - other.hbm, self.ddr - other.ddr, self.ssd - other.ssd)
+
+    def fits_in(self, capacity: Storage) -> bool:
+        return self.hbm <= capacity.hbm and self.ddr <= capacity.ddr and self.ssd <= capacity.ssd
+
+    def get(self, tier: Tier) -> int:
+        return getattr(self, tier.value)
+
+    @property
+    def total(self) -> int:
+        return self.hbm + self.ddr + self.ssd
+
+    def to_dict(self) -> dict[str, int]:
+        return {"hbm": self.hbm, "ddr": self.ddr, "ssd": self.ssd}
+
+
+@dataclass(frozen=True)
+class Perf:
+    """Seconds per training step spent by one rank on its share of the embeddings."""
+
+    fwd_compute: float = 0.0
+    fwd_comm: float = 0.0
+    bwd_compute: float = 0.0
+    bwd_comm: float = 0.0
+
+    def __add__(self, other: Perf) -> Perf:
+        return Perf(
+            self.fwd_compute + other.fwd_compute,
+            self.fwd_comm + other.fwd_comm,
+            self.bwd_compute + other.bwd_compute,
+            self.bwd_comm + other.bwd_comm,
+        )
+
+    @property
+    def total(self) -> float:
+        return self.fwd_compute + self.fwd_comm + self.bwd_compute + self.bwd_comm
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "fwd_compute_s": self.fwd_compute,
+            "fwd_comm_s": self.fwd_comm,
+            "bwd_compute_s": self.bwd_compute,
+            "bwd_comm_s": self.bwd_comm,
+            "total_s": self.total,
+        }
+
+
+@dataclass(frozen=True)
+class ShardLoad:
+    """One shard of an option before placement: its extent, its bytes and its traffic per step."""
+
+    row_offset: int
+    rows: int
+    col_offset: int
+    cols: int
+    storage_bytes: int
+    lookup_bytes: float  # forward bytes read from the shard's tier
+    fwd_comm_s: float
+    bwd_comm_s: float
+
+
+@dataclass(frozen=True)
+class ShardingOption:
+    """One way to shard one table; its shards are placed by the partitioner."""
+
+    table: TableSpec
+    sharding_type: ShardingType
+    shards: tuple[ShardLoad, ...]
+
+    @property
+    def placement(self) -> Placement:
+        return PLACEMENT[self.sharding_type]
+
+    @property
+    def storage_bytes(self) -> int:
+        return sum(s.storage_bytes for s in self.shards)
+
+    @property
+    def max_shard_bytes(self) -> int:
+        return max(s.storage_bytes for s in self.shards)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A placed shard: rows ``[row_offset, row_offset + rows)`` and columns likewise, on one rank and tier."""
+
+    table: str
+    rank: int
+    tier: Tier
+    row_offset: int
+    rows: int
+    col_offset: int
+    cols: int
+    storage_bytes: int
+    perf: Perf
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "tier": self.tier.value,
+            "row_offset": self.row_offset,
+            "rows": self.rows,
+            "col_offset": self.col_offset,
+            "cols": self.cols,
+            "storage_bytes": self.storage_bytes,
+            "cost_s": self.perf.total,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where every shard of every table lives, and what it costs per rank and per step."""
+
+    profile: str
+    world_size: int
+    batch_size: int
+    comm_precision: CommPrecision
+    tables: tuple[TableSpec, ...]
+    sharding_types: tuple[ShardingType, ...]  # one per table, same order
+    shards: tuple[Shard, ...]
+    rank_storage: tuple[Storage, ...]
+    rank_perf: tuple[Perf, ...]
+    rank_capacity: Storage
+    config: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def rank_costs(self) -> list[float]:
+        return [p.total for p in self.rank_perf]
+
+    @property
+    def imbalance(self) -> float:
+        """Max over mean rank cost: 1.0 is perfect balance."""
+        costs = self.rank_costs
+        mean = sum(costs) / len(costs)
+        return max(costs) / mean if mean > 0 else 1.0
+
+    @property
+    def step_time_s(self) -> float:
+        """Projected embedding time per step: the slowest rank."""
+        return max(self.rank_costs)
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.batch_size / self.step_time_s if self.step_time_s > 0 else float("inf")
+
+    @property
+    def total_storage(self) -> Storage:
+        total = Storage()
+        for s in self.rank_storage:
+            total = total + s
+        return total
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON (validates against ``sharding_plan.schema.json``), with its fingerprint."""
+        body = self._body()
+        from harness.rules.fingerprint import fingerprint
+
+        return {**body, "fingerprint": fingerprint(body)}
+
+    @property
+    def fingerprint(self) -> str:
+        from harness.rules.fingerprint import fingerprint
+
+        return fingerprint(self._body())
+
+    def _body(self) -> dict[str, Any]:
+        by_table: dict[str, list[dict[str, Any]]] = {t.name: [] for t in self.tables}
+        for shard in self.shards:
+            by_table[shard.table].append(shard.to_dict())
+        samples = self.samples_per_s
+        return {
+            "profile": self.profile,
+            "world_size": self.world_size,
+            "batch_size": self.batch_size,
+            "comm_precision": self.comm_precision.value,
+            "config": dict(self.config),
+            "rank_capacity_bytes": self.rank_capacity.to_dict(),
+            "tables": [
+                {
+                    "name": t.name,
+                    "rows": t.rows,
+                    "dim": t.dim,
+                    "pooling": t.pooling,
+                    "optimizer_state_factor": t.optimizer_state_factor,
+                    "sharding_type": st.value,
+                    "shards": by_table[t.name],
+                }
+                for t, st in zip(self.tables, self.sharding_types)
+            ],
+            "ranks": [
+                {"rank": r, "storage_bytes": s.to_dict(), "perf": p.to_dict()}
+                for r, (s, p) in enumerate(zip(self.rank_storage, self.rank_perf))
+            ],
+            "summary": {
+                "storage_bytes": self.total_storage.to_dict(),
+                "imbalance": self.imbalance,
+                "step_time_s": self.step_time_s,
+                "samples_per_s": samples if samples != float("inf") else None,
+            },
+        }

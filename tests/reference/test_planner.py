@@ -1,0 +1,313 @@
+"""The embedding sharding planner (harness.reference.planner) and ``harness plan``."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from compliance.schemas import validate
+from harness.cli.plan import plan as plan_command
+from harness.errors import ErrorCategory, HarnessError
+from harness.hw_profiles import load_profile
+from harness.hw_profiles.profiles import (
+    CollectiveBackend,
+    DeviceType,
+    HostSpec,
+    Interconnect,
+    MemoryTier,
+    Profile,
+)
+from harness.reference.planner import (
+    CommPrecision,
+    Perf,
+    Plan,
+    PlannerConfig,
+    PlannerError,
+    PlannerErrorType,
+    ShardEstimator,
+    ShardingType,
+    Storage,
+    TableSpec,
+    Tier,
+    Topology,
+    plan_tables,
+)
+from harness.reference.planner.enumerators import ShardingOptionEnumerator
+from harness.reference.planner.models import load_model, tables_for_benchmark
+from harness.rules.specs import load_benchmark
+
+GB = 10**9
+
+
+def make_profile(nodes: int = 1, accelerators: int = 4, hbm: int = 16 * GB, ddr: int = 256 * GB,
+                 ssd: int = 0) -> Profile:
+    """A hand-built profile; DDR and SSD are per node."""
+    return Profile(
+        name=f"test-{nodes}x{accelerators}",
+        description="built by the test",
+        nodes=nodes,
+        accelerators_per_node=accelerators,
+        accelerator="test accelerator" if accelerators else None,
+        hbm=MemoryTier(hbm if accelerators else 0, 2e12 if accelerators else 0.0),
+        ddr=MemoryTier(ddr, 2e11),
+        ssd=MemoryTier(ssd, 5e9 if ssd else 0.0),
+        host=HostSpec("test cpu", 1, 8),
+        interconnect=Interconnect(6e11, 5e10),
+        collective_backend=CollectiveBackend.NCCL if accelerators else CollectiveBackend.GLOO,
+        device_type=DeviceType.CUDA if accelerators else DeviceType.CPU,
+        sources=(),
+    )
+
+
+def check_capacities(plan: Plan) -> None:
+    """Every rank's bytes per tier, recounted from the shards, fit that tier's capacity."""
+    used: dict[tuple[int, Tier], int] = defaultdict(int)
+    for shard in plan.shards:
+        used[shard.rank, shard.tier] += shard.storage_bytes
+    for rank, storage in enumerate(plan.rank_storage):
+        assert storage == Storage(*(used[rank, t] for t in Tier))
+        assert storage.fits_in(plan.rank_capacity), (rank, storage, plan.rank_capacity)
+
+
+def check_coverage(plan: Plan) -> None:
+    """Each sharded table's shards cover its rows x dim exactly once (a replica per rank if data-parallel)."""
+    cells: dict[str, int] = defaultdict(int)
+    for shard in plan.shards:
+        cells[shard.table] += shard.rows * shard.cols
+    for table, sharding in zip(plan.tables, plan.sharding_types):
+        copies = plan.world_size if sharding is ShardingType.DATA_PARALLEL else 1
+        assert cells[table.name] == table.rows * table.dim * copies, table.name
+
+
+# -- the 12T model ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plan_12t() -> tuple[Plan, float]:
+    tables = load_model("dlrm-12t")
+    start = time.perf_counter()
+    plan = plan_tables(tables, load_profile("zionex-16x8gpu"))
+    return plan, time.perf_counter() - start
+
+
+def test_12t_model_has_1000_tables_of_12_trillion_parameters():
+    tables = load_model("dlrm-12t")
+    assert len(tables) == 1000 and len({t.name for t in tables}) == 1000
+    assert sum(t.rows * t.dim for t in tables) == pytest.approx(1.2e13, rel=0.01)
+    assert {t.dim for t in tables} <= set(range(64, 257)) and {64, 256} <= {t.dim for t in tables}
+    assert load_model("dlrm-12t") == tables  # generated deterministically
+
+
+def test_12t_plans_on_zionex_quickly_balanced_over_all_tiers(plan_12t):
+    plan, seconds = plan_12t
+    assert seconds < 60
+    assert plan.world_size == 128
+    assert plan.imbalance <= 1.05
+    total = plan.total_storage
+    assert total.hbm > 0 and total.ddr > 0 and total.ssd > 0
+    check_capacities(plan)
+    check_coverage(plan)
+    assert 0 < plan.step_time_s < 10 and plan.samples_per_s == pytest.approx(65536 / plan.step_time_s)
+
+
+def test_12t_does_not_fit_one_h200():
+    with pytest.raises(PlannerError) as info:
+        plan_tables(load_model("dlrm-12t"), load_profile("h200-1gpu"))
+    err = info.value
+    assert err.planner_category is PlannerErrorType.INSUFFICIENT_STORAGE
+    assert isinstance(err, HarnessError) and err.category is ErrorCategory.HARDWARE
+    message = str(err)
+    assert "h200-1gpu" in message and "short by" in message and "TB" in message
+    assert "Possible solutions" in message and "more nodes" in message and "optimizer state" in message
+
+
+def test_a_table_larger_than_any_rank_tier_is_named():
+    with pytest.raises(PlannerError) as info:
+        plan_tables([TableSpec("big", 10**9, 64)], make_profile(nodes=1, accelerators=1, ddr=200 * GB, ssd=200 * GB))
+    assert info.value.planner_category is PlannerErrorType.INSUFFICIENT_STORAGE
+    assert "'big'" in str(info.value) and "Possible solutions" in str(info.value)
+
+
+# -- invariants -------------------------------------------------------------------------
+
+tables_strategy = st.lists(
+    st.builds(
+        lambda rows, dim, pooling, factor: (rows, dim, pooling, factor),
+        st.integers(1, 500_000),
+        st.sampled_from([4, 16, 64, 128, 256]),
+        st.floats(0, 40),
+        st.sampled_from([0.0, 1.0, 2.0]),
+    ),
+    min_size=1,
+    max_size=14,
+)
+profile_strategy = st.builds(
+    make_profile,
+    nodes=st.integers(1, 3),
+    accelerators=st.integers(0, 4),
+    hbm=st.integers(0, 2 * GB),
+    ddr=st.integers(0, 8 * GB),
+    ssd=st.integers(0, 16 * GB),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs=tables_strategy, profile=profile_strategy, precision=st.sampled_from(list(CommPrecision)))
+def test_plans_never_exceed_any_tier_on_any_rank(specs, profile, precision):
+    tables = [TableSpec(f"t{i}", r, d, p, f) for i, (r, d, p, f) in enumerate(specs)]
+    try:
+        plan = plan_tables(tables, profile, PlannerConfig(batch_size=4096, comm_precision=precision))
+    except PlannerError as err:
+        assert "Possible solutions" in str(err)
+        return
+    check_capacities(plan)
+    check_coverage(plan)
+    assert plan.imbalance >= 1 - 1e-9
+
+
+# -- choices ----------------------------------------------------------------------------
+
+
+def test_tiny_tables_are_data_parallel_and_huge_ones_row_wise():
+    tables = [TableSpec("tiny", 10, 64, 1.0), TableSpec("huge", 500_000_000, 128, 1.0, 1 / 128)]
+    plan = plan_tables(tables, load_profile("zionex-8gpu"))
+    chosen = dict(zip((t.name for t in tables), plan.sharding_types))
+    assert chosen["tiny"] is ShardingType.DATA_PARALLEL
+    assert chosen["huge"] is ShardingType.ROW_WISE  # one node: no table-row-wise
+    plan = plan_tables(tables, load_profile("zionex-16x8gpu"))
+    assert dict(zip((t.name for t in tables), plan.sharding_types))["huge"] in (
+        ShardingType.ROW_WISE,
+        ShardingType.TABLE_ROW_WISE,
+    )
+
+
+def test_enumerator_offers_the_options_the_topology_allows():
+    estimator = ShardEstimator(Topology.from_profile(make_profile(nodes=2, accelerators=4)), PlannerConfig())
+    kinds = {o.sharding_type for o in ShardingOptionEnumerator(estimator).enumerate(TableSpec("t", 1000, 128))}
+    assert kinds == set(ShardingType)
+    single = ShardEstimator(Topology.from_profile(make_profile(nodes=1, accelerators=1)), PlannerConfig())
+    kinds = {o.sharding_type for o in ShardingOptionEnumerator(single).enumerate(TableSpec("t", 1000, 64))}
+    assert kinds == {ShardingType.TABLE_WISE}
+
+
+# -- cost model -------------------------------------------------------------------------
+
+
+def _estimator(precision: CommPrecision, profile: Profile | None = None) -> ShardEstimator:
+    topology = Topology.from_profile(profile or make_profile(nodes=2, accelerators=4))
+    return ShardEstimator(topology, PlannerConfig(batch_size=1024, comm_precision=precision))
+
+
+def test_fp16_comm_halves_the_comm_of_fp32_and_fp8_quarters_it():
+    table = TableSpec("t", 10_000, 128, 3.0)
+    comm = {}
+    for precision in (CommPrecision.FP32, CommPrecision.FP16, CommPrecision.BF16, CommPrecision.FP8):
+        (load,) = _estimator(precision).shard_loads(table, ShardingType.TABLE_WISE, [(0, 10_000, 0, 128)])
+        comm[precision] = load.fwd_comm_s + load.bwd_comm_s
+        assert load.lookup_bytes == 1024 * 3.0 * 128 * 4  # lookups stay at the parameters' precision
+    assert comm[CommPrecision.FP16] == pytest.approx(comm[CommPrecision.FP32] / 2)
+    assert comm[CommPrecision.BF16] == comm[CommPrecision.FP16]
+    assert comm[CommPrecision.FP8] == pytest.approx(comm[CommPrecision.FP32] / 4)
+
+
+def test_cost_model_arithmetic():
+    estimator = _estimator(CommPrecision.FP32)
+    topo = estimator.topology
+    assert topo.world_size == 8 and topo.capacity == Storage(16 * GB, 64 * GB, 0)
+    table = TableSpec("t", 1000, 64, 2.0, optimizer_state_factor=1.0)
+    (load,) = estimator.shard_loads(table, ShardingType.TABLE_WISE, [(0, 1000, 0, 64)])
+    assert load.storage_bytes == 1000 * 64 * 4 * 2  # weights plus one state element each
+    perf = estimator.perf(load, Tier.HBM)
+    assert perf.fwd_compute == pytest.approx(1024 * 2 * 64 * 4 / 2e12)
+    assert perf.bwd_compute == pytest.approx(2 * perf.fwd_compute)
+    # all-to-all of 1024 x 64 fp32: 3/8 over NVLink (300 GB/s one way), 4/8 over the NIC (25 GB/s)
+    sent = 1024 * 64 * 4
+    assert load.fwd_comm_s == pytest.approx(sent * 3 / 8 / 3e11 + sent * 4 / 8 / 2.5e10)
+    assert estimator.perf(load, Tier.DDR).fwd_compute == pytest.approx(perf.fwd_compute * 2e12 / (2e11 / 4))
+    dp = estimator.shard_loads(table, ShardingType.DATA_PARALLEL, [(0, 1000, 0, 64)] * 8)
+    assert dp[0].fwd_comm_s == 0
+    assert dp[0].bwd_comm_s == pytest.approx(2 * 7 / 8 * 1000 * 64 * 4 / 2.5e10)  # ring all-reduce over the NIC
+
+
+def test_value_arithmetic():
+    a, b = Storage(1, 2, 3), Storage(10, 20, 30)
+    assert a + b == Storage(11, 22, 33) and b - a == Storage(9, 18, 27)
+    assert a.fits_in(b) and not b.fits_in(a) and (a + b).total == 66
+    assert (Perf(1, 2, 3, 4) + Perf(1, 1, 1, 1)).total == 14
+    with pytest.raises(PlannerError) as info:
+        TableSpec("bad", 0, 8)
+    assert info.value.planner_category is PlannerErrorType.BAD_INPUT
+
+
+# -- JSON, fingerprint, benchmark tables -------------------------------------------------
+
+
+def test_plan_json_validates_and_its_fingerprint_is_stable():
+    tables = tables_for_benchmark(load_benchmark("dlrm"))
+    assert len(tables) == 26 and {t.dim for t in tables} == {128}
+    first = plan_tables(tables, load_profile("zionex-8gpu"))
+    data = first.to_dict()
+    validate(data, "sharding_plan", what="plan")
+    assert json.loads(json.dumps(data)) == data
+    again = plan_tables(tables, load_profile("zionex-8gpu"))
+    assert again.to_dict()["fingerprint"] == data["fingerprint"] == first.fingerprint
+    other = plan_tables(tables, load_profile("zionex-8gpu"), PlannerConfig(comm_precision=CommPrecision.FP16))
+    assert other.fingerprint != first.fingerprint
+
+
+def test_12t_plan_json_validates(plan_12t):
+    plan, _ = plan_12t
+    data = plan.to_dict()
+    validate(data, "sharding_plan", what="12T plan")
+    assert data["summary"]["imbalance"] == plan.imbalance
+
+
+# -- CLI --------------------------------------------------------------------------------
+
+
+def test_cli_prints_ranks_imbalance_projection_and_fingerprint():
+    result = CliRunner().invoke(plan_command, ["--profile", "zionex-8gpu", "--benchmark", "dlrm"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "8 rank(s), batch 55296" in out  # the benchmark's global batch size
+    assert "imbalance (max/mean rank cost)" in out and "samples/s" in out and "fingerprint: sha256:" in out
+    assert sum(line.strip().startswith(str(r)) for r in range(8) for line in out.splitlines()[3:11]) >= 8
+
+
+def test_cli_json_is_the_plan():
+    args = ["--profile", "zionex-8gpu", "--benchmark", "dlrm", "--batch-size", "4096", "--comm-precision", "fp16",
+            "--json"]
+    result = CliRunner().invoke(plan_command, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    validate(data, "sharding_plan", what="plan")
+    assert data["batch_size"] == 4096 and data["comm_precision"] == "fp16"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--profile", "zionex-8gpu"],
+        ["--profile", "zionex-8gpu", "--benchmark", "dlrm", "--model", "dlrm-12t"],
+    ],
+)
+def test_cli_needs_exactly_one_of_benchmark_and_model(args):
+    result = CliRunner().invoke(plan_command, args)
+    assert isinstance(result.exception, HarnessError) and "exactly one" in str(result.exception)
+
+
+def test_cli_reports_the_planner_error_and_unknown_models():
+    result = CliRunner().invoke(plan_command, ["--profile", "h200-1gpu", "--model", "dlrm-12t"])
+    assert isinstance(result.exception, PlannerError)
+    assert result.exception.planner_category is PlannerErrorType.INSUFFICIENT_STORAGE
+    result = CliRunner().invoke(plan_command, ["--profile", "h200-1gpu", "--model", "nope"])
+    assert isinstance(result.exception, HarnessError) and result.exception.category is ErrorCategory.NOT_FOUND
+    result = CliRunner().invoke(plan_command, ["--profile", "zionex-8gpu", "--model", "dlrm-12t",
+                                               "--comm-precision", "fp64"])
+    assert result.exit_code == 2
