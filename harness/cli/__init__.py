@@ -24,12 +24,14 @@ def _register() -> None:
     from harness.cli import borrow as _borrow
     from harness.cli import leaderboard as _leaderboard
     from harness.cli import profiles as _profiles
+    from harness.cli import rcp as _rcp
     from harness.cli import run as _run
 
     cli.add_command(_profiles.profiles)
     cli.add_command(_run.run)
     cli.add_command(_leaderboard.leaderboard)
     cli.add_command(_borrow.borrow)
+    cli.add_command(_rcp.rcp)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -152,7 +152,7 @@ profile_strategy = st.builds(
     nodes=st.integers(1, 3),
     accelerators=st.integers(0, 4),
     hbm=st.integers(0, 2 * GB),
-    ddr=st.integers(0, 8 * GB),
+    ddr=st.one_of(st.integers(2**20, 64 * 2**20), st.integers(GB // 4, 24 * GB)),  # tight or roomy
     ssd=st.integers(0, 16 * GB),
 )
 

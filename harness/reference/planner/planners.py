@@ -102,7 +102,7 @@ class EmbeddingShardingPlanner:
         if len(set(names)) != len(names):
             raise PlannerError("embedding table names must be unique", PlannerErrorType.BAD_INPUT)
         if self.topology.capacity.total == 0:
-            raise self._insufficient(sum(self.estimator.table_bytes(t) for t in tables), "any memory tier")
+            raise self._insufficient(sum(self.estimator.table_bytes(t) for t in tables), f"the {len(tables)} tables")
 
     def _propose(self, tables: Sequence[TableSpec], options: list[list[ShardingOption]]) -> list[ShardingOption]:
         need = sum(min(o.storage_bytes for o in opts) for opts in options)
