@@ -10,7 +10,13 @@ import click
 from harness.errors import HarnessError
 from harness.hw_profiles import load_profile
 from harness.hw_profiles.profiles import format_bytes
-from harness.reference.planner import CommPrecision, Plan, PlannerConfig, TableSpec, plan_tables
+from harness.reference.planner import (
+    CommPrecision,
+    Plan,
+    PlannerConfig,
+    TableSpec,
+    plan_tables,
+)
 from harness.reference.planner.models import load_model, tables_for_benchmark
 from harness.reference.planner.types import TIERS
 
@@ -58,8 +64,8 @@ def render(result: Plan) -> str:
     for st in result.sharding_types:
         counts[st.value] = counts.get(st.value, 0) + 1
     lines = [
-        f"profile {result.profile}: {result.world_size} rank(s), batch {result.batch_size}, "
-        f"comm {result.comm_precision.value}, {len(result.tables)} tables",
+        (f"profile {result.profile}: {result.world_size} rank(s), batch {result.batch_size}, "
+        f"comm {result.comm_precision.value}, {len(result.tables)} tables"),
         "sharding: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
         f"{'RANK':>5}  {'HBM':>10}  {'DDR':>10}  {'SSD':>10}  {'COST (ms)':>10}",
     ]
@@ -74,8 +80,8 @@ def render(result: Plan) -> str:
             for t in TIERS
         ),
         f"imbalance (max/mean rank cost): {result.imbalance:.4f}",
-        f"projected step time: {result.step_time_s * 1e3:.3f} ms (embeddings only), "
-        f"{result.samples_per_s:,.0f} samples/s",
+        (f"projected step time: {result.step_time_s * 1e3:.3f} ms (embeddings only), "
+        f"{result.samples_per_s:,.0f} samples/s"),
         f"fingerprint: {result.fingerprint}",
     ]
     return "\n".join(lines)

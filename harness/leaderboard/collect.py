@@ -7,7 +7,8 @@ names start with a dot (the harness's staging) are not entered, nor are symlinks
 Per run set: the score and spread (:mod:`harness.rules.results`); the system description;
 the compliance verdict of MLPerf's own checker (``mlperf_logging``) for the official
 benchmarks under the round's ruleset, ``unchecked`` otherwise (the harness's own checker,
-``harness check``, is not built yet); RCPs are not checked yet. An entry is ranked only when
+``harness check``, is not built yet); the RCP verdict of :mod:`harness.rules.rcp` where the
+benchmark has RCPs (a failed RCP check unranks the entry). An entry is ranked only when
 it is compliant or unchecked, has the benchmark's required number of runs, has a score and
 was not emulated; every other entry is kept with its reasons.
 """
@@ -33,7 +34,7 @@ from harness.rules.specs import BenchmarkSpec, benchmark_names, load_benchmark
 
 _ROUND = re.compile(r"^v(\d+)\.(\d+)$")
 _MAX_DEPTH = 6
-RCP_NOT_CHECKED = "not checked"  # RCPs are not implemented yet (README)
+RCP_NOT_CHECKED = "not checked"
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,11 @@ def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | No
     else:
         verdict = "unchecked"
 
+    rcp_checked = spec is not None and spec.raw.get("rcp_checked", True)
+    rcp_verdict = rcp_verdict_of(ref.benchmark_dir, ruleset) if rcp_checked else RCP_NOT_CHECKED
+    if rcp_verdict.startswith("fail"):
+        reasons.append(f"RCP check failed: {rcp_verdict}")
+
     emulated = str(desc.get("hw_notes", "")).startswith("EMULATED") or "EMULATED" in str(desc.get("accelerator_model_name", ""))
     if emulated:
         reasons.append("emulated: the profile's hardware was not present; ranks ran as CPU processes")
@@ -189,7 +195,7 @@ def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | No
         "score_minutes": score,
         "score_interval_95": list(stats.bootstrap_95) if stats.bootstrap_95 else None,
         "coefficient_of_variation": stats.coefficient_of_variation,
-        "rcp_verdict": RCP_NOT_CHECKED,
+        "rcp_verdict": rcp_verdict,
         "compliance_verdict": verdict,
         "throughput_samples_per_s": sum(throughputs) / len(throughputs) if throughputs else None,
         "accelerator_minutes": score * count if score is not None and count > 0 else None,
@@ -197,6 +203,21 @@ def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | No
         "curves": [_curve(lg, target) for lg in logs],
     }
     return benchmark, entry, spec
+
+
+def rcp_verdict_of(run_set_dir: Path, ruleset: str | None) -> str:
+    """``pass``, ``fail: <why>``, ``missing RCP`` or ``not checked`` (no RCPs for the benchmark)."""
+    from harness.rules.rcp import Verdict, check_run_set
+
+    try:
+        check = check_run_set(run_set_dir, version=ruleset)
+    except HarnessError:
+        return RCP_NOT_CHECKED
+    if check.verdict is Verdict.PASS:
+        return "pass"
+    if check.verdict is Verdict.MISSING_RCP:
+        return "missing RCP"
+    return f"fail: {check.message}"
 
 
 def _profile_from_log(path: Path) -> str | None:

@@ -37,6 +37,9 @@ def test_real_mlperf_systems_are_ranked_with_their_expected_scores(shared_logs):
     dcn = next(g for g in board["benchmarks"] if g["benchmark"] == "dlrm_dcnv2")
     assert [e["rank"] for e in dcn["entries"]] == [1, 2, 3, 4, 5]
     assert dcn["target_auc"] == 0.80275
+    assert {e["rcp_verdict"] for e in dcn["entries"]} == {"pass"}  # as mlperf_logging's rcp_checker says
+    dlrm = next(g for g in board["benchmarks"] if g["benchmark"] == "dlrm")
+    assert {e["rcp_verdict"] for e in dlrm["entries"]} == {"not checked"}
 
 
 def test_baseline_gives_speedups(shared_logs):

@@ -311,3 +311,12 @@ def test_cli_reports_the_planner_error_and_unknown_models():
     result = CliRunner().invoke(plan_command, ["--profile", "zionex-8gpu", "--model", "dlrm-12t",
                                                "--comm-precision", "fp64"])
     assert result.exit_code == 2
+
+
+def test_shards_that_fit_in_total_but_not_packed_raise_a_partition_error():
+    profile = make_profile(nodes=1, accelerators=1, hbm=0, ddr=GB, ssd=GB)
+    tables = [TableSpec(f"t{i}", 600_000_000 // 256, 64) for i in range(3)]  # 0.6 GB each, 1.8 GB of 2 GB
+    with pytest.raises(PlannerError) as info:
+        plan_tables(tables, profile)
+    assert info.value.planner_category is PlannerErrorType.PARTITION
+    assert "no rank has room" in str(info.value) and "Possible solutions" in str(info.value)

@@ -1,7 +1,11 @@
 """Embedding sharding planner: enumerate -> estimate -> propose -> partition -> plan."""
 
 from harness.reference.planner.estimators import PlannerConfig, ShardEstimator, Topology
-from harness.reference.planner.planners import CheapestFitProposer, EmbeddingShardingPlanner, plan_tables
+from harness.reference.planner.planners import (
+    CheapestFitProposer,
+    EmbeddingShardingPlanner,
+    plan_tables,
+)
 from harness.reference.planner.types import (
     CommPrecision,
     Perf,
@@ -25,8 +29,8 @@ __all__ = [
     "PlannerConfig",
     "PlannerError",
     "PlannerErrorType",
-    "ShardEstimator",
     "Shard",
+    "ShardEstimator",
     "ShardingOption",
     "ShardingType",
     "Storage",

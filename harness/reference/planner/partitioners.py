@@ -10,7 +10,6 @@ the maximum rank cost.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from harness.reference.planner.estimators import ShardEstimator
@@ -52,10 +51,9 @@ class GreedyLptPartitioner:
     """Longest-processing-time-first greedy placement under per-rank tier capacities, then
     improving moves and swaps."""
 
-    def __init__(self, estimator: ShardEstimator, *, improve_seconds: float = 5.0, max_improvements: int = 20000):
+    def __init__(self, estimator: ShardEstimator, *, max_improvements: int = 2000):
         self.estimator = estimator
-        self.improve_seconds = improve_seconds
-        self.max_improvements = max_improvements
+        self.max_improvements = max_improvements  # a count, not a time limit: plans stay deterministic
 
     # -- the pipeline of this role ---------------------------------------------------------
 
@@ -187,9 +185,8 @@ class GreedyLptPartitioner:
     # -- improvement ------------------------------------------------------------------------
 
     def _improve(self) -> None:
-        deadline = time.monotonic() + self.improve_seconds
         for _ in range(self.max_improvements):
-            if time.monotonic() > deadline or not (self._move() or self._swap()):
+            if not (self._move() or self._swap()):
                 return
 
     def _move(self) -> bool:

@@ -12,12 +12,15 @@ from collections.abc import Sequence
 from harness.hw_profiles.profiles import Profile, format_bytes
 from harness.reference.planner.enumerators import ShardingOptionEnumerator
 from harness.reference.planner.estimators import PlannerConfig, ShardEstimator, Topology
-from harness.reference.planner.partitioners import GreedyLptPartitioner
+from harness.reference.planner.partitioners import GreedyLptPartitioner, Partition
 from harness.reference.planner.types import (
     TIERS,
+    Enumerator,
+    Partitioner,
     Plan,
     PlannerError,
     PlannerErrorType,
+    Proposer,
     ShardingOption,
     ShardingType,
     TableSpec,
@@ -65,20 +68,28 @@ class CheapestFitProposer:
 class EmbeddingShardingPlanner:
     """Plans the embedding tables of a model on a hardware profile."""
 
-    def __init__(self, profile: Profile, config: PlannerConfig | None = None):
+    def __init__(
+        self,
+        profile: Profile,
+        config: PlannerConfig | None = None,
+        *,
+        enumerator: Enumerator | None = None,
+        proposer: Proposer | None = None,
+        partitioner: Partitioner | None = None,
+    ):
         self.profile = profile
         self.config = config or PlannerConfig()
         self.topology = Topology.from_profile(profile)
         self.estimator = ShardEstimator(self.topology, self.config)
-        self.enumerator = ShardingOptionEnumerator(self.estimator)
-        self.proposer = CheapestFitProposer(self.estimator)
-        self.partitioner = GreedyLptPartitioner(self.estimator)
+        self.enumerator = enumerator or ShardingOptionEnumerator(self.estimator)
+        self.proposer = proposer or CheapestFitProposer(self.estimator)
+        self.partitioner = partitioner or GreedyLptPartitioner(self.estimator)
 
     def plan(self, tables: Sequence[TableSpec]) -> Plan:
         self._check(tables)
         options = [self.enumerator.enumerate(t) for t in tables]
         chosen = self._propose(tables, options)
-        partition = self.partitioner.partition(chosen)
+        partition = self._partition(chosen, options)
         return Plan(
             profile=self.profile.name,
             world_size=self.topology.world_size,
@@ -92,6 +103,16 @@ class EmbeddingShardingPlanner:
             rank_capacity=self.topology.capacity,
             config=self.config.to_dict(),
         )
+
+    def _partition(self, chosen: list[ShardingOption], options: list[list[ShardingOption]]) -> Partition:
+        """Partition the preferred options; when their shards cannot be packed, the smallest ones."""
+        try:
+            return self.partitioner.partition(chosen)
+        except PlannerError as err:
+            smallest = [self.proposer.smallest(o) for o in options]
+            if err.planner_category is not PlannerErrorType.PARTITION or smallest == chosen:
+                raise
+            return self.partitioner.partition(smallest)  # type: ignore[arg-type]
 
     def _check(self, tables: Sequence[TableSpec]) -> None:
         if not tables:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from harness.errors import ErrorCategory, HarnessError
 
@@ -326,3 +326,26 @@ class Plan:
                 "samples_per_s": samples if samples != float("inf") else None,
             },
         }
+
+
+# -- the roles of the pipeline (one module each: enumerators, planners' proposer, partitioners) --
+
+
+class Enumerator(Protocol):
+    """Every sharding option of one table."""
+
+    def enumerate(self, table: TableSpec) -> list[ShardingOption]: ...
+
+
+class Proposer(Protocol):
+    """One option per table: the preferred one, or the smallest when storage is tight."""
+
+    def propose(self, table: TableSpec, options: list[ShardingOption]) -> ShardingOption | None: ...
+
+    def smallest(self, options: list[ShardingOption]) -> ShardingOption | None: ...
+
+
+class Partitioner(Protocol):
+    """Places the chosen options' shards on ranks and tiers (returns a ``partitioners.Partition``)."""
+
+    def partition(self, options: list[ShardingOption]) -> Any: ...
