@@ -23,6 +23,7 @@ def cli() -> None:
 def _register() -> None:
     from harness.cli import borrow as _borrow
     from harness.cli import leaderboard as _leaderboard
+    from harness.cli import plan as _plan
     from harness.cli import profiles as _profiles
     from harness.cli import rcp as _rcp
     from harness.cli import run as _run
@@ -32,6 +33,7 @@ def _register() -> None:
     cli.add_command(_leaderboard.leaderboard)
     cli.add_command(_borrow.borrow)
     cli.add_command(_rcp.rcp)
+    cli.add_command(_plan.plan)
 
 
 def main(argv: list[str] | None = None) -> int:

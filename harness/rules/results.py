@@ -80,13 +80,17 @@ def read_run_log(path: Path) -> RunLog:
             elif key == "run_stop" and stop is None:
                 stop = float(record["time_ms"])
                 status = meta.get("status") if isinstance(meta, dict) else None
-            elif key == "eval_accuracy" and isinstance(value, (int, float)):
+            elif key == "eval_accuracy" and _is_number(value):
                 epoch = meta.get("epoch_num", meta.get("samples_count", 0)) if isinstance(meta, dict) else 0
-                evals.append((float(epoch or 0), float(value)))
-                eval_times.append(float(record.get("time_ms") or 0))
-            elif key == "tracked_stats" and isinstance(value, dict) and isinstance(value.get("throughput"), (int, float)):
+                evals.append((float(epoch) if _is_number(epoch) else 0.0, float(value)))
+                eval_times.append(float(record["time_ms"]) if _is_number(record.get("time_ms")) else 0.0)
+            elif key == "tracked_stats" and isinstance(value, dict) and _is_number(value.get("throughput")):
                 throughput = float(value["throughput"])
     return RunLog(path, benchmark, start, stop, status, tuple(evals), throughput, tuple(eval_times))
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _record(path: Path, lineno: int, text: str) -> dict[str, Any]:
@@ -96,7 +100,7 @@ def _record(path: Path, lineno: int, text: str) -> dict[str, Any]:
         raise HarnessError(f"{path}:{lineno}: malformed MLLOG record: {err.msg}") from None
     if not isinstance(record, dict) or not isinstance(record.get("key"), str):
         raise HarnessError(f"{path}:{lineno}: MLLOG record is not an object with a string key")
-    if record.get("key") in ("run_start", "run_stop") and not isinstance(record.get("time_ms"), (int, float)):
+    if record.get("key") in ("run_start", "run_stop") and not _is_number(record.get("time_ms")):
         raise HarnessError(f"{path}:{lineno}: {record['key']} has no numeric time_ms")
     return record
 
