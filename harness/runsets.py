@@ -42,7 +42,7 @@ from harness.reference.trainer import RunConfig
 from harness.rules.fingerprint import fingerprint
 from harness.rules.results import RunSetStats, read_run_log, run_set_stats
 from harness.rules.scoring import RunTime, Score
-from harness.rules.seeds import Seed, seeds_for_runs
+from harness.rules.seeds import Seed, SeedSource, seeds_for_runs
 from harness.rules.specs import BenchmarkSpec, load_benchmark
 from harness.submitters import borrowing_provenance, effective_hyperparameters
 
@@ -430,18 +430,10 @@ def score_results(plan: RunSetPlan, manifest: dict[str, Any]) -> RunSetOutcome:
     logs = [read_run_log(plan.result_path(index)) for index in range(plan.runs)]
     for index, log in enumerate(logs):
         info = manifest["runs"].get(str(index), {})
-        seed = Seed(int(info.get("seed", -1)), _seed_source(info.get("seed_source", "os_random")))
+        seed = Seed(int(info.get("seed", -1)), SeedSource(info.get("seed_source", SeedSource.OS.value)))
         run_time = log.run_time(plan.spec.target_auc)
         final = log.eval_accuracies[-1][1] if log.eval_accuracies else None
         outcome.runs.append(RunOutcome(index, seed, log.path, run_time.minutes, run_time.converged, final))
     outcome.stats = run_set_stats(logs, target=plan.spec.target_auc, max_dropped=plan.spec.max_non_converged_runs)
     outcome.score, outcome.score_error = outcome.stats.score, outcome.stats.score_error
     return outcome
-
-
-def _seed_source(value: str):
-    from harness.rules.seeds import SeedSource
-
-    return SeedSource(value)
-
-

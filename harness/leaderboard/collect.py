@@ -171,9 +171,8 @@ def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | No
     score = stats.score.minutes if stats.score else None
     host = f"{_int(desc.get('host_processors_per_node', 0))} x {desc.get('host_processor_model_name', 'unknown')}"
     throughputs = [log.throughput for log in logs if log.throughput is not None]
-    profile = None
-    for p in paths[:1]:
-        profile = _profile_from_log(p)
+    logged_profile = logs[0].values.get("harness_profile") if logs else None
+    profile = str(logged_profile) if logged_profile else None
     entry = {
         "rank": None,
         "ranked": not reasons,
@@ -218,18 +217,6 @@ def rcp_verdict_of(run_set_dir: Path, ruleset: str | None) -> str:
     if check.verdict is Verdict.MISSING_RCP:
         return "missing RCP"
     return f"fail: {check.message}"
-
-
-def _profile_from_log(path: Path) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if '"harness_profile"' in line and ":::MLLOG " in line:
-                    value = json.loads(line.split(":::MLLOG ", 1)[1]).get("value")
-                    return str(value) if value else None
-    except (OSError, ValueError):
-        return None
-    return None
 
 
 def _curve(log, target: float | None) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,22 +99,35 @@ def _root_dir() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
+def mllog_payloads(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, text after the prefix)`` of each MLLOG line of a log file.
+
+    Lines without the prefix (other output) are skipped; the prefix may follow a rank
+    marker (``0: :::MLLOG {...}``). An unreadable file is one HarnessError.
+    """
+    try:
+        f = open(path, encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise HarnessError(f"{path}: cannot read ({err.strerror})", ErrorCategory.BAD_INPUT) from None
+    with f:
+        for lineno, line in enumerate(f, start=1):
+            at = line.find(PREFIX)
+            if at >= 0:
+                yield lineno, line[at + len(PREFIX) :]
+
+
 def parse_records(path: Path) -> list[dict[str, Any]]:
     """The MLLOG records of a log file, in order (lines without the prefix are skipped).
 
     A line with the prefix whose JSON is malformed raises HarnessError naming file and line.
     """
     records = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, start=1):
-            at = line.find(PREFIX)
-            if at < 0:
-                continue
-            try:
-                record = json.loads(line[at + len(PREFIX) :])
-            except json.JSONDecodeError as err:
-                raise HarnessError(f"{path}:{lineno}: malformed MLLOG line: {err.msg}") from None
-            if not isinstance(record, dict) or "key" not in record:
-                raise HarnessError(f"{path}:{lineno}: MLLOG record is not an object with a key")
-            records.append(record)
+    for lineno, text in mllog_payloads(path):
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise HarnessError(f"{path}:{lineno}: malformed MLLOG line: {err.msg}") from None
+        if not isinstance(record, dict) or "key" not in record:
+            raise HarnessError(f"{path}:{lineno}: MLLOG record is not an object with a key")
+        records.append(record)
     return records

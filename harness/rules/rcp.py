@@ -31,7 +31,7 @@ import numpy as np
 import scipy.stats
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.rules.results import PREFIX, RESULT_GLOB, RunLog, read_run_log
+from harness.rules.results import RESULT_GLOB, RunLog, read_run_log
 
 ALPHA = 0.05
 TOLERANCE = 0.0001  # the binary search for the minimum acceptable mean stops at this width
@@ -289,23 +289,6 @@ def rcp_file(benchmark: str, *, version: str | None = None) -> Any:
 # --- reading runs -------------------------------------------------------------------------
 
 
-def _log_values(path: Path) -> dict[str, Any]:
-    """The last value of each MLLOG key in a log (as the checker, which keeps overwriting)."""
-    values: dict[str, Any] = {}
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            at = line.find(PREFIX)
-            if at < 0:
-                continue
-            try:
-                record = json.loads(line[at + len(PREFIX):])
-            except json.JSONDecodeError:
-                continue  # read_run_log has already rejected a malformed record
-            if isinstance(record, dict) and isinstance(record.get("key"), str):
-                values[record["key"]] = record.get("value")
-    return values
-
-
 def reference_epochs(run: RunLog, target: float) -> float | None:
     """Epoch of the first evaluation reaching ``target`` (rounded as the checker rounds), or None."""
     for epoch, value in run.eval_accuracies:
@@ -357,7 +340,7 @@ def generate_rcp(benchmark: str, logs_dir: Path, *, target: float | None = None)
     target = load_benchmark(benchmark).target_auc if target is None else target
     paths = _run_paths(logs_dir)
     runs = [read_run_log(p) for p in paths]
-    values = [_log_values(p) for p in paths]
+    values = [r.values for r in runs]
     logged = {r.benchmark for r in runs}
     if logged != {benchmark}:
         raise HarnessError(f"{logs_dir}: the logs are of {sorted(map(str, logged))}, not {benchmark!r}")
@@ -398,7 +381,7 @@ def check_run_set(run_dir: Path, *, rcps: list[Rcp] | None = None, version: str 
 
     paths = _run_paths(run_dir)
     runs = [read_run_log(p) for p in paths]
-    values = [_log_values(p) for p in paths]
+    values = [r.values for r in runs]
     benchmark = str(_one_value(paths, [{"b": r.benchmark} for r in runs], "b"))
     bs = int(_one_value(paths, values, "global_batch_size"))
     try:

@@ -16,14 +16,15 @@ import json
 import math
 import random
 import statistics
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.reference.mlperf_log import mllog_payloads
 from harness.rules.scoring import RunTime, Score, olympic_score
 
-PREFIX = ":::MLLOG "
 RESULT_GLOB = "result_*.txt"
 
 
@@ -39,6 +40,7 @@ class RunLog:
     eval_accuracies: tuple[tuple[float, float], ...]  # (epoch_num, value)
     throughput: float | None
     eval_times_ms: tuple[float, ...] = ()  # time_ms of each eval_accuracy record
+    values: Mapping[str, Any] = field(default_factory=dict, hash=False)  # last value of each key, as the checker keeps them
 
     @property
     def eval_points(self) -> list[tuple[float, float, float]]:
@@ -62,31 +64,25 @@ def read_run_log(path: Path) -> RunLog:
     benchmark = start = stop = status = throughput = None
     evals: list[tuple[float, float]] = []
     eval_times: list[float] = []
-    try:
-        f = open(path, encoding="utf-8", errors="replace")
-    except OSError as err:
-        raise HarnessError(f"{path}: cannot read ({err.strerror})", ErrorCategory.BAD_INPUT) from None
-    with f:
-        for lineno, line in enumerate(f, start=1):
-            at = line.find(PREFIX)
-            if at < 0:
-                continue
-            record = _record(path, lineno, line[at + len(PREFIX) :])
-            key, value, meta = record.get("key"), record.get("value"), record.get("metadata") or {}
-            if key == "submission_benchmark":
-                benchmark = str(value)
-            elif key == "run_start" and start is None:
-                start = float(record["time_ms"])
-            elif key == "run_stop" and stop is None:
-                stop = float(record["time_ms"])
-                status = meta.get("status") if isinstance(meta, dict) else None
-            elif key == "eval_accuracy" and _is_number(value):
-                epoch = meta.get("epoch_num", meta.get("samples_count", 0)) if isinstance(meta, dict) else 0
-                evals.append((float(epoch) if _is_number(epoch) else 0.0, float(value)))
-                eval_times.append(float(record["time_ms"]) if _is_number(record.get("time_ms")) else 0.0)
-            elif key == "tracked_stats" and isinstance(value, dict) and _is_number(value.get("throughput")):
-                throughput = float(value["throughput"])
-    return RunLog(path, benchmark, start, stop, status, tuple(evals), throughput, tuple(eval_times))
+    values: dict[str, Any] = {}
+    for lineno, text in mllog_payloads(path):
+        record = _record(path, lineno, text)
+        key, value, meta = record.get("key"), record.get("value"), record.get("metadata") or {}
+        values[key] = value
+        if key == "submission_benchmark":
+            benchmark = str(value)
+        elif key == "run_start" and start is None:
+            start = float(record["time_ms"])
+        elif key == "run_stop" and stop is None:
+            stop = float(record["time_ms"])
+            status = meta.get("status") if isinstance(meta, dict) else None
+        elif key == "eval_accuracy" and _is_number(value):
+            epoch = meta.get("epoch_num", meta.get("samples_count", 0)) if isinstance(meta, dict) else 0
+            evals.append((float(epoch) if _is_number(epoch) else 0.0, float(value)))
+            eval_times.append(float(record["time_ms"]) if _is_number(record.get("time_ms")) else 0.0)
+        elif key == "tracked_stats" and isinstance(value, dict) and _is_number(value.get("throughput")):
+            throughput = float(value["throughput"])
+    return RunLog(path, benchmark, start, stop, status, tuple(evals), throughput, tuple(eval_times), values)
 
 
 def _is_number(value: Any) -> bool:
