@@ -1,0 +1,363 @@
+"""The rules engine: versioned rule files (data, a closed vocabulary) applied to one MLLOG log.
+
+A rule set is a directory ``compliance/rulesets/<name>/`` (``training_6.0.0``,
+``harness_1.0.0``...) of rule files chained as MLPerf chains its YAML: ``common`` names, through
+the first ``submission_division`` record, ``<division>_common``, which names, through
+``submission_benchmark``, ``<division>_<benchmark>``. A rule file may ``inherit`` another
+(``training_5.1.0/common``) and replace or remove keys, so each round states only what it
+changed.
+
+Every check is data from a closed vocabulary (see ``compliance/schemas/ruleset.schema.json``);
+nothing is evaluated as code. The semantics follow ``mlperf_logging``'s checker so that the
+verdicts agree on every real log:
+
+- a key's checks run on each of its records in line order (on the first only, for
+  ``first_only`` keys such as ``submission_*``);
+- ``after``/``not_after`` refer to records on earlier lines;
+- when a later file in the chain defines a key again, the earlier files' findings about that
+  key are dropped (the more specific rule wins), but findings not tied to a key (an
+  ``at_least_one`` value no record reached, alternatives, ``end`` checks, parse errors) stay;
+- an ``exactly_one`` key repeated with the same value is a warning, as MLPerf's checker has it,
+  unless the rule says ``repeat: fail`` (the clock keys ``run_start`` and ``run_stop``: two
+  of them make the timed region ambiguous, which MLPerf's checker lets through).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import Counter
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from compliance.findings import Finding, Severity
+from compliance.logread import ParsedLog, Record, parse_log
+from compliance.schemas import schema_errors
+from harness.errors import ErrorCategory, HarnessError
+
+RULESETS = resources.files("compliance").joinpath("rulesets")
+ROOT_LEVEL = "common"
+
+
+def ruleset_names() -> list[str]:
+    return sorted(p.name for p in RULESETS.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+
+
+def _rules_path(ruleset: str, level: str):
+    return RULESETS.joinpath(ruleset).joinpath(f"{level}.yaml")
+
+
+@functools.cache
+def load_rule_file(ruleset: str, level: str) -> dict[str, Any] | None:
+    """The resolved rule file ``<ruleset>/<level>`` (inheritance applied), None when absent."""
+    if "/" in ruleset or "/" in level or ruleset.startswith(".") or level.startswith("."):
+        return None
+    path = _rules_path(ruleset, level)
+    if not path.is_file():
+        return None
+    raw = yaml.safe_load(path.read_text())
+    errors = schema_errors(raw, "ruleset")
+    if errors:
+        raise HarnessError(f"rule file {ruleset}/{level}.yaml is invalid: {errors[0]}", ErrorCategory.BAD_INPUT)
+    keys: dict[str, Any] = {}
+    end: list[Any] = []
+    run_set: dict[str, Any] | None = None
+    if "inherit" in raw:
+        parent_set, _, parent_level = raw["inherit"].partition("/")
+        parent = load_rule_file(parent_set, parent_level)
+        if parent is None:
+            raise HarnessError(f"rule file {ruleset}/{level}.yaml inherits {raw['inherit']}, which does not exist")
+        keys, end, run_set = dict(parent["keys"]), list(parent["end"]), parent["run_set"]
+    for name in raw.get("remove_keys", []):
+        keys.pop(name, None)
+    keys.update(raw.get("keys", {}))
+    if "end" in raw:
+        end = raw["end"]
+    if "run_set" in raw:
+        run_set = raw["run_set"]
+    return {"keys": keys, "end": end, "run_set": run_set}
+
+
+# ---- value predicates -------------------------------------------------------------------------
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def predicate_failure(pred: dict[str, Any], v: Any) -> str | None:
+    """Why ``v`` fails predicate ``pred`` (None when it holds). Equality is Python's, as MLPerf's."""
+    for op, arg in pred.items():
+        if op == "equals":
+            if not _safe_eq(v, arg):
+                return f"is {_show(v)}, must equal {_show(arg)}"
+        elif op == "not_equals":
+            if _safe_eq(v, arg):
+                return f"must not be {_show(arg)}"
+        elif op == "one_of":
+            if not any(_safe_eq(v, a) for a in arg):
+                return f"is {_show(v)}, must be one of {', '.join(_show(a) for a in arg)}"
+        elif op in ("min", "max", "above", "below"):
+            if not _number(v) or math.isnan(v):
+                return f"is {_show(v)}, must be a number"
+            bad = {"min": v < arg, "max": v > arg, "above": v <= arg, "below": v >= arg}[op]
+            if bad:
+                word = {"min": "at least", "max": "at most", "above": "above", "below": "below"}[op]
+                return f"is {_show(v)}, must be {word} {_show(arg)}"
+        elif op == "integral":
+            if not _number(v) or not math.isfinite(v) or abs(round(v) - v) >= 1e-5:
+                return f"is {_show(v)}, must be an integer"
+        elif op == "type":
+            ok = {
+                "number": _number(v),
+                "integer": _number(v) and float(v).is_integer(),
+                "string": isinstance(v, str),
+                "boolean": isinstance(v, bool),
+                "object": isinstance(v, dict),
+            }[arg]
+            if not ok:
+                return f"is {_show(v)}, must be of type {arg}"
+        else:  # the schema admits no other operator
+            raise AssertionError(op)
+    return None
+
+
+def _safe_eq(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001 - exotic values (deeply nested) compare unequal
+        return False
+
+
+def _show(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ---- one log ----------------------------------------------------------------------------------
+
+@dataclass
+class LogCheck:
+    """The verdict on one log under one rule set."""
+
+    path: Path
+    ruleset: str
+    findings: list[Finding]
+    levels: list[str]  # the rule files applied, in order
+    log: ParsedLog
+
+    @property
+    def passed(self) -> bool:
+        return not any(f.is_error for f in self.findings)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.is_error]
+
+
+class _Level:
+    """Applies one rule file to the records; collects its findings and the files it chains to."""
+
+    def __init__(self, ruleset: str, level: str, rules: dict[str, Any], log: ParsedLog):
+        self.id = f"{ruleset}/{level}"
+        self.rules = rules
+        self.log = log
+        self.findings: list[Finding] = []
+        self.chained: list[str] = []
+
+    def _finding(self, rule: str, message: str, *, line: int | None = None, key: str | None = None,
+                 severity: Severity = Severity.ERROR) -> None:
+        self.findings.append(Finding(f"{self.id}:{rule}", severity, message, self.log.path, line, key))
+
+    def run(self) -> None:
+        keys = self.rules["keys"]
+        records = self.log.records
+        seen_before: set[str] = set()
+        first_of: dict[str, Record] = {}
+        earliest_time: dict[str, float] = {}
+        checked_first: set[str] = set()
+        reported: dict[str, list[Any]] = {k: [] for k in keys}
+        satisfied: Counter[str] = Counter()
+        collected: dict[str, list[Any]] = {}
+        for rec in records:
+            rule = keys.get(rec.key)
+            if rule is not None:
+                reported[rec.key].append(rec.value)
+                if not (rule.get("first_only") and rec.key in checked_first):
+                    checked_first.add(rec.key)
+                    for check in rule.get("checks", []):
+                        self._apply(check, rec, seen_before, first_of, earliest_time)
+                    if "chain" in rule:
+                        self._chain(rule["chain"], rec)
+                if "at_least_one" in rule and predicate_failure(rule["at_least_one"], rec.value) is None:
+                    satisfied[rec.key] += 1
+                if "collect" in rule and isinstance(rec.metadata, dict) and rule["collect"] in rec.metadata:
+                    collected.setdefault(rec.key, []).append(rec.metadata[rule["collect"]])
+            seen_before.add(rec.key)
+            first_of.setdefault(rec.key, rec)
+            if rec.key not in earliest_time or rec.time_ms < earliest_time[rec.key]:
+                earliest_time[rec.key] = rec.time_ms
+        self._occurrences(keys, reported)
+        for name, rule in keys.items():
+            if "at_least_one" in rule and reported[name] and not satisfied[name]:
+                cond = ", ".join(f"{op} {_show(a)}" for op, a in rule["at_least_one"].items())
+                self._finding(f"{name}.at_least_one", f"no {name} record has a value with {cond}")
+        for check in self.rules["end"]:
+            spec = check["collected"]
+            got = sorted(map(str, collected.get(spec["key"], [])))
+            want = sorted(map(str, spec["equals"]))
+            if got != want:
+                self._finding(f"{spec['key']}.collected",
+                              f"{spec['key']} records name {got or 'nothing'} by {keys[spec['key']]['collect']}; "
+                              f"the rules require exactly {want}")
+
+    def _occurrences(self, keys: dict[str, Any], reported: dict[str, list[Any]]) -> None:
+        counts = Counter(r.key for r in self.log.records)
+        alternatives: set[frozenset[str]] = set()
+        for name, rule in keys.items():
+            occurs = rule.get("occurs", "optional")
+            values = reported[name]
+            n = len(values)
+            if occurs == "exactly_one" and n != 1:
+                same = n > 1 and all(_safe_eq(v, values[0]) for v in values)
+                if same and rule.get("repeat", "warn") == "warn":
+                    self._finding(f"{name}.occurs", f"{name} appears {n} times (with the same value); exactly one expected",
+                                  key=name, severity=Severity.WARNING)
+                else:
+                    detail = " with different values" if n > 1 and not same else ""
+                    self._finding(f"{name}.occurs", f"{name} appears {n} times{detail}; exactly one required", key=name)
+            elif occurs == "at_least_one" and n < 1:
+                self._finding(f"{name}.occurs", f"{name} is missing; at least one required", key=name)
+            elif isinstance(occurs, dict) and "at_least" in occurs and n < occurs["at_least"]:
+                self._finding(f"{name}.occurs", f"{name} appears {n} times; at least {occurs['at_least']} required", key=name)
+            elif isinstance(occurs, dict) and "at_least_one_of" in occurs:
+                alternatives.add(frozenset([name, *occurs["at_least_one_of"]]))
+        for alts in sorted(alternatives, key=sorted):
+            if not any(counts[k] for k in alts):
+                names = " or ".join(sorted(alts))
+                self._finding(f"{'|'.join(sorted(alts))}.occurs", f"none of {names} appears; at least one required")
+
+    def _chain(self, template: str, rec: Record) -> None:
+        value = rec.value
+        if not isinstance(value, str) or not value or not value.replace("_", "").replace(".", "").isalnum() \
+                or ".." in value:
+            self._finding(f"{rec.key}.chain", f"{rec.key} {_show(value)} names no rule file", line=rec.lineno)
+            return
+        self.chained.append(template.replace("{value}", value))
+
+    def _apply(self, check: dict[str, Any], rec: Record, seen_before: set[str], first_of: dict[str, Record],
+               earliest_time: dict[str, float]) -> None:
+        (kind, arg), = check.items()
+        key = rec.key
+        rid = f"{key}.{kind}"
+        md = rec.metadata
+
+        def fail(message: str) -> None:
+            self._finding(rid, f"{key} {message}", line=rec.lineno, key=key)
+
+        if kind == "value":
+            why = predicate_failure(arg, rec.value)
+            if why:
+                fail(f"value {why}")
+        elif kind in ("metadata_has", "metadata_has_any", "metadata_values", "metadata_requires"):
+            if not isinstance(md, dict):
+                fail(f"metadata is {_show(md)}, not an object")
+            elif kind == "metadata_has":
+                missing = [f for f in arg if f not in md]
+                if missing:
+                    fail(f"metadata lacks {', '.join(missing)}")
+            elif kind == "metadata_has_any":
+                if not any(f in md for f in arg):
+                    fail(f"metadata has none of {', '.join(arg)}")
+            elif kind == "metadata_values":
+                for fieldname, pred in arg.items():
+                    if fieldname in md:
+                        why = predicate_failure(pred, md[fieldname])
+                        if why:
+                            fail(f"metadata {fieldname} {why}")
+            else:
+                for fieldname, needed in arg.items():
+                    if fieldname in md:
+                        missing = [f for f in needed if f not in md]
+                        if missing:
+                            fail(f"metadata has {fieldname} but lacks {', '.join(missing)}")
+        elif kind == "after":
+            if arg not in seen_before:
+                fail(f"comes before any {arg}")
+        elif kind == "not_after":
+            if arg in seen_before:
+                fail(f"comes after {arg}")
+        elif kind == "not_before_time":
+            other = first_of.get(arg)
+            if other is not None and rec.time_ms < other.time_ms:
+                fail(f"time_ms {rec.time_ms:.0f} is before {arg}'s {other.time_ms:.0f}")
+        elif kind == "within":
+            since = earliest_time.get(arg["since_earliest"])
+            minutes = self._limit_minutes(arg, first_of)
+            if since is not None and not rec.time_ms - since < minutes * 60_000:
+                fail(f"comes {(rec.time_ms - since) / 60_000:.2f} min after the first {arg['since_earliest']}; "
+                     f"the limit is {minutes:g} min")
+        else:  # the schema admits no other check
+            raise AssertionError(kind)
+
+    @staticmethod
+    def _limit_minutes(arg: dict[str, Any], first_of: dict[str, Record]) -> float:
+        m = arg["minutes"]
+        if _number(m):
+            return float(m)
+        declared = first_of.get(m["by"])
+        if declared is None:
+            return float(m["undeclared"])
+        return float(m["values"].get(declared.value, m["otherwise"])) if isinstance(declared.value, str) \
+            else float(m["otherwise"])
+
+
+def check_parsed(log: ParsedLog, ruleset: str) -> LogCheck:
+    """Apply rule set ``ruleset`` to a parsed log: common, then the files it chains to."""
+    if load_rule_file(ruleset, ROOT_LEVEL) is None:
+        raise HarnessError(f"no rule set named {ruleset!r} (known: {', '.join(ruleset_names())})",
+                           ErrorCategory.NOT_FOUND)
+    findings: list[Finding] = []
+    if log.unreadable:
+        findings.append(Finding(f"{ruleset}/read", Severity.ERROR, f"cannot read the log: {log.unreadable}", log.path))
+        return LogCheck(log.path, ruleset, findings, [], log)
+    for p in log.problems:
+        findings.append(Finding(f"{ruleset}/parse", Severity.ERROR, f"malformed MLLOG line: {p.message}", log.path, p.lineno))
+    if not log.records:
+        findings.append(Finding(f"{ruleset}/parse", Severity.ERROR, "no MLLOG lines in the file", log.path))
+    queue, done = [ROOT_LEVEL], []
+    while queue:
+        level = queue.pop(0)
+        if level in done:
+            continue
+        rules = load_rule_file(ruleset, level)
+        if rules is None:
+            findings.append(Finding(f"{ruleset}/chain", Severity.ERROR,
+                                    f"rule set {ruleset} has no rule file {level!r} (an unknown division or benchmark)",
+                                    log.path))
+            continue
+        done.append(level)
+        defined = set(rules["keys"])
+        findings = [f for f in findings if f.key is None or f.key not in defined]
+        lvl = _Level(ruleset, level, rules, log)
+        lvl.run()
+        findings.extend(lvl.findings)
+        queue.extend(lvl.chained)
+    return LogCheck(log.path, ruleset, findings, done, log)
+
+
+def check_log(path: Path, ruleset: str) -> LogCheck:
+    """Parse and check one log file. Never raises for any content of the file."""
+    return check_parsed(parse_log(Path(path)), ruleset)
+
+
+def run_set_rules(ruleset: str, levels: list[str]) -> dict[str, Any] | None:
+    """The ``run_set`` rules of the most specific rule file applied that has them."""
+    for level in reversed(levels):
+        rules = load_rule_file(ruleset, level)
+        if rules is not None and rules["run_set"] is not None:
+            return rules["run_set"]
+    return None

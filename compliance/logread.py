@@ -1,0 +1,159 @@
+"""Reading MLLOG lines out of any file, however broken, the way MLPerf's checker tokenises them.
+
+MLPerf's parser (``mlperf_logging.compliance_checker.mlp_parser``) reads a log as latin-1
+text with universal newlines, keeps the lines that contain ``:::MLLOG ``, drops everything
+up to the *last* occurrence of that token (so rank prefixes such as ``0: `` vanish) and
+strips whitespace. This module does the same, with three differences that make it safe on
+hostile input: it reads bytes in bounded chunks, so a 2 GB line costs no more memory than
+:data:`MAX_LINE_BYTES`; a line longer than that is reported, not parsed; and line numbers
+are the file's own (1-based), not the index among MLLOG lines.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TOKEN = b":::MLLOG "
+MAX_LINE_BYTES = 1 << 20  # 1 MiB: real MLLOG lines are well under 10 kB
+_CHUNK = 1 << 20
+_NEWLINE = re.compile(rb"\r\n|\r|\n")
+
+
+@dataclass(frozen=True)
+class RawLine:
+    lineno: int
+    data: bytes  # without its line ending; empty when the line was too long
+    too_long: bool = False
+    has_token: bool = False  # for a too-long line: whether it contained the MLLOG token
+
+
+def iter_lines(path: Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[RawLine]:
+    """The lines of a file as bytes, split on ``\\n``, ``\\r\\n`` and ``\\r`` as Python's text mode does.
+
+    Raises OSError (the caller reports it); never holds more than ``max_line_bytes`` of one line.
+    """
+    keep = len(TOKEN) - 1
+    with open(path, "rb") as f:
+        lineno = 1
+        pending = b""  # the line so far, or (once it overflowed) its last few bytes
+        overflow = False
+        token_seen = False
+        pending_cr = False
+        while True:
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                break
+            if pending_cr:
+                # a "\r" ended the previous chunk: a "\n" opening this one belongs to it
+                pending_cr = False
+                if chunk.startswith(b"\n"):
+                    chunk = chunk[1:]
+            start = 0
+            for m in _NEWLINE.finditer(chunk):
+                if m.group() == b"\r" and m.end() == len(chunk):
+                    pending_cr = True
+                piece = chunk[start : m.start()]
+                if not overflow and len(pending) + len(piece) <= max_line_bytes:
+                    yield RawLine(lineno, pending + piece)
+                else:
+                    yield RawLine(lineno, b"", too_long=True, has_token=token_seen or TOKEN in pending + piece)
+                lineno += 1
+                pending, overflow, token_seen = b"", False, False
+                start = m.end()
+            rest = chunk[start:]
+            if not overflow and len(pending) + len(rest) > max_line_bytes:
+                overflow = True
+            if overflow:
+                joined = pending + rest
+                token_seen = token_seen or TOKEN in joined
+                pending = joined[-keep:]
+            else:
+                pending += rest
+        if overflow:
+            yield RawLine(lineno, b"", too_long=True, has_token=token_seen)
+        elif pending:
+            yield RawLine(lineno, pending)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One parsed MLLOG record."""
+
+    lineno: int
+    time_ms: float
+    key: str
+    value: Any
+    metadata: Any
+    raw: dict[str, Any] = field(hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class ParseProblem:
+    lineno: int
+    message: str
+
+
+def mllog_text(line: RawLine) -> str | None:
+    """The JSON text of an MLLOG line (after the last token), or None when it is not one."""
+    at = line.data.rfind(TOKEN)
+    if at < 0:
+        return None
+    return line.data[at + len(TOKEN) :].decode("latin-1").strip()
+
+
+def parse_record(lineno: int, text: str) -> Record | ParseProblem:
+    """A record, or why the line is not one. Never raises."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as err:
+        return ParseProblem(lineno, f"not JSON ({getattr(err, 'msg', type(err).__name__)})")
+    if not isinstance(obj, dict):
+        return ParseProblem(lineno, f"an MLLOG record must be a JSON object, not {type(obj).__name__}")
+    missing = [k for k in ("key", "time_ms", "value", "metadata") if k not in obj]
+    if missing:
+        return ParseProblem(lineno, f"MLLOG record lacks {', '.join(missing)}")
+    if not isinstance(obj["key"], str):
+        return ParseProblem(lineno, "MLLOG record's key is not a string")
+    time_ms = obj["time_ms"]
+    if isinstance(time_ms, bool) or not isinstance(time_ms, (int, float, str)):
+        return ParseProblem(lineno, "MLLOG record's time_ms is not a number")
+    try:
+        t = float(time_ms)
+    except (ValueError, OverflowError):
+        return ParseProblem(lineno, f"MLLOG record's time_ms {str(time_ms)[:40]!r} is not a number")
+    return Record(lineno, t, obj["key"], obj["value"], obj["metadata"], obj)
+
+
+@dataclass
+class ParsedLog:
+    path: Path
+    records: list[Record]
+    problems: list[ParseProblem]
+    unreadable: str | None = None  # why the file could not be read at all
+
+
+def parse_log(path: Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> ParsedLog:
+    """Every MLLOG record of a file, and every line that looked like one but is not. Never raises."""
+    records: list[Record] = []
+    problems: list[ParseProblem] = []
+    try:
+        for line in iter_lines(path, max_line_bytes=max_line_bytes):
+            if line.too_long:
+                if line.has_token:
+                    problems.append(ParseProblem(line.lineno, f"MLLOG line longer than {max_line_bytes} bytes, not read"))
+                continue
+            text = mllog_text(line)
+            if text is None:
+                continue
+            parsed = parse_record(line.lineno, text)
+            (records if isinstance(parsed, Record) else problems).append(parsed)
+    except OSError as err:
+        return ParsedLog(path, records, problems, unreadable=err.strerror or type(err).__name__)
+    except MemoryError:
+        return ParsedLog(path, records, problems, unreadable="out of memory")
+    return ParsedLog(path, records, problems)
