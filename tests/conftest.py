@@ -17,7 +17,7 @@ def find_shared_logs() -> Path | None:
 SHARED_LOGS = find_shared_logs()
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def shared_logs() -> Path:
     if SHARED_LOGS is None:
         pytest.skip("the real MLPerf logs (../shared/mlperf-logs) are not beside this checkout")
