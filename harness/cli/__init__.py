@@ -22,6 +22,7 @@ def cli() -> None:
 
 def _register() -> None:
     from harness.cli import borrow as _borrow
+    from harness.cli import check as _check
     from harness.cli import leaderboard as _leaderboard
     from harness.cli import plan as _plan
     from harness.cli import profiles as _profiles
@@ -34,6 +35,7 @@ def _register() -> None:
     cli.add_command(_borrow.borrow)
     cli.add_command(_rcp.rcp)
     cli.add_command(_plan.plan)
+    cli.add_command(_check.check)
 
 
 def main(argv: list[str] | None = None) -> int:

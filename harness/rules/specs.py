@@ -33,6 +33,11 @@ class BenchmarkSpec:
         return self.raw["ruleset"]
 
     @property
+    def compliance_ruleset(self) -> str:
+        """The rule set under ``compliance/rulesets/`` that checks this benchmark's logs."""
+        return self.raw.get("compliance_ruleset") or f"training_{self.ruleset}"
+
+    @property
     def dataset(self) -> dict[str, Any]:
         return self.raw["dataset"]
 

@@ -1,0 +1,378 @@
+"""``harness check``: the verdict of the rules on one log, one run set, or a submitter package.
+
+- **one log**: the rule set's per-run rules (``compliance.engine``);
+- **one run set** (``results/<system>/<benchmark>/``): each log, then the set's rules: run
+  count, distinct seeds, at most N non-converged runs, the same benchmark/division/system in
+  every log, the olympic score and its spread (a coefficient of variation over the rule set's
+  bound is flagged), the RCP check, and, when the logs claim a hyperparameter borrow, that
+  the borrowed values equal the lender's logged ones;
+- **a package** (``systems/`` + ``results/``): its layout, each system description, each set.
+
+The rule set comes from ``--ruleset``, else from a round folder in the path (``.../v4.1/...``
+is MLPerf Training 4.1.0), else from the benchmark each log names (its spec's rule set). An
+input the checker cannot use at all (no such path, nothing to check, no rule set it can
+tell) raises :class:`HarnessError`; anything else, however broken, becomes findings.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from compliance.engine import LogCheck, check_parsed, load_rule_file, ruleset_names, run_set_rules
+from compliance.findings import Finding, Severity
+from compliance.logread import ParsedLog, parse_log
+from harness.errors import ErrorCategory, HarnessError
+
+RESULT_NAME = re.compile(r"^result_.*\.txt$")
+_ROUND = re.compile(r"^v(\d+)\.(\d+)$")
+
+
+# ---- choosing the rule set ----------------------------------------------------------------------
+
+def normalise_ruleset(name: str) -> str:
+    """``6.0.0`` -> ``training_6.0.0``; a known rule set name as is; else a clear error."""
+    known = ruleset_names()
+    for candidate in (name, f"training_{name}"):
+        if candidate in known:
+            return candidate
+    raise HarnessError(f"unknown rule set {name!r} (known: {', '.join(known)})", ErrorCategory.NOT_FOUND)
+
+
+def ruleset_from_path(path: Path) -> str | None:
+    for part in reversed(Path(os.path.abspath(path)).parts):
+        m = _ROUND.match(part)
+        if m:
+            name = f"training_{m.group(1)}.{m.group(2)}.0"
+            return name if name in ruleset_names() else None
+    return None
+
+
+def _first_value(log: ParsedLog, key: str) -> Any:
+    return next((r.value for r in log.records if r.key == key), None)
+
+
+def ruleset_from_log(log: ParsedLog) -> str | None:
+    from harness.rules.specs import load_benchmark
+
+    benchmark = _first_value(log, "submission_benchmark")
+    if not isinstance(benchmark, str) or not re.fullmatch(r"[A-Za-z0-9_]+", benchmark):
+        return None
+    try:
+        spec = load_benchmark(benchmark)
+    except HarnessError:
+        return None
+    return spec.compliance_ruleset
+
+
+def choose_ruleset(path: Path, logs: list[ParsedLog], explicit: str | None) -> str:
+    if explicit:
+        return normalise_ruleset(explicit)
+    found = ruleset_from_path(path)
+    if found:
+        return found
+    for log in logs:
+        found = ruleset_from_log(log)
+        if found:
+            return found
+    raise HarnessError(
+        f"{path}: cannot tell which rule set applies (no vNN.N round folder in the path, no benchmark the harness "
+        "knows in the logs); give --ruleset", ErrorCategory.BAD_INPUT,
+    )
+
+
+def _mlperf_version(ruleset: str) -> str | None:
+    """The MLPerf Training round a rule set follows (for system descriptions and RCPs)."""
+    return ruleset.split("_", 1)[1] if ruleset.startswith("training_") else None
+
+
+# ---- reports ------------------------------------------------------------------------------------
+
+@dataclass
+class RunReport:
+    path: Path
+    check: LogCheck
+
+    @property
+    def passed(self) -> bool:
+        return self.check.passed
+
+
+@dataclass
+class RunSetReport:
+    path: Path
+    ruleset: str
+    runs: list[RunReport]
+    findings: list[Finding]  # the set's own findings (not the runs')
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.runs) and not any(f.is_error for f in self.findings)
+
+
+@dataclass
+class Report:
+    path: Path
+    ruleset: str | None
+    findings: list[Finding] = field(default_factory=list)  # package level: layout, systems
+    run_sets: list[RunSetReport] = field(default_factory=list)
+    runs: list[RunReport] = field(default_factory=list)  # a single log checked alone
+
+    @property
+    def all_findings(self) -> list[Finding]:
+        out = list(self.findings)
+        for s in self.run_sets:
+            for r in s.runs:
+                out.extend(r.check.findings)
+            out.extend(s.findings)
+        for r in self.runs:
+            out.extend(r.check.findings)
+        return out
+
+    @property
+    def passed(self) -> bool:
+        return not any(f.is_error for f in self.all_findings)
+
+    def as_json(self) -> dict[str, Any]:
+        def run_json(r: RunReport) -> dict[str, Any]:
+            return {"file": str(r.path), "ruleset": r.check.ruleset, "rule_files": r.check.levels,
+                    "verdict": "pass" if r.passed else "fail", "findings": [f.as_json() for f in r.check.findings]}
+
+        return {
+            "path": str(self.path),
+            "ruleset": self.ruleset,
+            "verdict": "pass" if self.passed else "fail",
+            "errors": sum(f.is_error for f in self.all_findings),
+            "warnings": sum(not f.is_error for f in self.all_findings),
+            "findings": [f.as_json() for f in self.findings],
+            "runs": [run_json(r) for r in self.runs],
+            "run_sets": [
+                {"dir": str(s.path), "ruleset": s.ruleset, "verdict": "pass" if s.passed else "fail",
+                 **s.summary, "findings": [f.as_json() for f in s.findings], "runs": [run_json(r) for r in s.runs]}
+                for s in self.run_sets
+            ],
+        }
+
+
+# ---- checking -----------------------------------------------------------------------------------
+
+def check_path(path: Path, *, ruleset: str | None = None, lenders: list[Path] | None = None) -> Report:
+    """Check a log file, a run-set directory or a submitter package."""
+    path = Path(path)
+    try:
+        is_file, is_dir = path.is_file(), path.is_dir()
+    except OSError as err:  # e.g. a symlink loop: ELOOP
+        raise HarnessError(f"{path}: cannot read ({err.strerror})", ErrorCategory.BAD_INPUT) from None
+    if not is_file and not is_dir:
+        if os.path.islink(path):
+            raise HarnessError(f"{path}: a symlink that leads nowhere readable", ErrorCategory.BAD_INPUT)
+        raise HarnessError(f"{path} does not exist", ErrorCategory.NOT_FOUND)
+    if is_file:
+        log = parse_log(path)
+        name = choose_ruleset(path, [log], ruleset)
+        return Report(path, name, runs=[RunReport(path, check_parsed(log, name))])
+    if _is_package(path):
+        return _check_package(path, ruleset, lenders or [])
+    if _result_entries(path):
+        report = Report(path, None)
+        rs = check_run_set(path, ruleset=ruleset, lenders=lenders or [], search_root=path.parent.parent.parent)
+        report.ruleset = rs.ruleset
+        report.run_sets.append(rs)
+        return report
+    raise HarnessError(
+        f"{path}: nothing to check here (no result_*.txt logs, no systems/ and results/ of a package)",
+        ErrorCategory.BAD_INPUT,
+    )
+
+
+def _is_package(path: Path) -> bool:
+    try:
+        return (path / "results").is_dir() or (path / "systems").is_dir()
+    except OSError:
+        return False
+
+
+def _result_entries(path: Path) -> list[Path]:
+    try:
+        return sorted(p for p in path.iterdir() if RESULT_NAME.match(p.name))
+    except OSError:
+        return []
+
+
+def _check_package(path: Path, ruleset: str | None, lenders: list[Path]) -> Report:
+    from compliance.layout import check_layout, iter_run_set_dirs
+    from compliance.systems import check_system_desc
+
+    report = Report(path, None, findings=list(check_layout(path)))
+    sets = iter_run_set_dirs(path)
+    for _system, _benchmark, run_dir in sets:
+        if not _result_entries(run_dir):
+            continue
+        try:
+            rs = check_run_set(run_dir, ruleset=ruleset, lenders=lenders, search_root=path.parent)
+        except HarnessError as err:
+            report.findings.append(Finding("package.run_set", Severity.ERROR, str(err), run_dir))
+            continue
+        report.run_sets.append(rs)
+    report.ruleset = report.run_sets[0].ruleset if report.run_sets else (
+        normalise_ruleset(ruleset) if ruleset else ruleset_from_path(path))
+    version = _mlperf_version(report.ruleset) if report.ruleset else None
+    systems_dir = path / "systems"
+    if systems_dir.is_dir():
+        for desc in sorted(systems_dir.glob("*.json")):
+            report.findings.extend(check_system_desc(desc, version))
+    if not report.run_sets and not any(f.is_error for f in report.findings):
+        report.findings.append(Finding("package.empty", Severity.ERROR, "the package has no run sets to check", path))
+    return report
+
+
+def check_run_set(run_dir: Path, *, ruleset: str | None = None, lenders: list[Path] | None = None,
+                  search_root: Path | None = None) -> RunSetReport:
+    """Each log of ``results/<system>/<benchmark>/``, then the rules over the set."""
+    entries = _result_entries(run_dir)
+    findings: list[Finding] = []
+    files = []
+    for entry in entries:
+        try:
+            if entry.is_file():
+                files.append(entry)
+            else:
+                findings.append(Finding("run_set.not_a_file", Severity.ERROR,
+                                        f"{entry.name} is named like a result log but is not a file", entry))
+        except OSError as err:
+            findings.append(Finding("run_set.unreadable", Severity.ERROR, f"{entry.name}: {err.strerror}", entry))
+    logs = [parse_log(p) for p in files]
+    name = choose_ruleset(run_dir, logs, ruleset)
+    runs = [RunReport(p, check_parsed(log, name)) for p, log in zip(files, logs)]
+    report = RunSetReport(run_dir, name, runs, findings)
+    if runs:
+        _set_rules(report, logs, lenders or [], search_root)
+    else:
+        findings.append(Finding("run_set.empty", Severity.ERROR, "no readable result_*.txt logs", run_dir))
+    return report
+
+
+def _set_rules(report: RunSetReport, logs: list[ParsedLog], lenders: list[Path], search_root: Path | None) -> None:
+    from harness.rules.results import read_run_log, run_set_stats, scaling_factor
+
+    f = report.findings
+    d = report.path
+
+    def add(rule: str, message: str, severity: Severity = Severity.ERROR) -> None:
+        f.append(Finding(f"{report.ruleset}/run_set:{rule}", severity, message, d))
+
+    # the same submission in every log
+    for key in ("submission_benchmark", "submission_division", "submission_org", "submission_platform"):
+        seen = {repr(_first_value(log, key)) for log in logs}
+        if len(seen) > 1:
+            add(f"{key}.same", f"the logs disagree on {key}: {', '.join(sorted(seen))}")
+    benchmark = _first_value(logs[0], "submission_benchmark")
+    division = _first_value(logs[0], "submission_division")
+    levels = max((r.check.levels for r in report.runs), key=len)
+    rules = run_set_rules(report.ruleset, levels)
+    report.summary.update({"benchmark": benchmark, "division": division, "runs": len(logs)})
+    if rules is None:
+        add("rules", f"rule set {report.ruleset} has no run-set rules for benchmark {benchmark!r}")
+        return
+    n = len(logs)
+    if division == "closed" and n != rules["runs"]:
+        add("runs", f"a closed {benchmark} run set has exactly {rules['runs']} result logs; this one has {n}")
+    elif n < rules["runs"]:
+        add("runs", f"a {benchmark} run set has at least {rules['runs']} result logs; this one has {n}")
+    seeds = [_first_value(log, "seed") for log in logs]
+    if rules.get("seeds_required"):
+        missing = [log.path.name for log, s in zip(logs, seeds) if s is None]
+        if missing:
+            add("seeds.required", f"no seed logged in {', '.join(missing)}")
+    if rules.get("distinct_seeds"):
+        dup = sorted(repr(s) for s, c in Counter(repr(s) for s in seeds if s is not None).items() if c > 1)
+        if dup:
+            add("seeds.distinct", f"runs share seeds {', '.join(dup)}; each run must use its own")
+    target = _target(report.ruleset, levels)
+    try:
+        runs = [read_run_log(log.path) for log in logs]
+        scaling = scaling_factor(d)
+    except HarnessError as err:
+        add("score", f"cannot score the set: {err}")
+        return
+    non_converged = [r.path.name for r in runs if not r.converged(target)]
+    report.summary.update({"target": target, "converged": n - len(non_converged)})
+    if len(non_converged) > rules["max_non_converged"]:
+        add("convergence", f"{len(non_converged)} runs did not reach the target ({', '.join(non_converged)}); "
+            f"at most {rules['max_non_converged']} may not")
+    stats = run_set_stats(runs, scaling=scaling, target=target, max_dropped=rules["max_non_converged"])
+    report.summary.update({
+        "score_minutes": stats.score.minutes if stats.score else None,
+        "score_error": stats.score_error,
+        "scaling_factor": scaling,
+        "mean_minutes": stats.mean_minutes,
+        "stdev_minutes": stats.stdev_minutes,
+        "coefficient_of_variation": stats.coefficient_of_variation,
+        "bootstrap_95": list(stats.bootstrap_95) if stats.bootstrap_95 else None,
+    })
+    bound = rules.get("max_coefficient_of_variation")
+    cv = stats.coefficient_of_variation
+    if bound is not None and cv is not None and cv > bound:
+        add("variation", f"the runs' time to train varies by CV {cv:.1%}, over the benchmark's bound of {bound:.0%}",
+            Severity.WARNING)
+    _rcp(report, add, division)
+    _borrowing(report, logs, add, lenders, search_root)
+
+
+def _target(ruleset: str, levels: list[str]) -> float | None:
+    """The quality target: the ``min`` of the most specific eval_accuracy ``at_least_one`` rule."""
+    for level in reversed(levels):
+        rules = load_rule_file(ruleset, level)
+        rule = rules["keys"].get("eval_accuracy") if rules else None
+        if rule and "at_least_one" in rule:
+            return rule["at_least_one"].get("min")
+    return None
+
+
+def _rcp(report: RunSetReport, add, division: Any) -> None:
+    from harness.rules.rcp import Verdict, check_run_set
+    from harness.rules.specs import load_benchmark
+
+    benchmark = report.summary.get("benchmark")
+    if division != "closed" or not isinstance(benchmark, str):
+        report.summary["rcp"] = {"verdict": "not applicable (open division)" if division == "open" else "not checked"}
+        return
+    try:
+        spec = load_benchmark(benchmark)
+    except HarnessError:
+        spec = None
+    if spec is not None and not spec.raw.get("rcp_checked", True):
+        report.summary["rcp"] = {"verdict": "not checked", "why": "the benchmark spec has rcp_checked: false"}
+        return
+    try:
+        result = check_run_set(report.path, version=_mlperf_version(report.ruleset))
+    except HarnessError as err:
+        report.summary["rcp"] = {"verdict": "not checked", "why": str(err)}
+        add("rcp", f"the RCP check could not run: {err}", Severity.WARNING)
+        return
+    report.summary["rcp"] = result.to_json()
+    if result.verdict is Verdict.FAIL:
+        add("rcp", f"RCP check failed: {result.message} (mean epochs {result.submission_mean})")
+    elif result.verdict is Verdict.MISSING_RCP:
+        add("rcp", f"no RCP for batch size {result.batch_size}: {result.message}", Severity.WARNING)
+
+
+def _borrowing(report: RunSetReport, logs: list[ParsedLog], add, lenders: list[Path], search_root: Path | None) -> None:
+    claims = [_first_value(log, "harness_borrowed_from") for log in logs]
+    if all(c is None for c in claims):
+        return
+    if any(c != claims[0] for c in claims) or not isinstance(claims[0], dict):
+        add("borrow.same", "the logs disagree on their harness_borrowed_from provenance")
+        return
+    claim = claims[0]
+    from compliance.borrowing import verify_borrow
+
+    for message in verify_borrow(claim, logs, lenders=lenders, search_root=search_root):
+        add("borrow", message)
+    report.summary["borrowed_from"] = claim
+
