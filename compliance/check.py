@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compliance.engine import LogCheck, check_parsed, load_rule_file, ruleset_names, run_set_rules
+from compliance.engine import (
+    LogCheck,
+    check_parsed,
+    load_rule_file,
+    ruleset_names,
+    run_set_rules,
+)
 from compliance.findings import Finding, Severity
 from compliance.logread import ParsedLog, parse_log
 from harness.errors import ErrorCategory, HarnessError

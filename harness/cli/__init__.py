@@ -27,6 +27,7 @@ def _register() -> None:
     from harness.cli import plan as _plan
     from harness.cli import profiles as _profiles
     from harness.cli import rcp as _rcp
+    from harness.cli import rules as _rules
     from harness.cli import run as _run
 
     cli.add_command(_profiles.profiles)
@@ -36,6 +37,7 @@ def _register() -> None:
     cli.add_command(_rcp.rcp)
     cli.add_command(_plan.plan)
     cli.add_command(_check.check)
+    cli.add_command(_rules.rules)
 
 
 def main(argv: list[str] | None = None) -> int:

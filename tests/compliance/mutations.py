@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 
 TOKEN = ":::MLLOG "
-_LINE = re.compile(r"^(?P<prefix>.*):::MLLOG (?P<json>.*?)\s*$", re.S)
+_LINE = re.compile(r"^(?P<prefix>.*):::MLLOG (?P<json>.*?)\s*$", re.DOTALL)
 
 # What the rules fix for each benchmark, and a value the rules reject.
 FIXED = {"dlrm_dcnv2": ("opt_adagrad_epsilon", 1e-7), "dlrm": ("sgd_opt_learning_rate_decay_poly_power", 3)}
