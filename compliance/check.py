@@ -176,7 +176,12 @@ def check_path(path: Path, *, ruleset: str | None = None, lenders: list[Path] | 
         raise HarnessError(f"{path}: cannot read ({err.strerror})", ErrorCategory.BAD_INPUT) from None
     if not is_file and not is_dir:
         if os.path.islink(path):
-            raise HarnessError(f"{path}: a symlink that leads nowhere readable", ErrorCategory.BAD_INPUT)
+            try:
+                os.stat(path)
+                why = "cannot read"
+            except OSError as err:
+                why = f"cannot read ({err.strerror})"
+            raise HarnessError(f"{path}: a symlink that leads nowhere readable: {why}", ErrorCategory.BAD_INPUT)
         raise HarnessError(f"{path} does not exist", ErrorCategory.NOT_FOUND)
     if is_file:
         log = parse_log(path)

@@ -12,7 +12,6 @@ are the file's own (1-based), not the index among MLLOG lines.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +20,6 @@ from typing import Any
 TOKEN = b":::MLLOG "
 MAX_LINE_BYTES = 1 << 20  # 1 MiB: real MLLOG lines are well under 10 kB
 _CHUNK = 1 << 20
-_NEWLINE = re.compile(rb"\r\n|\r|\n")
 
 
 @dataclass(frozen=True)
@@ -30,6 +28,15 @@ class RawLine:
     data: bytes  # without its line ending; empty when the line was too long
     too_long: bool = False
     has_token: bool = False  # for a too-long line: whether it contained the MLLOG token
+
+
+def _next_break(chunk: bytes, start: int) -> tuple[int, int]:
+    """``(index, length)`` of the next line break in ``chunk`` from ``start``; ``(-1, 0)`` if none."""
+    n = chunk.find(b"\n", start)
+    r = chunk.find(b"\r", start, n if n >= 0 else len(chunk))
+    if r >= 0:
+        return (r, 2) if chunk[r + 1 : r + 2] == b"\n" else (r, 1)
+    return (n, 1) if n >= 0 else (-1, 0)
 
 
 def iter_lines(path: Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[RawLine]:
@@ -54,24 +61,27 @@ def iter_lines(path: Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[
                 if chunk.startswith(b"\n"):
                     chunk = chunk[1:]
             start = 0
-            for m in _NEWLINE.finditer(chunk):
-                if m.group() == b"\r" and m.end() == len(chunk):
+            while True:
+                at, size = _next_break(chunk, start)
+                if at < 0:
+                    break
+                if size == 1 and chunk[at] == 13 and at + 1 == len(chunk):
                     pending_cr = True
-                piece = chunk[start : m.start()]
+                piece = chunk[start:at]
                 if not overflow and len(pending) + len(piece) <= max_line_bytes:
                     yield RawLine(lineno, pending + piece)
                 else:
-                    yield RawLine(lineno, b"", too_long=True, has_token=token_seen or TOKEN in pending + piece)
+                    yield RawLine(lineno, b"", too_long=True, has_token=token_seen or TOKEN in pending + piece[:keep]
+                                  or TOKEN in piece)
                 lineno += 1
                 pending, overflow, token_seen = b"", False, False
-                start = m.end()
+                start = at + size
             rest = chunk[start:]
             if not overflow and len(pending) + len(rest) > max_line_bytes:
                 overflow = True
             if overflow:
-                joined = pending + rest
-                token_seen = token_seen or TOKEN in joined
-                pending = joined[-keep:]
+                token_seen = token_seen or TOKEN in pending + rest[:keep] or TOKEN in rest
+                pending = (pending + rest)[-keep:] if len(rest) < keep else rest[-keep:]
             else:
                 pending += rest
         if overflow:

@@ -99,6 +99,7 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
         reporter.close()
     click.echo(f"system description: {outcome.system_json}")
     click.echo(f"result logs:        {outcome.results_dir}")
+    _compliance(outcome.results_dir)
     hint = f"leaderboard: harness leaderboard {results_dir} -o site   (then open site/index.html)"
     if outcome.score is None:
         click.echo(f"score: none ({outcome.score_error})")
@@ -119,3 +120,20 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
             f"[{st.bootstrap_95[0]:.6f}, {st.bootstrap_95[1]:.6f}] min"
         )
     click.echo(hint)
+
+
+def _compliance(results_dir: Path) -> None:
+    """Print what ``harness check`` says about the set just written (it does not change the exit status)."""
+    from compliance.check import check_run_set
+    from harness.errors import HarnessError
+
+    try:
+        rs = check_run_set(results_dir)
+    except HarnessError as err:
+        click.echo(f"compliance: not checked ({err})")
+        return
+    passing = sum(r.passed for r in rs.runs)
+    errors = [f for r in rs.runs for f in r.check.errors] + [f for f in rs.findings if f.is_error]
+    first = f": {errors[0].message}" if errors else ""
+    click.echo(f"compliance ({rs.ruleset}): {passing}/{len(rs.runs)} logs pass; run set {'pass' if rs.passed else 'FAIL'}"
+               f"{first}   (details: harness check {results_dir})")
