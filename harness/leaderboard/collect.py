@@ -6,8 +6,9 @@ names start with a dot (the harness's staging) are not entered, nor are symlinks
 
 Per run set: the score and spread (:mod:`harness.rules.results`); the system description;
 the compliance verdict of MLPerf's own checker (``mlperf_logging``) for the official
-benchmarks under the round's ruleset, ``unchecked`` otherwise (the harness's own checker,
-``harness check``, is not built yet); the RCP verdict of :mod:`harness.rules.rcp` where the
+benchmarks under the round's ruleset; for the other benchmarks the harness ships, the
+per-log verdict of ``harness check`` (``compliance.engine``) under the spec's rule set;
+``unchecked`` for a benchmark the harness does not know; the RCP verdict of :mod:`harness.rules.rcp` where the
 benchmark has RCPs (a failed RCP check unranks the entry). An entry is ranked only when
 it is compliant or unchecked, has the benchmark's required number of runs, has a score and
 was not emulated; every other entry is kept with its reasons.
@@ -29,7 +30,13 @@ from typing import Any
 from compliance.schemas import validate
 from harness import __version__
 from harness.errors import ErrorCategory, HarnessError
-from harness.rules.results import RESULT_GLOB, RunSetStats, read_run_log, run_set_stats, scaling_factor
+from harness.rules.results import (
+    RESULT_GLOB,
+    RunSetStats,
+    read_run_log,
+    run_set_stats,
+    scaling_factor,
+)
 from harness.rules.specs import BenchmarkSpec, benchmark_names, load_benchmark
 
 _ROUND = re.compile(r"^v(\d+)\.(\d+)$")
@@ -150,6 +157,13 @@ def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | No
         verdict, failed = official_compliance(paths, ruleset)
         if failed:
             reasons.append(f"MLPerf compliance checker ({ruleset}) fails {len(failed)} log(s): {', '.join(failed[:5])}")
+    elif spec is not None:
+        from compliance.engine import check_log
+
+        failed = [p.name for p in paths if not check_log(p, spec.compliance_ruleset).passed]
+        verdict = "fail" if failed else "pass"
+        if failed:
+            reasons.append(f"harness check ({spec.compliance_ruleset}) fails {len(failed)} log(s): {', '.join(failed[:5])}")
     else:
         verdict = "unchecked"
 
@@ -248,7 +262,7 @@ def build_leaderboard(roots: Sequence[Path], *, baseline: str | None = None) -> 
     for group in groups.values():
         _rank(group["entries"], baseline)
     board = {
-        "generated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "harness_version": __version__,
         "baseline_system": baseline,
         "roots": [os.fspath(r) for r in roots],
