@@ -1,0 +1,110 @@
+"""Quantized communication codecs for the sharded DLRM's collectives (Neo/ZionEX, FBGEMM's qcomm).
+
+A codec turns a float32 tensor into the bytes put on the wire and back. Each is chosen
+separately for the forward all-to-all (pooled embeddings), the backward all-to-all (their
+gradients) and the dense all-reduce. The wire format is always a flat ``uint8`` tensor, so
+every backend can move it (gloo has no fp8 type: fp8 travels as its bytes).
+
+- ``fp32``: the tensor as is (4 bytes per value);
+- ``fp16``, ``bf16``: cast (2 bytes per value); bf16 keeps fp32's range, fp16 its precision;
+- ``fp8``: e4m3 (1 byte per value) after scaling each row so its largest magnitude maps to
+  e4m3's largest finite value (448); the per-row fp32 scale travels with the row;
+- ``int8``: row-wise asymmetric quantisation as FBGEMM's fused 8-bit rows do it: per row a
+  scale and a bias (fp32 each), ``q = round((x - bias) / scale)`` in 0..255.
+
+Encoding is deterministic (round-half-to-even, no stochastic rounding), so a run with
+quantized communication is as reproducible as one without.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import torch
+
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
+
+
+class Codec(enum.Enum):
+    FP32 = "fp32"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    FP8 = "fp8"
+    INT8 = "int8"
+
+    @property
+    def mlperf_precision(self) -> str:
+        """The name MLPerf's ``lowest_numerical_precision_in_comm`` uses."""
+        return {"fp32": "fp32", "fp16": "fp16", "bf16": "bfloat16", "fp8": "fp8", "int8": "int8"}[self.value]
+
+    @property
+    def rank(self) -> int:
+        """Bits per value, for choosing the lowest precision among several codecs."""
+        return {"fp32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "int8": 8}[self.value]
+
+
+@dataclass(frozen=True)
+class CommConfig:
+    """Which codec each collective uses."""
+
+    forward: Codec = Codec.FP32
+    backward: Codec = Codec.FP32
+    allreduce: Codec = Codec.FP32
+
+    def lowest_precision(self) -> str:
+        return min((self.forward, self.backward, self.allreduce), key=lambda c: c.rank).mlperf_precision
+
+
+def _as_bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.uint8).reshape(-1)
+
+
+def wire_bytes(codec: Codec, rows: int, cols: int) -> int:
+    """Bytes on the wire for a ``rows x cols`` float32 tensor."""
+    per_value = {Codec.FP32: 4, Codec.FP16: 2, Codec.BF16: 2, Codec.FP8: 1, Codec.INT8: 1}[codec]
+    per_row = {Codec.FP8: 4, Codec.INT8: 8}.get(codec, 0)
+    return rows * (cols * per_value + per_row)
+
+
+def encode(x: torch.Tensor, codec: Codec) -> torch.Tensor:
+    """A 2-D float32 tensor as the ``uint8`` bytes ``codec`` sends."""
+    if x.dim() != 2 or x.dtype != torch.float32:
+        raise ValueError(f"encode takes a 2-D float32 tensor, got {x.dim()}-D {x.dtype}")
+    if codec is Codec.FP32:
+        return _as_bytes(x)
+    if codec is Codec.FP16:
+        return _as_bytes(x.to(torch.float16))
+    if codec is Codec.BF16:
+        return _as_bytes(x.to(torch.bfloat16))
+    if codec is Codec.FP8:
+        amax = x.abs().amax(dim=1, keepdim=True)
+        scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+        q = (x / scale).to(torch.float8_e4m3fn)
+        return torch.cat([_as_bytes(scale), _as_bytes(q)])
+    lo = x.amin(dim=1, keepdim=True)
+    hi = x.amax(dim=1, keepdim=True)
+    scale = torch.where(hi > lo, (hi - lo) / 255.0, torch.ones_like(hi))
+    q = torch.round((x - lo) / scale).clamp_(0, 255).to(torch.uint8)
+    return torch.cat([_as_bytes(scale), _as_bytes(lo), q.reshape(-1)])
+
+
+def decode(data: torch.Tensor, codec: Codec, rows: int, cols: int) -> torch.Tensor:
+    """The float32 ``rows x cols`` tensor that ``data`` (from :func:`encode`) stands for."""
+    if data.dtype != torch.uint8 or data.numel() != wire_bytes(codec, rows, cols):
+        raise ValueError(f"{codec.value} payload for {rows}x{cols} must be {wire_bytes(codec, rows, cols)} bytes")
+    data = data.contiguous()
+    if codec is Codec.FP32:
+        return data.view(torch.float32).reshape(rows, cols).clone()
+    if codec is Codec.FP16:
+        return data.view(torch.float16).reshape(rows, cols).float()
+    if codec is Codec.BF16:
+        return data.view(torch.bfloat16).reshape(rows, cols).float()
+    if codec is Codec.FP8:
+        scale = data[: rows * 4].view(torch.float32).reshape(rows, 1)
+        q = data[rows * 4 :].view(torch.float8_e4m3fn).reshape(rows, cols)
+        return q.float() * scale
+    scale = data[: rows * 4].view(torch.float32).reshape(rows, 1)
+    bias = data[rows * 4 : rows * 8].view(torch.float32).reshape(rows, 1)
+    q = data[rows * 8 :].reshape(rows, cols)
+    return q.float() * scale + bias
