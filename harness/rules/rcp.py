@@ -326,6 +326,14 @@ def _one_value(paths: list[Path], values: list[dict[str, Any]], key: str) -> Any
     return found
 
 
+def _batch_size(paths: list[Path], values: list[dict[str, Any]]) -> int:
+    found = _one_value(paths, values, "global_batch_size")
+    if isinstance(found, bool) or not isinstance(found, (int, float)) or not math.isfinite(found) \
+            or found != int(found) or found < 1:
+        raise HarnessError(f"{paths[0].parent}: global_batch_size {found!r} is not a positive integer")
+    return int(found)
+
+
 # --- generating ---------------------------------------------------------------------------
 
 
@@ -348,7 +356,7 @@ def generate_rcp(benchmark: str, logs_dir: Path, *, target: float | None = None)
     short = [p.name for p, e in zip(paths, epochs) if e is None]
     if short:
         raise HarnessError(f"{logs_dir}: reference runs {', '.join(short)} never reach the target {target}")
-    bs = int(_one_value(paths, values, "global_batch_size"))
+    bs = _batch_size(paths, values)
     hyper = {k: _one_value(paths, values, k) for k in values[0] if k.startswith("opt_")}
     return make_rcp(f"{benchmark}_ref_{bs}", benchmark, bs, [e for e in epochs if e is not None],
                     hyperparams=hyper, submission_runs=submission_runs(benchmark),
@@ -383,7 +391,7 @@ def check_run_set(run_dir: Path, *, rcps: list[Rcp] | None = None, version: str 
     runs = [read_run_log(p) for p in paths]
     values = [r.values for r in runs]
     benchmark = str(_one_value(paths, [{"b": r.benchmark} for r in runs], "b"))
-    bs = int(_one_value(paths, values, "global_batch_size"))
+    bs = _batch_size(paths, values)
     try:
         target: float | None = load_benchmark(benchmark).target_auc
     except HarnessError:
