@@ -19,10 +19,6 @@ BATCH_SIZE = "global_batch_size"
 _MAX_CANDIDATES = 2000
 
 
-def _first(log: ParsedLog, key: str) -> Any:
-    return next((r.value for r in log.records if r.key == key), None)
-
-
 def _candidate_dirs(lenders: list[Path], search_root: Path | None, benchmark: str) -> list[Path]:
     """Run-set directories that may hold the lender's logs."""
     out: list[Path] = []
@@ -49,7 +45,7 @@ def verify_borrow(claim: dict[str, Any], logs: list[ParsedLog], *, lenders: list
     lender, lender_fp = claim.get("lender"), claim.get("lender_fingerprint")
     if not isinstance(lender, str) or not isinstance(lender_fp, str):
         return ["harness_borrowed_from must name the lender and the lender's fingerprint"]
-    benchmark = _first(logs[0], "submission_benchmark")
+    benchmark = logs[0].first("submission_benchmark")
     try:
         spec = load_benchmark(str(benchmark))
     except HarnessError as err:
@@ -59,7 +55,7 @@ def verify_borrow(claim: dict[str, Any], logs: list[ParsedLog], *, lenders: list
         if cand.resolve() == mine_dir:
             continue
         sample = parse_log(sorted(cand.glob("result_*.txt"))[0])
-        if f"{_first(sample, 'submission_org')}/{_first(sample, 'submission_platform')}" != lender:
+        if f"{sample.first('submission_org')}/{sample.first('submission_platform')}" != lender:
             continue
         try:
             _bench, _lender, fp, lent = lender_from_logs(cand)
@@ -71,7 +67,7 @@ def verify_borrow(claim: dict[str, Any], logs: list[ParsedLog], *, lenders: list
         keys = set(spec.reference_hyperparameters) | set(spec.tunable_hyperparameters)
         for key in sorted(keys - {BATCH_SIZE}):
             for log in logs:
-                mine = _first(log, key)
+                mine = log.first(key)
                 if key in lent and mine != lent[key]:
                     problems.append(f"{log.path.name} logs {key}={mine!r}, but the lender {lender} logged {lent[key]!r}; "
                                     "a borrowed group may differ only in global_batch_size")

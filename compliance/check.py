@@ -58,14 +58,10 @@ def ruleset_from_path(path: Path) -> str | None:
     return None
 
 
-def _first_value(log: ParsedLog, key: str) -> Any:
-    return next((r.value for r in log.records if r.key == key), None)
-
-
 def ruleset_from_log(log: ParsedLog) -> str | None:
     from harness.rules.specs import load_benchmark
 
-    benchmark = _first_value(log, "submission_benchmark")
+    benchmark = log.first("submission_benchmark")
     if not isinstance(benchmark, str) or not re.fullmatch(r"[A-Za-z0-9_]+", benchmark):
         return None
     try:
@@ -279,11 +275,11 @@ def _set_rules(report: RunSetReport, logs: list[ParsedLog], lenders: list[Path],
 
     # the same submission in every log
     for key in ("submission_benchmark", "submission_division", "submission_org", "submission_platform"):
-        seen = {repr(_first_value(log, key)) for log in logs}
+        seen = {repr(log.first(key)) for log in logs}
         if len(seen) > 1:
             add(f"{key}.same", f"the logs disagree on {key}: {', '.join(sorted(seen))}")
-    benchmark = _first_value(logs[0], "submission_benchmark")
-    division = _first_value(logs[0], "submission_division")
+    benchmark = logs[0].first("submission_benchmark")
+    division = logs[0].first("submission_division")
     levels = max((r.check.levels for r in report.runs), key=len)
     rules = run_set_rules(report.ruleset, levels)
     report.summary.update({"benchmark": benchmark, "division": division, "runs": len(logs)})
@@ -295,7 +291,7 @@ def _set_rules(report: RunSetReport, logs: list[ParsedLog], lenders: list[Path],
         add("runs", f"a closed {benchmark} run set has exactly {rules['runs']} result logs; this one has {n}")
     elif n < rules["runs"]:
         add("runs", f"a {benchmark} run set has at least {rules['runs']} result logs; this one has {n}")
-    seeds = [_first_value(log, "seed") for log in logs]
+    seeds = [log.first("seed") for log in logs]
     if rules.get("seeds_required"):
         missing = [log.path.name for log, s in zip(logs, seeds) if s is None]
         if missing:
@@ -374,7 +370,7 @@ def _rcp(report: RunSetReport, add, division: Any) -> None:
 
 
 def _borrowing(report: RunSetReport, logs: list[ParsedLog], add, lenders: list[Path], search_root: Path | None) -> None:
-    claims = [_first_value(log, "harness_borrowed_from") for log in logs]
+    claims = [log.first("harness_borrowed_from") for log in logs]
     if all(c is None for c in claims):
         return
     if any(c != claims[0] for c in claims) or not isinstance(claims[0], dict):

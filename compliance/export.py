@@ -31,7 +31,8 @@ import yaml
 from compliance.engine import ROOT_LEVEL, RULESETS, load_rule_file
 from harness.errors import ErrorCategory, HarnessError
 
-_NUM = "(isinstance({x}, (int, float)) and not isinstance({x}, bool) and {x} == {x})"
+_IS_NUM = "(isinstance({x}, (int, float)) and not isinstance({x}, bool))"
+_NUM = "(isinstance({x}, (int, float)) and not isinstance({x}, bool) and {x} == {x})"  # a number, not NaN
 
 
 def _pred(pred: dict[str, Any], x: str) -> str:
@@ -51,8 +52,8 @@ def _pred(pred: dict[str, Any], x: str) -> str:
             parts.append(f"({num} and abs({x}) != float('inf') and is_integer({x}))")
         elif op == "type":
             parts.append({
-                "number": f"{num.replace(f' and {x} == {x}', '')}",
-                "integer": f"({num.replace(f' and {x} == {x}', '')} and float({x}).is_integer())",
+                "number": _IS_NUM.format(x=x),
+                "integer": f"({_IS_NUM.format(x=x)} and float({x}).is_integer())",
                 "string": f"isinstance({x}, str)",
                 "boolean": f"isinstance({x}, bool)",
                 "object": f"isinstance({x}, dict)",

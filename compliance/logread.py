@@ -146,6 +146,10 @@ class ParsedLog:
     problems: list[ParseProblem]
     unreadable: str | None = None  # why the file could not be read at all
 
+    def first(self, key: str) -> Any:
+        """The value of the first record of ``key`` (None when there is none)."""
+        return next((r.value for r in self.records if r.key == key), None)
+
 
 def parse_log(path: Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> ParsedLog:
     """Every MLLOG record of a file, and every line that looked like one but is not. Never raises."""

@@ -18,48 +18,19 @@ from typing import Any
 
 import harness
 from compliance.schemas import load_schema, validate
+from compliance.systems import REQUIRED_FIELDS
 from harness.errors import ErrorCategory, HarnessError
-from harness.hw_profiles.detection import DetectedHardware, matching_devices, profile_present
+from harness.hw_profiles.detection import (
+    DetectedHardware,
+    matching_devices,
+    profile_present,
+)
 from harness.hw_profiles.profiles import LOCAL, Profile, format_bytes, format_rate
 
 SCHEMA = "system_desc"
 
 # The fields mlperf_logging's system_desc_checker requires, in the order submissions write them.
-SYSTEM_DESC_FIELDS: tuple[str, ...] = (
-    "submitter",
-    "division",
-    "status",
-    "system_name",
-    "number_of_nodes",
-    "host_processors_per_node",
-    "host_processor_model_name",
-    "host_processor_core_count",
-    "host_processor_vcpu_count",
-    "host_processor_frequency",
-    "host_processor_caches",
-    "host_processor_interconnect",
-    "host_memory_capacity",
-    "host_storage_type",
-    "host_storage_capacity",
-    "host_networking",
-    "host_networking_topology",
-    "host_memory_configuration",
-    "accelerators_per_node",
-    "accelerator_model_name",
-    "accelerator_host_interconnect",
-    "accelerator_frequency",
-    "accelerator_on-chip_memories",
-    "accelerator_memory_configuration",
-    "accelerator_memory_capacity",
-    "accelerator_interconnect",
-    "accelerator_interconnect_topology",
-    "cooling",
-    "hw_notes",
-    "framework",
-    "other_software_stack",
-    "operating_system",
-    "sw_notes",
-)
+SYSTEM_DESC_FIELDS: tuple[str, ...] = REQUIRED_FIELDS
 
 EMULATED = "EMULATED"
 

@@ -13,35 +13,27 @@ every backend can move it (gloo has no fp8 type: fp8 travels as its bytes).
   scale and a bias (fp32 each), ``q = round((x - bias) / scale)`` in 0..255.
 
 Encoding is deterministic (round-half-to-even, no stochastic rounding), so a run with
-quantized communication is as reproducible as one without.
+quantized communication is as reproducible as one without. The codecs are the planner's
+:class:`~harness.reference.planner.types.CommPrecision` values, so a plan's cost model and
+the collectives speak of the same precisions.
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 import torch
 
+from harness.reference.planner.types import CommPrecision as Codec
+
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
+_MLPERF_NAME = {Codec.BF16: "bfloat16"}  # MLPerf's spelling; the others are the same
+_ROW_OVERHEAD = {Codec.FP8: 4, Codec.INT8: 8}  # fp32 scale (+ fp32 bias) per row
 
 
-class Codec(enum.Enum):
-    FP32 = "fp32"
-    FP16 = "fp16"
-    BF16 = "bf16"
-    FP8 = "fp8"
-    INT8 = "int8"
-
-    @property
-    def mlperf_precision(self) -> str:
-        """The name MLPerf's ``lowest_numerical_precision_in_comm`` uses."""
-        return {"fp32": "fp32", "fp16": "fp16", "bf16": "bfloat16", "fp8": "fp8", "int8": "int8"}[self.value]
-
-    @property
-    def rank(self) -> int:
-        """Bits per value, for choosing the lowest precision among several codecs."""
-        return {"fp32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "int8": 8}[self.value]
+def mlperf_precision(codec: Codec) -> str:
+    """The name MLPerf's ``lowest_numerical_precision_in_comm`` uses for ``codec``."""
+    return _MLPERF_NAME.get(codec, codec.value)
 
 
 @dataclass(frozen=True)
@@ -53,7 +45,8 @@ class CommConfig:
     allreduce: Codec = Codec.FP32
 
     def lowest_precision(self) -> str:
-        return min((self.forward, self.backward, self.allreduce), key=lambda c: c.rank).mlperf_precision
+        lowest = min((self.forward, self.backward, self.allreduce), key=lambda c: c.bytes_per_element)
+        return mlperf_precision(lowest)
 
 
 def _as_bytes(t: torch.Tensor) -> torch.Tensor:
@@ -62,9 +55,7 @@ def _as_bytes(t: torch.Tensor) -> torch.Tensor:
 
 def wire_bytes(codec: Codec, rows: int, cols: int) -> int:
     """Bytes on the wire for a ``rows x cols`` float32 tensor."""
-    per_value = {Codec.FP32: 4, Codec.FP16: 2, Codec.BF16: 2, Codec.FP8: 1, Codec.INT8: 1}[codec]
-    per_row = {Codec.FP8: 4, Codec.INT8: 8}.get(codec, 0)
-    return rows * (cols * per_value + per_row)
+    return rows * (cols * codec.bytes_per_element + _ROW_OVERHEAD.get(codec, 0))
 
 
 def encode(x: torch.Tensor, codec: Codec) -> torch.Tensor:

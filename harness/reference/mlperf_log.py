@@ -103,17 +103,24 @@ def mllog_payloads(path: Path) -> Iterator[tuple[int, str]]:
     """``(line number, text after the prefix)`` of each MLLOG line of a log file.
 
     Lines without the prefix (other output) are skipped; the prefix may follow a rank
-    marker (``0: :::MLLOG {...}``). An unreadable file is one HarnessError.
+    marker (``0: :::MLLOG {...}``). Lines are split by :func:`compliance.logread.iter_lines`,
+    the checker's own reader, so no line costs more memory than its bound. An unreadable
+    file, or an MLLOG line over that bound, is one HarnessError.
     """
+    from compliance.logread import MAX_LINE_BYTES, iter_lines
+
+    prefix = PREFIX.encode()
     try:
-        f = open(path, encoding="utf-8", errors="replace")
+        for line in iter_lines(path):
+            if line.too_long:
+                if line.has_token:
+                    raise HarnessError(f"{path}:{line.lineno}: MLLOG line longer than {MAX_LINE_BYTES} bytes")
+                continue
+            at = line.data.find(prefix)
+            if at >= 0:
+                yield line.lineno, line.data[at + len(prefix) :].decode("utf-8", errors="replace")
     except OSError as err:
         raise HarnessError(f"{path}: cannot read ({err.strerror})", ErrorCategory.BAD_INPUT) from None
-    with f:
-        for lineno, line in enumerate(f, start=1):
-            at = line.find(PREFIX)
-            if at >= 0:
-                yield lineno, line[at + len(PREFIX) :]
 
 
 def parse_records(path: Path) -> list[dict[str, Any]]:

@@ -12,15 +12,10 @@ from compliance.check import check_path
 from compliance.engine import check_log
 from compliance.logread import iter_lines
 from harness.errors import HarnessError
+from tests.strategies import json_values
 
 REFERENCE = Path(__file__).resolve().parents[2] / "harness" / "rules" / "reference_runs" / "dlrm_synthetic" / "result_0.txt"
 LINES = REFERENCE.read_bytes().splitlines(keepends=True)
-
-json_values = st.recursive(
-    st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=12),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
-    max_leaves=8,
-)
 
 
 @st.composite

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from harness.errors import HarnessError
 from harness.reference.mlperf_log import parse_records
 from harness.rules.results import read_run_log, score_run_set
+from tests.strategies import json_values
 
 VALID = [
     {"namespace": "", "time_ms": 1000, "event_type": "INTERVAL_START", "key": "run_start", "value": None, "metadata": {}},
@@ -17,13 +18,6 @@ VALID = [
      "metadata": {"status": "success"}},
 ]
 BASE = "".join(f":::MLLOG {json.dumps(r)}\n" for r in VALID).encode()
-
-json_values = st.recursive(
-    st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers() | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
-    max_leaves=12,
-)
-
 
 @st.composite
 def mutated_logs(draw) -> bytes:
