@@ -58,6 +58,39 @@ def coalesce(ids: torch.Tensor, grads: torch.Tensor) -> tuple[torch.Tensor, torc
     return unique_ids, summed
 
 
+@torch.no_grad()
+def sparse_update(
+    weight: torch.Tensor,
+    state: torch.Tensor,
+    rows: torch.Tensor,
+    grad: torch.Tensor,
+    opt: SparseOptimizerConfig | None,
+) -> None:
+    """Apply the fused optimizer to the distinct ``rows`` of ``weight`` given their summed ``grad``.
+
+    ``state`` is the optimizer state of ``weight`` (``N x C`` for Adagrad, ``N`` for row-wise
+    Adagrad, empty for SGD). ``grad`` is consumed (modified in place). The sharded embeddings
+    (:mod:`harness.reference.distributed.sharded`) update their shards with this same function.
+    """
+    if opt is None:
+        raise HarnessError(
+            "backward through embeddings built without an optimizer (inference tables)",
+            ErrorCategory.BAD_INPUT,
+        )
+    if opt.kind is SparseOptimizerKind.SGD:
+        weight.index_add_(0, rows, grad, alpha=-opt.learning_rate)
+        return
+    # ``rows`` are distinct (coalesced), so index_add_ is an exact, ordered update of each
+    # row, and cheaper than gathering the rows and scattering them back.
+    if opt.kind is SparseOptimizerKind.ADAGRAD:
+        state.index_add_(0, rows, grad * grad)
+        denom = state.index_select(0, rows).sqrt_().add_(opt.eps)
+    else:
+        state.index_add_(0, rows, grad.pow(2).mean(dim=1))
+        denom = state.index_select(0, rows).sqrt_().add_(opt.eps).unsqueeze(1)
+    weight.index_add_(0, rows, grad.div_(denom).mul_(-opt.learning_rate))
+
+
 class _FusedLookup(torch.autograd.Function):
     """``weight[ids]`` pooled per feature; backward applies the fused optimizer in place."""
 
@@ -161,28 +194,8 @@ class FusedEmbeddingCollection(nn.Module):
         )
         return unique_ids, torch.sparse.mm(counts, grad_pooled.reshape(batch * len(self.pooling), -1))
 
-    @torch.no_grad()
     def _apply_update(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
-        opt = self.optimizer
-        if opt is None:
-            raise HarnessError(
-                "backward through embeddings built without an optimizer (inference tables)",
-                ErrorCategory.BAD_INPUT,
-            )
-        w = self.weight.data
-        if opt.kind is SparseOptimizerKind.SGD:
-            w.index_add_(0, rows, grad, alpha=-opt.learning_rate)
-            return
-        # ``rows`` are distinct (coalesced), so index_add_ is an exact, ordered update of each
-        # row, and cheaper than gathering the rows and scattering them back.
-        state = self.optimizer_state
-        if opt.kind is SparseOptimizerKind.ADAGRAD:
-            state.index_add_(0, rows, grad * grad)
-            denom = state.index_select(0, rows).sqrt_().add_(opt.eps)
-        else:
-            state.index_add_(0, rows, grad.pow(2).mean(dim=1))
-            denom = state.index_select(0, rows).sqrt_().add_(opt.eps).unsqueeze(1)
-        w.index_add_(0, rows, grad.div_(denom).mul_(-opt.learning_rate))
+        sparse_update(self.weight.data, self.optimizer_state, rows, grad, self.optimizer)
 
     def global_ids(self, sparse: torch.Tensor) -> torch.Tensor:
         """Per-table ids ``B x L`` -> rows of the fused weight ``B x L``."""

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from sklearn.metrics import roc_auc_score
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference import synthetic
 from harness.reference.batches import Batch
+from harness.reference.comm_codecs import CommConfig
 from harness.reference.embeddings import SparseOptimizerConfig, SparseOptimizerKind
 from harness.reference.mlperf_log import MLPerfLog
 from harness.reference.model import DLRM
@@ -53,6 +55,9 @@ class RunConfig:
     progress: bool = False
     threads: int | None = None
     extra_log: dict[str, Any] = field(default_factory=dict)
+    world_size: int = 1
+    sharding_plan: dict[str, Any] | None = None  # Plan.to_dict(), for world_size > 1
+    comm: dict[str, str] = field(default_factory=dict)  # codec per collective: forward, backward, allreduce
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -136,6 +141,7 @@ class Trainer:
         # only run where its hardware is present), else the CPU
         self.device = torch.device("cuda" if config.profile.get("device_type") == "cuda" else "cpu")
         self._eval_cache: list[Batch] | None = None
+        self.codecs = CommConfig()  # one process: nothing is communicated
 
     # ------------------------------------------------------------------ hooks
     def _log_init_start(self) -> None:
@@ -151,7 +157,7 @@ class Trainer:
         for key in sorted(hp):
             self.log.event(key, hp[key])
         self.log.event("lowest_numerical_precision_in_linear", "fp32")
-        self.log.event("lowest_numerical_precision_in_comm", "fp32")
+        self.log.event("lowest_numerical_precision_in_comm", self.codecs.lowest_precision())
         self.log.event("data_parallelism", self.world_size)
         self.log.event("tensor_parallelism", 1)
         self.log.event("pipeline_parallelism", 1)
@@ -228,6 +234,15 @@ class Trainer:
             steps.append(last)
         return steps
 
+    def _train_items(self, data: synthetic.SyntheticCriteo, order: synthetic.EpochOrder, gbs: int,
+                     model: Any) -> Iterator[Any]:
+        """What one training step consumes, in order (here: the global batches)."""
+        return (self._on_device(b) for b in _prefetch(synthetic.train_batches(data, order, gbs)))
+
+    def _loss(self, model: Any, loss_fn: torch.nn.Module, item: Any) -> torch.Tensor:
+        """The loss of one step's item (the distributed trainer's items carry their ids' distribution)."""
+        return loss_fn(model(item.dense, item.sparse), item.labels)
+
     def _on_device(self, batch: Batch) -> Batch:
         if self.device.type == "cpu":
             return batch
@@ -276,12 +291,12 @@ class Trainer:
         result = RunResult("aborted", "epoch limit reached without reaching the target", [], 0.0)
         step, epoch_num, train_time, next_eval = 0, 0.0, 0.0, 0
         last_progress = 0.0
+        items = self._train_items(data, order, gbs, model)
         try:
             t0 = time.perf_counter()
-            for batch in _prefetch(synthetic.train_batches(data, order, gbs)):
-                batch = self._on_device(batch)
+            for item in items:
                 dense_opt.zero_grad(set_to_none=True)
-                loss = loss_fn(model(batch.dense, batch.sparse), batch.labels)
+                loss = self._loss(model, loss_fn, item)
                 loss.backward()
                 dense_opt.step()
                 step += 1
@@ -312,21 +327,36 @@ class Trainer:
             result.reason = f"error: {type(err).__name__}: {err}"
             raise
         finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
             result.train_samples_per_s = step * gbs / max(train_time, 1e-9)
             self._log_run_stop(result.status, result.reason, epoch_num, result.train_samples_per_s)
         return result
 
 
 def run_from_config(config: RunConfig) -> RunResult:
-    """Run one training run in this process, writing its log (rank 0)."""
-    log = MLPerfLog(config.log_path)
+    """Run one training run in this process (one rank of it when ``config.world_size > 1``,
+    launched by torchrun); rank 0 writes the log and reports progress."""
+    if config.world_size == 1:
+        return _run(Trainer, config, rank=0)
+    from harness.reference.distributed.trainer import DistributedTrainer, process_group
+
+    with process_group(config):
+        import torch.distributed as dist
+
+        return _run(DistributedTrainer, config, rank=dist.get_rank())
+
+
+def _run(trainer: type[Trainer], config: RunConfig, *, rank: int) -> RunResult:
+    log = MLPerfLog(Path(config.log_path), enabled=rank == 0)
 
     def progress(event: dict) -> None:
-        if config.progress:
+        if config.progress and rank == 0:
             print("HARNESS_PROGRESS " + json.dumps(event), flush=True)
 
     try:
-        return Trainer(config, log, progress=progress).run()
+        return trainer(config, log, progress=progress).run()
     finally:
         log.close()
 

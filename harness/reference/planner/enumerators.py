@@ -39,8 +39,13 @@ class ShardingOptionEnumerator:
                 extents[ShardingType.TABLE_COLUMN_WISE] = columns
         if w > 1 and table.rows >= w:
             extents[ShardingType.ROW_WISE] = [(o, s, 0, table.dim) for o, s in _split(table.rows, w)]
-        if topo.nodes > 1 and a > 1 and table.rows >= a:
+        allowed = config.allowed_types(table.name)
+        # on one node table-row-wise is row-wise; offered there only when asked for by name
+        trw_asked = allowed is not None and ShardingType.TABLE_ROW_WISE in allowed
+        if (topo.nodes > 1 or trw_asked) and a > 1 and table.rows >= a:
             extents[ShardingType.TABLE_ROW_WISE] = [(o, s, 0, table.dim) for o, s in _split(table.rows, a)]
+        if allowed is not None:
+            extents = {st: ext for st, ext in extents.items() if st in allowed}
         return [
             ShardingOption(table, st, self.estimator.shard_loads(table, st, ext)) for st, ext in extents.items()
         ]

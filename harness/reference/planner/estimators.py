@@ -39,6 +39,11 @@ class PlannerConfig:
     data_parallel_max_bytes: int = 64 * 2**20  # largest table offered data-parallel
     column_block: int = 64  # column-wise shards are this many columns wide
     large_table_bytes: int | None = None  # None: one rank's HBM (its DDR when there is none)
+    # per table name, the sharding types it may take (torchrec's ParameterConstraints); others: any
+    sharding_types: tuple[tuple[str, tuple[ShardingType, ...]], ...] = ()
+
+    def allowed_types(self, table: str) -> tuple[ShardingType, ...] | None:
+        return dict(self.sharding_types).get(table)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -47,6 +52,8 @@ class PlannerConfig:
             "backward_compute_factor": self.backward_compute_factor,
             "data_parallel_max_bytes": self.data_parallel_max_bytes,
             "column_block": self.column_block,
+            **({"sharding_types": {name: [t.value for t in types] for name, types in self.sharding_types}}
+               if self.sharding_types else {}),
         }
 
 

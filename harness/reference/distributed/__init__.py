@@ -1,0 +1,1 @@
+"""Sharded training of the reference DLRM on torch.distributed (torchrun; gloo on CPU, NCCL on GPU)."""

@@ -1,0 +1,411 @@
+"""The embedding tables of the DLRM sharded over ranks as a sharding plan says, and trained there.
+
+A plan (``harness plan``'s JSON, :meth:`harness.reference.planner.Plan.to_dict`) gives every
+table a sharding type and its shards: rows ``[row_offset, row_offset + rows)`` and columns
+``[col_offset, col_offset + cols)`` on one rank. Every type but data-parallel runs through
+one mechanism, as in torchrec's ``ShardedEmbeddingBagCollection``:
+
+1. **Input distribution** (two all-to-alls, lengths then ids): each rank sends, for every
+   shard's row range, its samples' ids that fall in that range (table-wise and column-wise
+   shards hold every row, so they get every id; row-wise and table-row-wise shards get only
+   theirs: row bucketing), shifted to the shard's first row.
+2. **Lookup**: each rank pools its shards' rows for the samples of *every* rank.
+3. **Output all-to-all** (forward codec): each rank sends each rank the pooled partial vectors
+   of that rank's samples. The receiver places column shards side by side and *sums* the
+   partial vectors of row shards (the reduction of row-wise sharding; for one-hot features
+   only one shard's partial is non-zero, so the sum is exact).
+4. **Backward all-to-all** (backward codec): the gradients of the pooled vectors go back to
+   the shards, which sum them per row and apply the fused optimizer to exactly those rows
+   (:func:`harness.reference.embeddings.sparse_update`, the single-process update).
+
+Data-parallel tables are full replicas on every rank: looked up locally, their gradients
+summed over ranks (the all-reduce codec) and applied identically everywhere.
+
+**Gradient scale.** Each rank's loss is the mean over its own samples and DDP averages the
+dense gradients, so the dense part sees the gradient of the global-batch mean. The
+embedding gradients are divided by the world size before they are sent, so the tables see
+that same gradient: training at any world size follows single-process training with the
+same global batch (``tests/reference/test_distributed.py`` checks it to 1e-5 on the loss).
+TorchRec leaves them summed over ranks, which makes the embedding learning rate grow with
+the world size; we do not, so hyperparameters mean the same on every profile.
+
+Known difference: with row-wise Adagrad, a column shard keeps its own accumulator per row
+(the mean of the squared gradient over its columns only), as FBGEMM's sharded tables do;
+unsharded training averages over the whole row. Elementwise Adagrad and SGD are unaffected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from harness.errors import ErrorCategory, HarnessError
+from harness.reference.comm_codecs import Codec, CommConfig, decode, encode, wire_bytes
+from harness.reference.distributed.comm import BACKWARD, FORWARD, INPUT, REPLICA, Comm, PendingAllToAll
+from harness.reference.embeddings import FusedEmbeddingCollection, coalesce, sparse_update
+from harness.reference.planner.types import ShardingType
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """One shard of table ``table`` (its index in the model) on ``rank``."""
+
+    table: int
+    rank: int
+    row_offset: int
+    rows: int
+    col_offset: int
+    cols: int
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        """The ids a shard needs: those of ``table`` in its row range."""
+        return (self.table, self.row_offset, self.rows)
+
+
+@dataclass(frozen=True)
+class TableSharding:
+    sharding_type: ShardingType
+    shards: tuple[ShardSpec, ...]
+
+
+def shardings_from_plan(
+    plan: dict[str, Any], table_rows: Sequence[int], dim: int, world_size: int
+) -> list[TableSharding]:
+    """The plan's sharding of each table, checked against the model and the world size.
+
+    Every table of a non-data-parallel type must be tiled exactly by its shards; a
+    data-parallel table needs one full replica per rank.
+    """
+    tables = plan.get("tables")
+    if not isinstance(tables, list) or len(tables) != len(table_rows):
+        raise HarnessError(
+            f"the sharding plan has {len(tables) if isinstance(tables, list) else 'no'} tables; "
+            f"the model has {len(table_rows)}",
+            ErrorCategory.BAD_INPUT,
+        )
+    if plan.get("world_size") != world_size:
+        raise HarnessError(
+            f"the sharding plan is for {plan.get('world_size')} ranks; this run has {world_size}",
+            ErrorCategory.BAD_INPUT,
+        )
+    out = []
+    for t, (entry, rows) in enumerate(zip(tables, table_rows)):
+        name = entry.get("name", t)
+        if entry.get("rows") != rows or entry.get("dim") != dim:
+            raise HarnessError(
+                f"plan table {name}: {entry.get('rows')} x {entry.get('dim')}, but the model's is {rows} x {dim}",
+                ErrorCategory.BAD_INPUT,
+            )
+        try:
+            st = ShardingType(entry["sharding_type"])
+        except (KeyError, ValueError):
+            raise HarnessError(f"plan table {name}: unknown sharding type {entry.get('sharding_type')!r}") from None
+        shards = tuple(
+            sorted(
+                (ShardSpec(t, int(s["rank"]), int(s["row_offset"]), int(s["rows"]), int(s["col_offset"]), int(s["cols"]))
+                 for s in entry.get("shards", [])),
+                key=lambda s: (s.rank, s.row_offset, s.col_offset),
+            )
+        )
+        if any(not 0 <= s.rank < world_size for s in shards):
+            raise HarnessError(f"plan table {name}: a shard is on a rank outside 0..{world_size - 1}")
+        if st is ShardingType.DATA_PARALLEL:
+            full = all(s.row_offset == 0 and s.rows == rows and s.col_offset == 0 and s.cols == dim for s in shards)
+            if not full or sorted(s.rank for s in shards) != list(range(world_size)):
+                raise HarnessError(f"plan table {name}: a data-parallel table needs one full replica on every rank")
+        else:
+            _check_tiling(name, shards, rows, dim)
+        out.append(TableSharding(st, shards))
+    return out
+
+
+def _check_tiling(name: Any, shards: Sequence[ShardSpec], rows: int, dim: int) -> None:
+    covered = torch.zeros(rows, dim, dtype=torch.int32)
+    for s in shards:
+        if s.rows < 1 or s.cols < 1 or s.row_offset < 0 or s.col_offset < 0 or \
+                s.row_offset + s.rows > rows or s.col_offset + s.cols > dim:
+            raise HarnessError(f"plan table {name}: shard {s} lies outside the {rows} x {dim} table")
+        covered[s.row_offset : s.row_offset + s.rows, s.col_offset : s.col_offset + s.cols] += 1
+    if not bool((covered == 1).all()):
+        raise HarnessError(f"plan table {name}: its shards do not cover every weight exactly once")
+
+
+@dataclass(frozen=True)
+class KeyedIds:
+    """The ids of one row range of one table, for the samples of every rank (jagged)."""
+
+    values: torch.Tensor  # ids, shifted to the range's first row
+    lengths: torch.Tensor  # ids per sample (global batch order: rank 0's samples first)
+    offsets: torch.Tensor  # exclusive cumulative sum of lengths
+    one_per_sample: bool
+
+
+class InputDist:
+    """The ids of one batch on their way to the ranks that hold their rows.
+
+    Two all-to-alls on the input process group: the lengths (ids per sample and row range),
+    started by the constructor, and the ids, started by :meth:`start_ids` once the lengths
+    have arrived. Both are asynchronous, so a training loop can start the next batch's while
+    the current step computes (:class:`harness.reference.distributed.trainer.DistributedTrainer`).
+    """
+
+    def __init__(self, coll: ShardedEmbeddingCollection, sparse: torch.Tensor, sizes: Sequence[int]):
+        self.coll, self.sparse, self.sizes = coll, sparse, list(sizes)
+        cache: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        lengths, ids = [], []
+        for keys in coll.keys_of:
+            parts = [cache.setdefault(k, coll.bucket(sparse, k)) for k in keys]
+            lengths.append(torch.cat([p[0] for p in parts]) if parts else sparse.new_empty(0))
+            ids.append(torch.cat([p[1] for p in parts]) if parts else sparse.new_empty(0))
+        self._send_ids: list[torch.Tensor] | None = ids
+        k = len(coll.keys_of[coll.rank])
+        self._lengths = coll.input_comm.all_to_all_start(lengths, [k * n for n in self.sizes], INPUT)
+        self._ids: PendingAllToAll | None = None
+        self._received: list[torch.Tensor] = []
+
+    def start_ids(self) -> None:
+        if self._ids is not None:
+            return
+        k = len(self.coll.keys_of[self.coll.rank])
+        self._received = [chunk.view(k, n) for chunk, n in zip(self._lengths.wait(), self.sizes)]
+        assert self._send_ids is not None
+        self._ids = self.coll.input_comm.all_to_all_start(
+            self._send_ids, [int(r.sum()) for r in self._received], INPUT
+        )
+        self._send_ids = None
+
+    def wait(self) -> list[KeyedIds]:
+        """Per row range of this rank (``coll.keys_of[rank]``), the ids of the global batch."""
+        self.start_ids()
+        assert self._ids is not None
+        per_source = [
+            chunk.split(lengths.sum(1).tolist()) for chunk, lengths in zip(self._ids.wait(), self._received)
+        ]
+        keyed = []
+        for k in range(len(self.coll.keys_of[self.coll.rank])):
+            lengths = torch.cat([r[k] for r in self._received])
+            values = torch.cat([p[k] for p in per_source])
+            offsets = torch.zeros_like(lengths)
+            if lengths.numel() > 1:
+                offsets[1:] = lengths[:-1].cumsum(0)
+            keyed.append(KeyedIds(values, lengths, offsets, values.numel() == lengths.numel()
+                                  and bool((lengths == 1).all())))
+        return keyed
+
+
+class _ShardedLookup(torch.autograd.Function):
+    """The sharded lookup; its backward sends the gradients to the shards and updates them."""
+
+    @staticmethod
+    def forward(ctx, dummy: torch.Tensor, coll: ShardedEmbeddingCollection, keyed: list[KeyedIds],
+                sparse: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+        ctx.coll, ctx.keyed, ctx.sparse, ctx.sizes = coll, keyed, sparse, sizes
+        return coll._pooled(keyed, sparse, sizes)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        ctx.coll._backward(ctx.keyed, ctx.sparse, ctx.sizes, grad)
+        return None, None, None, None, None
+
+
+class ShardedEmbeddingCollection(nn.Module):
+    """The shards of this rank, and the collectives that make them act as the whole tables.
+
+    Args:
+        full: the unsharded tables with their initial weights and optimizer state (every rank
+            builds them from the same seed, then keeps only its shards; see :func:`build`).
+        shardings: per table, from :func:`shardings_from_plan`.
+        comm: the collectives of the forward and backward passes.
+        input_comm: the collectives of the input distribution (another process group, so
+            that a batch's ids can travel while the previous step computes).
+        codecs: the codec of each collective.
+    """
+
+    def __init__(self, full: FusedEmbeddingCollection, shardings: Sequence[TableSharding], comm: Comm,
+                 input_comm: Comm, codecs: CommConfig):
+        super().__init__()
+        self.comm, self.input_comm, self.codecs = comm, input_comm, codecs
+        self.rank, self.world_size = comm.rank, comm.world_size
+        self.table_rows, self.pooling, self.dim = full.table_rows, full.pooling, full.dim
+        self.optimizer = full.optimizer
+        self.num_tables = len(self.table_rows)
+        starts = [0]
+        for p in self.pooling:
+            starts.append(starts[-1] + p)
+        self.col_start = tuple(starts)
+        self.shards_of: list[list[ShardSpec]] = [[] for _ in range(self.world_size)]
+        self.dp_tables: list[int] = []
+        for t, sh in enumerate(shardings):
+            if sh.sharding_type is ShardingType.DATA_PARALLEL:
+                self.dp_tables.append(t)
+                continue
+            for s in sh.shards:
+                self.shards_of[s.rank].append(s)
+        for shards in self.shards_of:
+            shards.sort(key=lambda s: (s.table, s.row_offset, s.col_offset))
+        self.keys_of = [list(dict.fromkeys(s.key for s in shards)) for shards in self.shards_of]
+        mine = self.shards_of[self.rank]
+        self._key_index = [self.keys_of[self.rank].index(s.key) for s in mine]
+        self.shards: list[ShardSpec] = mine
+
+        fused_start = [0]
+        for r in self.table_rows:
+            fused_start.append(fused_start[-1] + r)
+        w, state = full.weight.detach(), full.optimizer_state
+        self._weights: list[torch.Tensor] = []
+        self._states: list[torch.Tensor] = []
+        for i, s in enumerate(mine):
+            lo = fused_start[s.table] + s.row_offset
+            rows, cols = slice(lo, lo + s.rows), slice(s.col_offset, s.col_offset + s.cols)
+            self.register_buffer(f"shard{i}_weight", w[rows, cols].clone())
+            st = state if state.numel() == 0 else (state[rows, cols] if state.dim() == 2 else state[rows])
+            self.register_buffer(f"shard{i}_state", st.clone())
+            self._weights.append(getattr(self, f"shard{i}_weight"))
+            self._states.append(getattr(self, f"shard{i}_state"))
+
+        self.replica: FusedEmbeddingCollection | None = None
+        if self.dp_tables:
+            self.replica = FusedEmbeddingCollection(
+                [self.table_rows[t] for t in self.dp_tables], self.dim, [self.pooling[t] for t in self.dp_tables],
+                optimizer=self.optimizer, device=w.device,
+            )
+            with torch.no_grad():
+                for j, t in enumerate(self.dp_tables):
+                    src = slice(fused_start[t], fused_start[t + 1])
+                    dst_lo = int(sum(self.table_rows[u] for u in self.dp_tables[:j]))
+                    dst = slice(dst_lo, dst_lo + self.table_rows[t])
+                    self.replica.weight[dst] = w[src]
+                    if state.numel():
+                        self.replica.optimizer_state[dst] = state[src]
+            self.register_buffer(
+                "_dp_columns",
+                torch.cat([torch.arange(self.col_start[t], self.col_start[t + 1]) for t in self.dp_tables]).to(w.device),
+                persistent=False,
+            )
+        self._dummy = torch.zeros(0, requires_grad=True, device=w.device)
+
+    # ------------------------------------------------------------------ input
+    def bucket(self, sparse: torch.Tensor, key: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(lengths, ids)`` of this rank's samples for one row range of one table."""
+        table, row_offset, rows = key
+        ids = sparse[:, self.col_start[table] : self.col_start[table + 1]]
+        if rows == self.table_rows[table]:
+            return torch.full((ids.shape[0],), ids.shape[1], dtype=ids.dtype, device=ids.device), ids.reshape(-1)
+        inside = (ids >= row_offset) & (ids < row_offset + rows)
+        return inside.sum(1), ids[inside] - row_offset
+
+    def distribute(self, sparse: torch.Tensor, sizes: Sequence[int] | None = None) -> InputDist:
+        """Start sending a batch's ids (``sizes``: every rank's batch size; default all equal)."""
+        return InputDist(self, sparse, sizes if sizes is not None else [sparse.shape[0]] * self.world_size)
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, ids: InputDist) -> torch.Tensor:
+        """``B x F x D`` pooled embeddings of this rank's samples, as the unsharded tables give them."""
+        keyed = ids.wait()
+        if self.training and self.optimizer is not None and torch.is_grad_enabled():
+            return _ShardedLookup.apply(self._dummy, self, keyed, ids.sparse, ids.sizes)
+        with torch.no_grad():
+            return self._pooled(keyed, ids.sparse, ids.sizes)
+
+    def _pooled(self, keyed: list[KeyedIds], sparse: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+        codec, me = self.codecs.forward, self.rank
+        bounds = [0]
+        for n in sizes:
+            bounds.append(bounds[-1] + n)
+        partials = []
+        for i, shard in enumerate(self.shards):
+            k = keyed[self._key_index[i]]
+            if k.one_per_sample:
+                partials.append(self._weights[i].index_select(0, k.values))
+            else:
+                partials.append(torch.nn.functional.embedding_bag(k.values, self._weights[i], k.offsets, mode="sum"))
+        empty = torch.empty(0, dtype=torch.uint8, device=sparse.device)
+        chunks = [
+            torch.cat([encode(p[bounds[q] : bounds[q + 1]], codec) for p in partials]) if partials else empty
+            for q in range(self.world_size)
+        ]
+        batch = sizes[me]
+        recv = [sum(wire_bytes(codec, batch, s.cols) for s in self.shards_of[p]) for p in range(self.world_size)]
+        got = self.comm.all_to_all(chunks, recv, FORWARD)
+        out = torch.zeros(batch, self.num_tables, self.dim, device=sparse.device)
+        for p, chunk in enumerate(got):
+            at = 0
+            for s in self.shards_of[p]:
+                n = wire_bytes(codec, batch, s.cols)
+                out[:, s.table, s.col_offset : s.col_offset + s.cols] += decode(chunk[at : at + n], codec, batch, s.cols)
+                at += n
+        if self.replica is not None:
+            local = self.replica.global_ids(sparse.index_select(1, self._dp_columns))
+            out[:, self.dp_tables] = self.replica._lookup(self.replica.weight.detach(), local)
+        return out
+
+    # ------------------------------------------------------------------ backward
+    @torch.no_grad()
+    def _backward(self, keyed: list[KeyedIds], sparse: torch.Tensor, sizes: list[int], grad: torch.Tensor) -> None:
+        codec, w = self.codecs.backward, self.world_size
+        grad = grad.contiguous() / w  # the gradient of the global-batch mean (see the module's docstring)
+        empty = torch.empty(0, dtype=torch.uint8, device=grad.device)
+        chunks = [
+            torch.cat([encode(grad[:, s.table, s.col_offset : s.col_offset + s.cols].contiguous(), codec)
+                       for s in self.shards_of[p]]) if self.shards_of[p] else empty
+            for p in range(w)
+        ]
+        recv = [sum(wire_bytes(codec, n, s.cols) for s in self.shards) for n in sizes]
+        got = self.comm.all_to_all(chunks, recv, BACKWARD)
+        at = [0] * w
+        for i, shard in enumerate(self.shards):
+            blocks = []
+            for q, n in enumerate(sizes):
+                size = wire_bytes(codec, n, shard.cols)
+                blocks.append(decode(got[q][at[q] : at[q] + size], codec, n, shard.cols))
+                at[q] += size
+            pooled_grad = torch.cat(blocks)
+            k = keyed[self._key_index[i]]
+            if k.one_per_sample:
+                per_id = pooled_grad
+            else:
+                bag = torch.repeat_interleave(torch.arange(k.lengths.numel(), device=grad.device), k.lengths)
+                per_id = pooled_grad.index_select(0, bag)
+            rows, summed = coalesce(k.values, per_id)
+            sparse_update(self._weights[i], self._states[i], rows, summed, self.optimizer)
+        if self.replica is not None:
+            self._replica_backward(sparse, grad[:, self.dp_tables])
+
+    def _replica_backward(self, sparse: torch.Tensor, grad: torch.Tensor) -> None:
+        rep = self.replica
+        assert rep is not None
+        ids = rep.global_ids(sparse.index_select(1, self._dp_columns))
+        if rep._one_hot:
+            rows, summed = coalesce(ids.reshape(-1), grad.reshape(-1, self.dim))
+        else:
+            rows, summed = rep._coalesce_pooled(ids, grad)
+        local = torch.zeros_like(rep.weight)
+        local.index_add_(0, rows, summed)
+        total = self.comm.all_reduce(local.reshape(-1), self.codecs.allreduce, REPLICA, average=False)
+        total = total.view_as(local)
+        touched = (total != 0).any(dim=1).nonzero().squeeze(1)
+        sparse_update(rep.weight.data, rep.optimizer_state, touched, total.index_select(0, touched), self.optimizer)
+
+    # ------------------------------------------------------------------ whole tables
+    @torch.no_grad()
+    def full_weight(self) -> torch.Tensor:
+        """The unsharded ``sum(rows) x D`` weight, on every rank (one all-reduce of a mostly-zero
+        tensor: each weight is non-zero on one rank only, so the sum is exact)."""
+        fused_start = [0]
+        for r in self.table_rows:
+            fused_start.append(fused_start[-1] + r)
+        full = torch.zeros(fused_start[-1], self.dim, device=self._dummy.device)
+        for s, w in zip(self.shards, self._weights):
+            lo = fused_start[s.table] + s.row_offset
+            full[lo : lo + s.rows, s.col_offset : s.col_offset + s.cols] = w
+        if self.replica is not None and self.rank == 0:
+            at = 0
+            for t in self.dp_tables:
+                full[fused_start[t] : fused_start[t + 1]] = self.replica.weight[at : at + self.table_rows[t]]
+                at += self.table_rows[t]
+        return self.comm.all_reduce(full.reshape(-1), Codec.FP32, REPLICA, average=False).view_as(full)
