@@ -31,6 +31,7 @@ from harness.errors import ErrorCategory, HarnessError
 from harness.hw_profiles import (
     Profile,
     detect,
+    emulated_profile,
     load_profile,
     profile_present,
     system_description,
@@ -72,6 +73,8 @@ class RunSetRequest:
     division: str = "closed"
     status: str = DEFAULT_STATUS
     threads: int | None = None
+    emulate: bool = False
+    comm: tuple[tuple[str, str], ...] = ()  # (collective, codec): forward, backward, allreduce
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,10 @@ class RunSetPlan:
     runs: int
     emulated: bool
     borrowed_from: dict[str, str] | None = None
+    world_size: int = 1
+    sharding_plan: dict[str, Any] | None = None
+    comm: dict[str, str] = field(default_factory=dict)
+    emulation_scale: float | None = None
 
     @property
     def package_dir(self) -> Path:
@@ -167,16 +174,22 @@ def plan_run_set(request: RunSetRequest) -> RunSetPlan:
     detected = detect(results_dir=str(request.results_dir))
     profile = load_profile(request.profile, detected=detected)
     present, why = profile_present(profile, detected)
-    if not present:
+    if not present and not request.emulate:
         raise HarnessError(
-            f"profile {profile.name} needs hardware that is not here: {why}", ErrorCategory.HARDWARE
+            f"profile {profile.name} needs hardware that is not here ({why}); add --emulate to run its "
+            f"{profile.world_size} rank(s) as gloo processes on this CPU, labelled emulated",
+            ErrorCategory.HARDWARE,
         )
-    if profile.world_size > 1:
+    emulation_scale = None
+    if request.emulate:
+        profile, emulation_scale = emulated_profile(profile, detected)
+    elif profile.world_size > 1:
         raise HarnessError(
-            f"profile {profile.name} has {profile.world_size} ranks; `harness run` trains in one process "
-            "(on the CPU or one GPU) so far: distributed training is not implemented yet",
+            f"profile {profile.name} has {profile.world_size} GPUs: sharded training on GPUs (NCCL) is not "
+            "tested yet, so `harness run` refuses it; --emulate runs the same ranks on the CPU",
             ErrorCategory.NOT_IMPLEMENTED,
         )
+    comm = _comm_codecs(request.comm, profile.world_size)
     if spec.dataset["kind"] != "synthetic":
         raise HarnessError(
             f"benchmark {spec.name} trains on {spec.dataset['kind']} data; `harness run` trains on synthetic data "
@@ -187,18 +200,58 @@ def plan_run_set(request: RunSetRequest) -> RunSetPlan:
     runs = request.runs if request.runs is not None else spec.required_runs
     if runs < 1:
         raise HarnessError("--runs must be at least 1")
-    fp = fingerprint({"benchmark": spec.raw, "hyperparameters": hyperparameters, "profile": _fingerprint_profile(profile)})
+    sharding_plan = _sharding_plan(spec, profile, hyperparameters, comm) if profile.world_size > 1 else None
+    fp = fingerprint({
+        "benchmark": spec.raw, "hyperparameters": hyperparameters, "profile": _fingerprint_profile(profile),
+        **({"emulated": True} if request.emulate else {}),
+        **({"comm": comm, "sharding_plan": sharding_plan["fingerprint"]} if sharding_plan else {}),
+    })
     return RunSetPlan(
         request=request,
         spec=spec,
         profile=profile,
-        system=system_name_for(profile, False),
+        system=system_name_for(profile, request.emulate),
         hyperparameters=hyperparameters,
         fingerprint=fp,
         runs=runs,
-        emulated=False,
+        emulated=request.emulate,
         borrowed_from=borrowing_provenance(request.submitter, spec.name),
+        world_size=profile.world_size,
+        sharding_plan=sharding_plan,
+        comm=comm,
+        emulation_scale=emulation_scale,
     )
+
+
+def _comm_codecs(requested: tuple[tuple[str, str], ...], world_size: int) -> dict[str, str]:
+    """The codec of each collective (fp32 unless asked); refused for a one-rank run (nothing is sent)."""
+    from harness.reference.comm_codecs import Codec
+
+    known = {c.value for c in Codec}
+    comm = {"forward": "fp32", "backward": "fp32", "allreduce": "fp32"}
+    for collective, codec in requested:
+        if collective not in comm or codec not in known:
+            raise HarnessError(f"unknown codec {collective}={codec}; codecs: {', '.join(sorted(known))}")
+        comm[collective] = codec
+    if world_size == 1 and any(v != "fp32" for v in comm.values()):
+        raise HarnessError("quantized communication needs more than one rank; this profile has one")
+    return comm
+
+
+def _sharding_plan(spec: BenchmarkSpec, profile: Profile, hyperparameters: dict[str, Any],
+                   comm: dict[str, str]) -> dict[str, Any]:
+    """The plan the run's ranks execute: the planner's, for the (emulated) profile and the global batch."""
+    from harness.reference.comm_codecs import Codec
+    from harness.reference.planner import PlannerConfig, plan_tables
+    from harness.reference.planner.models import tables_for_benchmark
+
+    gbs = int(hyperparameters["global_batch_size"])
+    if gbs % profile.world_size:
+        raise HarnessError(
+            f"global_batch_size {gbs} is not divisible by the {profile.world_size} ranks of profile {profile.name}"
+        )
+    slowest = max((Codec(comm["forward"]), Codec(comm["backward"])), key=lambda c: c.bytes_per_element)
+    return plan_tables(tables_for_benchmark(spec), profile, PlannerConfig(batch_size=gbs, comm_precision=slowest)).to_dict()
 
 
 # --------------------------------------------------------------------------- manifest
@@ -264,11 +317,13 @@ def _ensure_aborted(log_path: Path, reason: str) -> None:
 
 
 def _worker_failure(stderr_path: Path) -> str:
+    """The worker's one-line error (a rank's, under torchrun, whose own report follows it)."""
     try:
         lines = [line for line in stderr_path.read_text(errors="replace").splitlines() if line.strip()]
     except OSError:
         lines = []
-    return lines[-1] if lines else "no message"
+    ours = [line for line in lines if line.lstrip("[rank0123456789]: ").startswith("harness worker:")]
+    return (ours or lines or ["no message"])[-1].strip()
 
 
 def _worker_config(plan: RunSetPlan, index: int, seed: Seed, log_path: Path, best_auc: float | None) -> RunConfig:
@@ -292,18 +347,31 @@ def _worker_config(plan: RunSetPlan, index: int, seed: Seed, log_path: Path, bes
         extra_log={
             **({"harness_teacher_best_auc": best_auc} if best_auc is not None else {}),
             **({"harness_borrowed_from": plan.borrowed_from} if plan.borrowed_from else {}),
+            **({"harness_emulation_scale": plan.emulation_scale} if plan.emulation_scale is not None else {}),
         },
+        world_size=plan.world_size,
+        sharding_plan=plan.sharding_plan,
+        comm=plan.comm,
     )
 
 
-def _follow_worker(config_path: Path, stderr_path: Path, on_progress: Callable[[dict], None]) -> int:
+def worker_command(config_path: Path, world_size: int) -> list[str]:
+    """The worker process of one run: itself for one rank, torchrun's ranks on this host for more."""
+    worker = ["-m", "harness.reference.worker", str(config_path)]
+    if world_size == 1:
+        return [sys.executable, *worker]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}", *worker]
+
+
+def _follow_worker(command: list[str], stderr_path: Path, on_progress: Callable[[dict], None]) -> int:
     """Start the worker process, relay its progress lines, return its exit status.
 
-    On KeyboardInterrupt the worker is asked to stop and has ended before this re-raises.
+    On KeyboardInterrupt the worker is asked to stop and has ended before this re-raises
+    (torchrun passes the SIGINT on to its ranks).
     """
     with open(stderr_path, "wb") as err_file:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "harness.reference.worker", str(config_path)],
+            command,
             stdout=subprocess.PIPE, stderr=err_file, stdin=subprocess.DEVNULL, text=True, bufsize=1,
         )
         try:
@@ -329,7 +397,9 @@ def _run_one(plan: RunSetPlan, index: int, seed: Seed, reporter: Reporter, best_
     _write_atomic(config_path, _worker_config(plan, index, seed, staged, best_auc).to_json())
     stamp = time.strftime("%Y%m%dT%H%M%S")
     try:
-        code = _follow_worker(config_path, stderr_path, lambda event: reporter.progress(index, event))
+        code = _follow_worker(
+            worker_command(config_path, plan.world_size), stderr_path, lambda event: reporter.progress(index, event)
+        )
     except KeyboardInterrupt:
         kept = plan.staging_dir / f"result_{index}.interrupted-{stamp}.txt"
         _ensure_aborted(staged, "interrupted")

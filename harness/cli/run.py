@@ -9,18 +9,21 @@ import click
 from tqdm import tqdm
 
 from harness.hw_profiles import DEFAULT_PROFILE
+from harness.reference.comm_codecs import Codec
 from harness.rules.seeds import Seed, SeedSource
 from harness.runsets import (
     DEFAULT_STATUS,
     DEFAULT_SUBMITTER,
     Reporter,
     RunOutcome,
+    RunSetPlan,
     RunSetRequest,
     execute_run_set,
     plan_run_set,
 )
 
 DEFAULT_BENCHMARK = "dlrm_synthetic"
+CODECS = [c.value for c in Codec]
 
 
 class TerminalReporter(Reporter):
@@ -80,18 +83,31 @@ class TerminalReporter(Reporter):
               "Research, Development, or Internal (RDI)", "Preview"]), default=DEFAULT_STATUS, show_default=True,
               help="The system's availability, as MLPerf's system description states it.")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch threads per run [default: all cores].")
+@click.option("--emulate", is_flag=True,
+              help="Run the profile's ranks as gloo processes on this CPU, its capacities scaled down; "
+                   "the results are labelled emulated.")
+@click.option("--comm-forward", type=click.Choice(CODECS), default="fp32", show_default=True,
+              help="Codec of the forward embedding all-to-all (pooled embeddings).")
+@click.option("--comm-backward", type=click.Choice(CODECS), default="fp32", show_default=True,
+              help="Codec of the backward embedding all-to-all (their gradients).")
+@click.option("--comm-allreduce", type=click.Choice(CODECS), default="fp32", show_default=True,
+              help="Codec of the dense (and data-parallel table) gradient all-reduce.")
 def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_dir: Path, seeds: tuple[int, ...],
-        resume: bool, division: str, status: str, threads: int | None) -> None:
+        resume: bool, division: str, status: str, threads: int | None, emulate: bool, comm_forward: str,
+        comm_backward: str, comm_allreduce: str) -> None:
     """Train the reference DLRM N times to the target AUC; write MLPerf logs; print the score."""
     plan = plan_run_set(RunSetRequest(
         benchmark=benchmark, profile=profile, submitter=submitter, runs=runs, results_dir=results_dir,
-        seeds=seeds, resume=resume, division=division, status=status, threads=threads,
+        seeds=seeds, resume=resume, division=division, status=status, threads=threads, emulate=emulate,
+        comm=(("forward", comm_forward), ("backward", comm_backward), ("allreduce", comm_allreduce)),
     ))
     click.echo(
         f"{plan.spec.name} on {plan.system}: {plan.runs} run(s) to AUC {plan.spec.target_auc} "
         f"(at most {plan.spec.max_epochs:g} epoch of {plan.spec.dataset['train_samples']:,} samples), "
         f"submitter {submitter}, {division} division"
     )
+    if plan.sharding_plan is not None:
+        _describe_sharding(plan)
     reporter = TerminalReporter()
     try:
         outcome = execute_run_set(plan, reporter)
@@ -120,6 +136,21 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
             f"[{st.bootstrap_95[0]:.6f}, {st.bootstrap_95[1]:.6f}] min"
         )
     click.echo(hint)
+
+
+def _describe_sharding(plan: RunSetPlan) -> None:
+    sp = plan.sharding_plan or {}
+    types: dict[str, int] = {}
+    for table in sp.get("tables", []):
+        types[table["sharding_type"]] = types.get(table["sharding_type"], 0) + 1
+    how = "emulated: gloo processes on this CPU" + (
+        f", capacities x{plan.emulation_scale:.3g}" if plan.emulation_scale is not None else "")
+    click.echo(
+        f"{plan.world_size} ranks ({how}); sharding plan {sp.get('fingerprint', '')[:12]}: "
+        + ", ".join(f"{n} {t}" for t, n in sorted(types.items()))
+        + f"; imbalance {sp.get('summary', {}).get('imbalance', 1.0):.3f}; communication "
+        + ", ".join(f"{k} {v}" for k, v in plan.comm.items())
+    )
 
 
 def _compliance(results_dir: Path) -> None:

@@ -13,6 +13,7 @@ from harness.hw_profiles.detection import (
     matching_devices,
     profile_present,
 )
+from harness.hw_profiles.emulation import emulated_profile
 from harness.hw_profiles.profiles import (
     DEFAULT_PROFILE,
     LOCAL,
@@ -39,6 +40,7 @@ from harness.hw_profiles.system_desc import (
 )
 
 __all__ = [
+    "emulated_profile",
     "DEFAULT_PROFILE",
     "LOCAL",
     "SYSTEM_DESC_FIELDS",

@@ -138,8 +138,9 @@ class Trainer:
         self._progress = progress or (lambda _event: None)
         self.rank, self.world_size = 0, 1
         # one process, one device: the profile's accelerator when it has one (a profile is
-        # only run where its hardware is present), else the CPU
-        self.device = torch.device("cuda" if config.profile.get("device_type") == "cuda" else "cpu")
+        # only run where its hardware is present, unless emulated), else the CPU
+        on_gpu = config.profile.get("device_type") == "cuda" and not config.emulated
+        self.device = torch.device("cuda" if on_gpu else "cpu")
         self._eval_cache: list[Batch] | None = None
         self.codecs = CommConfig()  # one process: nothing is communicated
 
