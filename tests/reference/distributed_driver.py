@@ -7,9 +7,10 @@ shards (:class:`~harness.reference.distributed.trainer.DistributedTrainer`). Bot
 trainers' own pieces (``_model``, ``_train_items``, ``_loss``), as ``Trainer.run`` does.
 
 JOB.json: ``{"out": DIR, "steps": N, "batch": GBS, "seed": S, "nodes": n, "per_node": a,
-"comm": {...}, "plans": {NAME: {TABLE_OR_*: SHARDING_TYPE, ...}, ...}}``. For each plan, rank 0
-writes ``DIR/NAME.json`` (the global mean loss of each step, the plan's sharding types) and
-``DIR/NAME.pt`` (the whole tables after the last step).
+"plans": {NAME: {"types": {TABLE_OR_*: SHARDING_TYPE_OR_LIST}, "comm": {...}}, ...}}`` (a list
+of types is given to the tables in turn: a mixed plan). For each plan, rank 0 writes
+``DIR/NAME.json`` (the global mean loss of each step, the plan's sharding types, the bytes
+sent) and ``DIR/NAME.pt`` (the whole tables after the last step).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from harness.reference.trainer import RunConfig, Trainer
 from harness.rules.specs import load_benchmark
 
 
-def run_config(job: dict, world: int, plan: dict | None) -> RunConfig:
+def run_config(job: dict, world: int, plan: dict | None, comm: dict) -> RunConfig:
     spec = load_benchmark("dlrm_synthetic")
     hp = dict(spec.reference_hyperparameters)
     hp["global_batch_size"] = job["batch"]
@@ -40,7 +41,7 @@ def run_config(job: dict, world: int, plan: dict | None) -> RunConfig:
         benchmark=spec.raw, hyperparameters=hp, profile={"name": "test", "device_type": "cpu"}, seed=job["seed"],
         seed_source="user", submitter="test", division="closed", status="research", platform="test",
         log_path=os.devnull, fingerprint="test", config_filename="test.yaml", emulated=True,
-        world_size=world, sharding_plan=plan, comm=job.get("comm", {}),
+        world_size=world, sharding_plan=plan, comm=comm,
     )
 
 
@@ -70,9 +71,9 @@ def main(job_path: str) -> None:
     if world > 1:
         dist.init_process_group("gloo")
     rank = dist.get_rank() if world > 1 else 0
-    for name, constraint in job["plans"].items():
-        plan = make_plan(job, constraint, world) if world > 1 else None
-        config = run_config(job, world, plan)
+    for name, entry in job["plans"].items():
+        plan = make_plan(job, entry.get("types", {}), world) if world > 1 else None
+        config = run_config(job, world, plan, entry.get("comm", {}))
         log = MLPerfLog(Path(os.devnull), enabled=False)
         if world > 1:
             from harness.reference.distributed.trainer import DistributedTrainer

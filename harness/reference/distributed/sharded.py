@@ -45,7 +45,7 @@ from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference.comm_codecs import Codec, CommConfig, decode, encode, wire_bytes
-from harness.reference.distributed.comm import BACKWARD, FORWARD, INPUT, REPLICA, Comm, PendingAllToAll
+from harness.reference.distributed.comm import BACKWARD, FORWARD, INPUT, REPLICA, Comm, CommStats, PendingAllToAll
 from harness.reference.embeddings import FusedEmbeddingCollection, coalesce, sparse_update
 from harness.reference.planner.types import ShardingType
 
@@ -408,4 +408,5 @@ class ShardedEmbeddingCollection(nn.Module):
             for t in self.dp_tables:
                 full[fused_start[t] : fused_start[t + 1]] = self.replica.weight[at : at + self.table_rows[t]]
                 at += self.table_rows[t]
-        return self.comm.all_reduce(full.reshape(-1), Codec.FP32, REPLICA, average=False).view_as(full)
+        uncounted = Comm(self.comm.group, CommStats())  # not the training's traffic
+        return uncounted.all_reduce(full.reshape(-1), Codec.FP32, REPLICA, average=False).view_as(full)

@@ -1,0 +1,148 @@
+"""Sharded training on real gloo process groups (torchrun) against single-process training.
+
+The ranks run ``tests/reference/distributed_driver.py`` under ``python -m torch.distributed.run``;
+the single-process baseline runs the same driver without it (the unsharded trainer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.errors import HarnessError
+from harness.reference.comm_codecs import Codec, wire_bytes
+from harness.reference.distributed.sharded import shardings_from_plan
+from harness.reference.planner.types import ShardingType
+
+DRIVER = Path(__file__).with_name("distributed_driver.py")
+ROOT = Path(__file__).resolve().parents[2]
+TYPES = [t.value for t in ShardingType]
+STEPS, BATCH, SEED = 50, 512, 7
+TABLES = 26
+
+
+def run_driver(tmp: Path, name: str, world: int, plans: dict, *, steps: int = STEPS, nodes: int = 1) -> dict:
+    out = tmp / name
+    out.mkdir()
+    job = {"out": str(out), "steps": steps, "batch": BATCH, "seed": SEED, "nodes": nodes,
+           "per_node": world // nodes, "plans": plans}
+    (out / "job.json").write_text(json.dumps(job))
+    launcher = [] if world == 1 else ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"]
+    proc = subprocess.run(
+        [sys.executable, *launcher, str(DRIVER), str(out / "job.json")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return {
+        plan: {**json.loads((out / f"{plan}.json").read_text()), "weight": torch.load(out / f"{plan}.pt")}
+        for plan in plans
+    }
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> dict:
+    return run_driver(tmp_path_factory.mktemp("single"), "w1", 1, {"single": {}})["single"]
+
+
+def every_type_and_mixed() -> dict:
+    plans = {t: {"types": {"*": t}} for t in TYPES}
+    plans["mixed"] = {"types": {"*": TYPES}}
+    return plans
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("world", "nodes"), [(2, 1), (4, 2)])
+def test_every_sharding_type_follows_single_process_training(single, tmp_path, world, nodes):
+    results = run_driver(tmp_path, f"w{world}", world, every_type_and_mixed(), nodes=nodes)
+    assert len(single["losses"]) == STEPS
+    for plan, got in results.items():
+        expected_types = TYPES if plan == "mixed" else [plan]
+        assert sorted(got["types"]) == sorted(expected_types), plan
+        assert len(got["losses"]) == STEPS
+        gap = max(abs(a - b) for a, b in zip(single["losses"], got["losses"]))
+        assert gap <= 1e-5, f"{plan} on {world} ranks: loss differs by {gap:.3g} from single-process training"
+        # the tables too: every shard's rows were updated as the unsharded table's
+        # (Adagrad's first steps amplify rounding differences of 1e-7 in the dense
+        # gradients to ~1e-4 in the weights; a lost update would be >= 1e-2)
+        assert float((single["weight"] - got["weight"]).abs().max()) < 5e-3, plan
+
+
+@pytest.mark.slow
+def test_quantized_communication_is_deterministic_and_counted(tmp_path):
+    """Same seed, world size and codecs: the same losses and tables, bit for bit, in two launches.
+    Bytes sent follow the codecs' sizes exactly."""
+    mixed = {"*": TYPES}
+    quantized = {"forward": "int8", "backward": "fp8", "allreduce": "bf16"}
+    plans = {
+        "fp32": {"types": mixed},
+        "fp16": {"types": mixed, "comm": {"forward": "fp16", "backward": "fp16", "allreduce": "fp16"}},
+        "quantized": {"types": mixed, "comm": quantized},
+    }
+    first = run_driver(tmp_path, "a", 2, plans, steps=20)
+    again = run_driver(tmp_path, "b", 2, {"quantized": {"types": mixed, "comm": quantized}}, steps=20)
+    assert first["quantized"]["losses"] == again["quantized"]["losses"]
+    assert torch.equal(first["quantized"]["weight"], again["quantized"]["weight"])
+    # the codecs are really applied: quantized training is close to, but not exactly, fp32 training
+    gap = max(abs(a - b) for a, b in zip(first["fp32"]["losses"], first["quantized"]["losses"]))
+    assert 0 < gap < 0.05
+    fp32, fp16 = first["fp32"]["stats"], first["fp16"]["stats"]
+    for kind in ("forward_all_to_all", "backward_all_to_all", "dense_all_reduce", "replica_all_reduce"):
+        assert fp32[kind]["bytes"] > 0
+        assert fp16[kind]["bytes"] * 2 == fp32[kind]["bytes"], kind
+    # int8 rows carry a scale and a bias: (cols + 8) bytes per row of cols values
+    q, calls = first["quantized"]["stats"]["forward_all_to_all"], fp32["forward_all_to_all"]["calls"]
+    assert q["calls"] == calls
+    assert q["bytes"] < fp32["forward_all_to_all"]["bytes"] / 2
+    assert fp32["input_all_to_all"]["bytes"] == first["quantized"]["stats"]["input_all_to_all"]["bytes"]
+
+
+def test_wire_bytes_of_a_forward_block():
+    # what one rank sends per shard of 8 columns for 256 samples
+    assert wire_bytes(Codec.FP32, 256, 8) == 256 * 8 * 4
+    assert wire_bytes(Codec.INT8, 256, 8) == 256 * (8 + 8)
+    assert wire_bytes(Codec.FP8, 256, 8) == 256 * (8 + 4)
+
+
+# -- plans the sharded tables refuse --------------------------------------------------------
+
+
+def plan_of(tables: list[dict], world: int = 2) -> dict:
+    return {"world_size": world, "tables": tables}
+
+
+def table(sharding: str, shards: list[tuple[int, int, int, int, int]], rows: int = 10, dim: int = 4) -> dict:
+    return {"name": "t", "rows": rows, "dim": dim, "sharding_type": sharding,
+            "shards": [dict(zip(("rank", "row_offset", "rows", "col_offset", "cols"), s)) for s in shards]}
+
+
+def test_a_valid_plan_is_read_per_table():
+    plan = plan_of([table("row_wise", [(0, 0, 5, 0, 4), (1, 5, 5, 0, 4)]),
+                    table("data_parallel", [(0, 0, 10, 0, 4), (1, 0, 10, 0, 4)])])
+    sh = shardings_from_plan(plan, [10, 10], 4, 2)
+    assert [s.sharding_type for s in sh] == [ShardingType.ROW_WISE, ShardingType.DATA_PARALLEL]
+    assert [(s.rank, s.row_offset, s.rows) for s in sh[0].shards] == [(0, 0, 5), (1, 5, 5)]
+
+
+@pytest.mark.parametrize(
+    ("plan", "message"),
+    [
+        (plan_of([table("row_wise", [(0, 0, 5, 0, 4)])]), "do not cover every weight"),
+        (plan_of([table("row_wise", [(0, 0, 5, 0, 4), (1, 5, 6, 0, 4)])]), "outside"),
+        (plan_of([table("column_wise", [(0, 0, 10, 0, 2), (1, 0, 10, 1, 3)])]), "do not cover every weight exactly once"),
+        (plan_of([table("data_parallel", [(0, 0, 10, 0, 4)])]), "one full replica on every rank"),
+        (plan_of([table("table_wise", [(2, 0, 10, 0, 4)])]), "outside 0..1"),
+        (plan_of([table("diagonal", [(0, 0, 10, 0, 4)])]), "unknown sharding type"),
+        (plan_of([table("table_wise", [(0, 0, 10, 0, 4)])], world=4), "is for 4 ranks"),
+        (plan_of([table("table_wise", [(0, 0, 10, 0, 4)], rows=11)]), "the model's is 10 x 4"),
+        (plan_of([]), "has 0 tables"),
+    ],
+)
+def test_plans_that_do_not_fit_the_model_or_the_world_are_refused(plan, message):
+    with pytest.raises(HarnessError, match=message):
+        shardings_from_plan(plan, [10], 4, 2)

@@ -1,0 +1,142 @@
+"""`harness run` on multi-rank profiles: refused without their hardware, emulated with --emulate."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from compliance.schemas import schema_errors
+from harness.errors import HarnessError
+from harness.hw_profiles import detect, emulated_profile, load_profile
+from harness.runsets import RunSetRequest, plan_run_set, worker_command
+from tests.test_runsets import FIXTURE, harness, records, start_harness
+
+
+def one_line(proc: subprocess.CompletedProcess) -> str:
+    err = proc.stderr.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err, err
+    return err
+
+
+def test_a_gpu_profile_without_its_gpus_is_refused_in_one_line(tmp_path):
+    proc = harness("run", "--profile", "zionex-8gpu", cwd=tmp_path)
+    assert proc.returncode == 3
+    err = one_line(proc)
+    assert "profile zionex-8gpu needs hardware that is not here" in err and "8 x NVIDIA A100" in err
+    assert "add --emulate" in err
+    assert not (tmp_path / "results").exists()
+
+
+def test_emulating_more_ranks_than_this_host_holds_is_refused(tmp_path):
+    proc = harness("run", "--profile", "zionex-16x8gpu", "--emulate", cwd=tmp_path)
+    assert proc.returncode == 3
+    assert "emulating zionex-16x8gpu runs 128 rank processes" in one_line(proc)
+
+
+def test_quantized_communication_on_one_rank_is_refused(tmp_path):
+    proc = harness("run", "--comm-forward", "int8", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "quantized communication needs more than one rank" in one_line(proc)
+
+
+def test_emulation_keeps_the_topology_and_scales_every_tier_by_one_factor():
+    real = load_profile("zionex-8gpu")
+    scaled, factor = emulated_profile(real, detect())
+    assert 0 < factor < 1
+    assert (scaled.nodes, scaled.accelerators_per_node, scaled.world_size) == (1, 8, 8)
+    for tier in ("hbm", "ddr", "ssd"):
+        assert scaled.tiers[tier].capacity_bytes == int(real.tiers[tier].capacity_bytes * factor)
+        assert scaled.tiers[tier].bandwidth_bytes_per_s == real.tiers[tier].bandwidth_bytes_per_s
+    memory = 8 * scaled.hbm.capacity_bytes + scaled.ddr.capacity_bytes
+    assert memory <= detect().memory_bytes / 2
+
+
+def test_an_emulated_plan_has_a_sharding_plan_and_an_emulated_system(tmp_path):
+    request = RunSetRequest(benchmark=str(FIXTURE), profile="zionex-8gpu", results_dir=tmp_path, emulate=True,
+                            comm=(("forward", "fp16"), ("backward", "bf16")))
+    plan = plan_run_set(request)
+    assert plan.emulated and plan.world_size == 8 and plan.system == "zionex-8gpu-emulated"
+    assert plan.comm == {"forward": "fp16", "backward": "bf16", "allreduce": "fp32"}
+    assert plan.sharding_plan is not None and plan.sharding_plan["world_size"] == 8
+    assert schema_errors(plan.sharding_plan, "sharding_plan") == []
+    # the codecs are part of what the run set's results depend on
+    fp32 = plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile="zionex-8gpu", results_dir=tmp_path, emulate=True))
+    assert fp32.fingerprint != plan.fingerprint
+    cmd = worker_command(Path("c.json"), plan.world_size)
+    assert cmd[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=8"]
+    assert worker_command(Path("c.json"), 1) == [sys.executable, "-m", "harness.reference.worker", "c.json"]
+
+
+def test_a_global_batch_the_ranks_cannot_share_is_refused(tmp_path):
+    spec = tmp_path / "odd.yaml"
+    spec.write_text(FIXTURE.read_text().replace("global_batch_size: 1024", "global_batch_size: 1020"))
+    with pytest.raises(HarnessError, match="not divisible by the 8 ranks"):
+        plan_run_set(RunSetRequest(benchmark=str(spec), profile="zionex-8gpu", results_dir=tmp_path, emulate=True))
+
+
+@pytest.mark.slow
+def test_an_emulated_run_is_labelled_and_logs_its_codecs_and_bytes(tmp_path):
+    proc = harness("run", "--benchmark", str(FIXTURE), "--profile", "zionex-8gpu", "--emulate", "--runs", "1",
+                   "--comm-forward", "int8", "--comm-backward", "fp8", "--comm-allreduce", "bf16", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "8 ranks (emulated: gloo processes on this CPU" in proc.stdout
+    [log] = (tmp_path / "results" / "reference" / "results" / "zionex-8gpu-emulated" / "tiny_synthetic").glob("*.txt")
+    recs = {r["key"]: r for r in records(log)}
+    assert recs["harness_emulated"]["value"] is True
+    assert recs["data_parallelism"]["value"] == 8
+    assert recs["lowest_numerical_precision_in_comm"]["value"] == "int8"
+    assert recs["harness_comm_codecs"]["value"] == {"forward": "int8", "backward": "fp8", "allreduce": "bf16"}
+    stats = recs["harness_comm_stats"]["value"]
+    assert stats["steps"] > 0 and all(stats[k]["bytes"] > 0 for k in ("forward_all_to_all", "dense_all_reduce"))
+    system = json.loads((tmp_path / "results" / "reference" / "systems" / "zionex-8gpu-emulated.json").read_text())
+    assert "EMULATED" in system["accelerator_model_name"]
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_rank_and_the_log_ends_aborted(tmp_path):
+    spec = tmp_path / "long.yaml"
+    spec.write_text(FIXTURE.read_text().replace("train_samples: 32768", "train_samples: 4000000")
+                    .replace("target: 0.6", "target: 0.99"))
+    proc = start_harness("run", "--benchmark", str(spec), "--profile", "zionex-8gpu", "--emulate", "--runs", "1",
+                         cwd=tmp_path)
+    staging = tmp_path / "results" / ".harness" / "reference"
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        staged = list(staging.glob("*/tiny_synthetic/result_0.txt"))
+        if staged and "eval_accuracy" in staged[0].read_text():
+            break
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, err[-3000:]
+    [kept] = staging.glob("*/tiny_synthetic/result_0.interrupted-*.txt")
+    last = records(kept)[-1]
+    assert last["key"] == "run_stop" and last["metadata"]["status"] == "aborted"
+    leftovers = subprocess.run(["pgrep", "-f", "harness.reference.worker"], capture_output=True, text=True).stdout
+    assert not leftovers.strip(), f"rank processes left running: {leftovers}"
+
+
+@pytest.mark.slow
+def test_fp16_forward_bf16_backward_reach_the_default_target_on_emulated_zionex(tmp_path):
+    """The issue's command, with the issue's codecs: two emulated 8-rank runs of the default
+    benchmark reach its target, and `harness check` passes both logs."""
+    proc = harness("run", "--profile", "zionex-8gpu", "--emulate", "--runs", "2",
+                   "--comm-forward", "fp16", "--comm-backward", "bf16", cwd=tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    logs = sorted((tmp_path / "results" / "reference" / "results" / "zionex-8gpu-emulated" / "dlrm_synthetic")
+                  .glob("result_*.txt"))
+    assert len(logs) == 2
+    for log in logs:
+        recs = records(log)
+        stop = [r for r in recs if r["key"] == "run_stop"][-1]
+        assert stop["metadata"]["status"] == "success", stop
+        assert [r["value"] for r in recs if r["key"] == "lowest_numerical_precision_in_comm"] == ["fp16"]
+        check = harness("check", str(log), cwd=tmp_path)
+        assert check.returncode == 0, check.stdout
+    assert "2/2 logs pass" in proc.stdout
