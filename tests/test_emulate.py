@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -109,15 +110,17 @@ def test_ctrl_c_stops_every_rank_and_the_log_ends_aborted(tmp_path):
     deadline = time.time() + 240
     while time.time() < deadline:
         staged = list(staging.glob("*/tiny_synthetic/result_0.txt"))
-        if staged and "eval_accuracy" in staged[0].read_text():
+        if staged and "run_start" in staged[0].read_text():
             break
         time.sleep(0.5)
+    time.sleep(3)  # into the training steps
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=180)
     assert proc.returncode == 130, err[-3000:]
     [kept] = staging.glob("*/tiny_synthetic/result_0.interrupted-*.txt")
-    last = records(kept)[-1]
-    assert last["key"] == "run_stop" and last["metadata"]["status"] == "aborted"
+    [stop] = [r for r in records(kept) if r["key"] == "run_stop"]
+    assert stop["metadata"]["status"] == "aborted"
+    assert stop["metadata"]["reason"] == "interrupted"  # written by rank 0 itself, not patched on after
     leftovers = subprocess.run(["pgrep", "-f", "harness.reference.worker"], capture_output=True, text=True).stdout
     assert not leftovers.strip(), f"rank processes left running: {leftovers}"
 
@@ -140,3 +143,33 @@ def test_fp16_forward_bf16_backward_reach_the_default_target_on_emulated_zionex(
         check = harness("check", str(log), cwd=tmp_path)
         assert check.returncode == 0, check.stdout
     assert "2/2 logs pass" in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_rank_killed_mid_run_fails_the_run_in_one_line_and_its_log_ends_aborted(tmp_path):
+    spec = tmp_path / "long.yaml"
+    spec.write_text(FIXTURE.read_text().replace("train_samples: 32768", "train_samples: 4000000")
+                    .replace("target: 0.6", "target: 0.99"))
+    proc = start_harness("run", "--benchmark", str(spec), "--profile", "zionex-8gpu", "--emulate", "--runs", "1",
+                         cwd=tmp_path)
+    staging = tmp_path / "results" / ".harness" / "reference"
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        staged = list(staging.glob("*/tiny_synthetic/result_0.txt"))
+        if staged and "run_start" in staged[0].read_text():
+            break
+        time.sleep(0.5)
+    time.sleep(3)  # into the training steps
+    listed = subprocess.run(["pgrep", "-af", "harness.reference.worker"], capture_output=True, text=True).stdout
+    ranks = [int(line.split()[0]) for line in listed.splitlines() if "torch.distributed.run" not in line]
+    assert len(ranks) == 8, listed
+    os.kill(max(ranks), signal.SIGKILL)
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 1, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("harness: error:")]
+    assert len(errors) == 1 and "run 0 failed" in errors[0] and "Traceback" not in err, err[-3000:]
+    [failed] = staging.glob("*/tiny_synthetic/result_0.failed-*.txt")
+    [stop] = [r for r in records(failed) if r["key"] == "run_stop"]
+    assert stop["metadata"]["status"] == "aborted"
+    leftovers = subprocess.run(["pgrep", "-f", "harness.reference.worker"], capture_output=True, text=True).stdout
+    assert not leftovers.strip(), f"rank processes left running: {leftovers}"

@@ -74,6 +74,10 @@ class RunResult:
     eval_accuracies: list[tuple[float, float]]  # (epoch_num, auc)
     train_samples_per_s: float
 
+    def reason_is_final(self) -> bool:
+        """Whether the run ended by its own rules (target or epoch limit), not by an error or interrupt."""
+        return not (self.reason == "interrupted" or self.reason.startswith("error: "))
+
 
 def synthetic_data(spec: BenchmarkSpec) -> synthetic.SyntheticCriteo:
     """The generator of a synthetic benchmark's data set."""
@@ -328,9 +332,10 @@ class Trainer:
             result.reason = f"error: {type(err).__name__}: {err}"
             raise
         finally:
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
+            # a clean stop lets the item source finish what it started; an error abandons it
+            stop = getattr(items, "close" if result.reason_is_final() else "abandon", None)
+            if stop is not None:
+                stop()
             result.train_samples_per_s = step * gbs / max(train_time, 1e-9)
             self._log_run_stop(result.status, result.reason, epoch_num, result.train_samples_per_s)
         return result

@@ -39,15 +39,23 @@ def main(argv: list[str]) -> int:
         config = RunConfig.from_json(Path(argv[0]).read_text())
         run_from_config(config)
     except KeyboardInterrupt:
-        print("harness worker: interrupted", file=sys.stderr)
-        return 130
+        return _end("harness worker: interrupted", 130)
     except HarnessError as err:
-        print(f"harness worker: error: {err}", file=sys.stderr)
-        return 1
+        return _end(f"harness worker: error: {err}", 1)
     except Exception as err:  # one line for the user; the run's log already ends aborted
-        print(f"harness worker: error: {type(err).__name__}: {err}", file=sys.stderr)
-        return 1
+        return _end(f"harness worker: error: {type(err).__name__}: {err}", 1)
     return 0
+
+
+def _end(message: str, code: int) -> int:
+    """Report and end. A rank of a distributed run exits at once: its process group may still
+    hold collectives that other ranks will never join, and tearing it down would wait for them
+    (its log, on rank 0, is already complete and closed)."""
+    print(message, file=sys.stderr, flush=True)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        sys.stdout.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

@@ -27,11 +27,12 @@ STEPS, BATCH, SEED = 50, 512, 7
 TABLES = 26
 
 
-def run_driver(tmp: Path, name: str, world: int, plans: dict, *, steps: int = STEPS, nodes: int = 1) -> dict:
+def run_driver(tmp: Path, name: str, world: int, plans: dict, *, steps: int = STEPS, nodes: int = 1,
+               auc: bool = False) -> dict:
     out = tmp / name
     out.mkdir()
     job = {"out": str(out), "steps": steps, "batch": BATCH, "seed": SEED, "nodes": nodes,
-           "per_node": world // nodes, "plans": plans}
+           "per_node": world // nodes, "plans": plans, "auc": auc}
     (out / "job.json").write_text(json.dumps(job))
     launcher = [] if world == 1 else ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"]
     proc = subprocess.run(
@@ -75,7 +76,7 @@ def test_every_sharding_type_follows_single_process_training(single, tmp_path, w
 
 @pytest.mark.slow
 def test_quantized_communication_is_deterministic_and_counted(tmp_path):
-    """Same seed, world size and codecs: the same losses and tables, bit for bit, in two launches.
+    """Same seed, world size and codecs: the same losses, tables and AUC, bit for bit, in two launches.
     Bytes sent follow the codecs' sizes exactly."""
     mixed = {"*": TYPES}
     quantized = {"forward": "int8", "backward": "fp8", "allreduce": "bf16"}
@@ -84,9 +85,10 @@ def test_quantized_communication_is_deterministic_and_counted(tmp_path):
         "fp16": {"types": mixed, "comm": {"forward": "fp16", "backward": "fp16", "allreduce": "fp16"}},
         "quantized": {"types": mixed, "comm": quantized},
     }
-    first = run_driver(tmp_path, "a", 2, plans, steps=20)
-    again = run_driver(tmp_path, "b", 2, {"quantized": {"types": mixed, "comm": quantized}}, steps=20)
+    first = run_driver(tmp_path, "a", 2, plans, steps=20, auc=True)
+    again = run_driver(tmp_path, "b", 2, {"quantized": {"types": mixed, "comm": quantized}}, steps=20, auc=True)
     assert first["quantized"]["losses"] == again["quantized"]["losses"]
+    assert first["quantized"]["auc"] == again["quantized"]["auc"] is not None
     assert torch.equal(first["quantized"]["weight"], again["quantized"]["weight"])
     # the codecs are really applied: quantized training is close to, but not exactly, fp32 training
     gap = max(abs(a - b) for a, b in zip(first["fp32"]["losses"], first["quantized"]["losses"]))

@@ -105,30 +105,51 @@ class ShardedDLRM(nn.Module):
         return self.dense(dense, self.sparse_arch(ids))
 
 
-def pipelined(model: ShardedDLRM, batches: Iterator[Batch]) -> Iterator[tuple[Batch, InputDist]]:
+class Pipeline:
     """Each batch with its ids distribution, started ahead of time.
 
     When batch ``n`` is handed out, the ids of ``n + 1`` are on their way and the lengths of
     ``n + 2`` have been sent: the all-to-alls of the input distribution run (asynchronously,
     on their own process group) while step ``n`` computes. Every rank issues the same
-    collectives in the same order, so stopping early is safe: the generator's ``close``
-    waits for what is in flight.
+    collectives in the same order, so stopping early at the same step on every rank is safe:
+    :meth:`close` waits for what is in flight. After an error or an interrupt the ranks may
+    have stopped at different steps, and waiting could block on a collective another rank
+    never issues: :meth:`abandon` stops without waiting (the process then exits).
     """
-    window: deque[tuple[Batch, InputDist]] = deque()
-    try:
-        for batch in batches:
-            window.append((batch, model.distribute(batch.sparse)))
+
+    def __init__(self, model: Any, batches: Iterator[Batch]):
+        self._model, self._batches = model, batches
+        self._window: deque[tuple[Batch, InputDist]] = deque()
+        self._handed: list[tuple[Batch, InputDist]] = []  # the last item handed out
+
+    def __iter__(self) -> Iterator[tuple[Batch, InputDist]]:
+        window, handed = self._window, self._handed
+        for batch in self._batches:
+            window.append((batch, self._model.distribute(batch.sparse)))
             if len(window) >= 2:
                 window[-2][1].start_ids()
             if len(window) == 3:
-                yield window.popleft()
+                handed[:] = [window.popleft()]
+                yield handed[0]
         while window:
             window[0][1].start_ids()
-            yield window.popleft()
-    finally:
-        for _, ids in window:
+            handed[:] = [window.popleft()]
+            yield handed[0]
+
+    def close(self) -> None:
+        for _, ids in [*self._handed, *self._window]:
             ids.start_ids()
             ids.wait()
+        self.abandon()
+
+    def abandon(self) -> None:
+        self._handed.clear()
+        self._window.clear()
+
+
+def pipelined(model: Any, batches: Iterator[Batch]) -> Pipeline:
+    """The batches with their ids distribution started ahead of time (see :class:`Pipeline`)."""
+    return Pipeline(model, batches)
 
 
 class DistributedTrainer(Trainer):
@@ -240,7 +261,7 @@ def process_group(config: RunConfig) -> Iterator[None]:
         )
     backend = "nccl" if config.profile.get("device_type") == "cuda" and not config.emulated else "gloo"
     dist.init_process_group(backend=backend, timeout=PROCESS_GROUP_TIMEOUT)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
+    yield
+    # only after a clean end: after an error or an interrupt, collectives of other ranks may
+    # still be pending and tearing the group down could wait for them; the worker exits instead
+    dist.destroy_process_group()
