@@ -52,7 +52,7 @@ import torch.distributed as dist
 
 from harness.hw_profiles import load_profile
 from harness.reference import synthetic
-from harness.reference.comm_codecs import Codec, decode, encode, wire_bytes
+from harness.reference.comm_codecs import Codec
 from harness.reference.distributed.comm import BACKWARD, FORWARD, Comm, CommStats
 from harness.reference.distributed.sharded import ShardedEmbeddingCollection
 from harness.reference.distributed.trainer import (
@@ -119,7 +119,7 @@ def run_config(spec: BenchmarkSpec, batch: int, world: int, plan: dict[str, Any]
     )
 
 
-def micro_all_to_all(coll: ShardedEmbeddingCollection, codec: Codec, batch: int, reps: int,
+def micro_all_to_all(coll: ShardedEmbeddingCollection, batch: int, reps: int,
                      warmup: int) -> tuple[float, float]:
     """Median seconds of the forward all-to-all alone: ``(encode + wire + decode, wire)``.
 
@@ -134,28 +134,19 @@ def micro_all_to_all(coll: ShardedEmbeddingCollection, codec: Codec, batch: int,
     world, me = comm.world_size, comm.rank
     gen = torch.Generator().manual_seed(SEED * 1000 + me)
     partials = [0.05 * torch.randn(world * batch, s.cols, generator=gen) for s in coll.shards]
-    recv = [sum(wire_bytes(codec, batch, s.cols) for s in coll.shards_of[p]) for p in range(world)]
-    empty = torch.empty(0, dtype=torch.uint8)
+    bounds = [q * batch for q in range(world + 1)]
+    recv = coll.pooled_sizes(batch)
     totals, wires = [], []
     for rep in range(warmup + reps):
         comm.barrier()
         t0 = time.perf_counter()
-        chunks = [
-            torch.cat([encode(p[q * batch : (q + 1) * batch], codec) for p in partials]) if partials else empty
-            for q in range(world)
-        ]
+        chunks = coll.encode_pooled(partials, bounds)
         t1 = time.perf_counter()
         comm.barrier()  # a slower rank's encoding is not counted as wire time
         t2 = time.perf_counter()
         got = comm.all_to_all(chunks, recv, FORWARD)
         t3 = time.perf_counter()
-        out = torch.zeros(batch, coll.num_tables, coll.dim)
-        for p, chunk in enumerate(got):
-            at = 0
-            for s in coll.shards_of[p]:
-                n = wire_bytes(codec, batch, s.cols)
-                out[:, s.table, s.col_offset : s.col_offset + s.cols] += decode(chunk[at : at + n], codec, batch, s.cols)
-                at += n
+        coll.decode_pooled(got, batch)
         t4 = time.perf_counter()
         if rep >= warmup:
             totals.append((t1 - t0) + (t4 - t2))
@@ -174,7 +165,7 @@ def run_codec(spec: BenchmarkSpec, config: RunConfig, codec: Codec, steps: int, 
     trainer = DistributedTrainer(config, MLPerfLog(Path(os.devnull), enabled=False))
     trainer._steps = 0  # set by run(), which we do not call
     model, dense_opt = trainer._model()
-    micro_s, wire_s = micro_all_to_all(model.sparse_arch, codec, gbs // world, reps, warmup)
+    micro_s, wire_s = micro_all_to_all(model.sparse_arch, gbs // world, reps, warmup)
 
     data = trainer._data()
     order = synthetic.EpochOrder.from_seed(config.seed, spec.dataset["train_samples"])

@@ -475,6 +475,8 @@ def execute_run_set(plan: RunSetPlan, reporter: Reporter | None = None) -> RunSe
         system_name=plan.system,
     )
     write_system_description(desc, plan.system_json)
+    if plan.sharding_plan is not None:  # the plan the ranks execute; its fingerprint is in every log
+        _write_atomic(plan.staging_dir / "sharding_plan.json", json.dumps(plan.sharding_plan, indent=1, sort_keys=True))
     best_auc = teacher_best_auc(plan.spec) if pending else None
     if best_auc is not None:
         reporter.message(

@@ -16,7 +16,24 @@ from compliance.schemas import schema_errors
 from harness.errors import HarnessError
 from harness.hw_profiles import detect, emulated_profile, load_profile
 from harness.runsets import RunSetRequest, plan_run_set, worker_command
-from tests.test_runsets import FIXTURE, harness, records, start_harness
+from tests.test_runsets import FIXTURE, harness, records, start_harness, wait_for_run_start
+
+
+def start_long_emulated_run(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    """An emulated 8-rank run that will not end by itself soon, a few seconds into its steps."""
+    spec = tmp_path / "long.yaml"
+    spec.write_text(FIXTURE.read_text().replace("train_samples: 32768", "train_samples: 4000000")
+                    .replace("target: 0.6", "target: 0.99"))
+    proc = start_harness("run", "--benchmark", str(spec), "--profile", "zionex-8gpu", "--emulate", "--runs", "1",
+                         cwd=tmp_path)
+    staging = wait_for_run_start(tmp_path)
+    time.sleep(3)
+    return proc, staging
+
+
+def assert_no_rank_left() -> None:
+    leftovers = subprocess.run(["pgrep", "-f", "harness.reference.worker"], capture_output=True, text=True).stdout
+    assert not leftovers.strip(), f"rank processes left running: {leftovers}"
 
 
 def one_line(proc: subprocess.CompletedProcess) -> str:
@@ -82,38 +99,8 @@ def test_a_global_batch_the_ranks_cannot_share_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_an_emulated_run_is_labelled_and_logs_its_codecs_and_bytes(tmp_path):
-    proc = harness("run", "--benchmark", str(FIXTURE), "--profile", "zionex-8gpu", "--emulate", "--runs", "1",
-                   "--comm-forward", "int8", "--comm-backward", "fp8", "--comm-allreduce", "bf16", cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "8 ranks (emulated: gloo processes on this CPU" in proc.stdout
-    [log] = (tmp_path / "results" / "reference" / "results" / "zionex-8gpu-emulated" / "tiny_synthetic").glob("*.txt")
-    recs = {r["key"]: r for r in records(log)}
-    assert recs["harness_emulated"]["value"] is True
-    assert recs["data_parallelism"]["value"] == 8
-    assert recs["lowest_numerical_precision_in_comm"]["value"] == "int8"
-    assert recs["harness_comm_codecs"]["value"] == {"forward": "int8", "backward": "fp8", "allreduce": "bf16"}
-    stats = recs["harness_comm_stats"]["value"]
-    assert stats["steps"] > 0 and all(stats[k]["bytes"] > 0 for k in ("forward_all_to_all", "dense_all_reduce"))
-    system = json.loads((tmp_path / "results" / "reference" / "systems" / "zionex-8gpu-emulated.json").read_text())
-    assert "EMULATED" in system["accelerator_model_name"]
-
-
-@pytest.mark.slow
 def test_ctrl_c_stops_every_rank_and_the_log_ends_aborted(tmp_path):
-    spec = tmp_path / "long.yaml"
-    spec.write_text(FIXTURE.read_text().replace("train_samples: 32768", "train_samples: 4000000")
-                    .replace("target: 0.6", "target: 0.99"))
-    proc = start_harness("run", "--benchmark", str(spec), "--profile", "zionex-8gpu", "--emulate", "--runs", "1",
-                         cwd=tmp_path)
-    staging = tmp_path / "results" / ".harness" / "reference"
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        staged = list(staging.glob("*/tiny_synthetic/result_0.txt"))
-        if staged and "run_start" in staged[0].read_text():
-            break
-        time.sleep(0.5)
-    time.sleep(3)  # into the training steps
+    proc, staging = start_long_emulated_run(tmp_path)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=180)
     assert proc.returncode == 130, err[-3000:]
@@ -121,8 +108,7 @@ def test_ctrl_c_stops_every_rank_and_the_log_ends_aborted(tmp_path):
     [stop] = [r for r in records(kept) if r["key"] == "run_stop"]
     assert stop["metadata"]["status"] == "aborted"
     assert stop["metadata"]["reason"] == "interrupted"  # written by rank 0 itself, not patched on after
-    leftovers = subprocess.run(["pgrep", "-f", "harness.reference.worker"], capture_output=True, text=True).stdout
-    assert not leftovers.strip(), f"rank processes left running: {leftovers}"
+    assert_no_rank_left()
 
 
 @pytest.mark.slow
@@ -135,31 +121,31 @@ def test_fp16_forward_bf16_backward_reach_the_default_target_on_emulated_zionex(
     logs = sorted((tmp_path / "results" / "reference" / "results" / "zionex-8gpu-emulated" / "dlrm_synthetic")
                   .glob("result_*.txt"))
     assert len(logs) == 2
+    assert "8 ranks (emulated: gloo processes on this CPU" in proc.stdout
+    [plan_file] = (tmp_path / "results" / ".harness" / "reference").glob("*/dlrm_synthetic/sharding_plan.json")
     for log in logs:
         recs = records(log)
         stop = [r for r in recs if r["key"] == "run_stop"][-1]
         assert stop["metadata"]["status"] == "success", stop
-        assert [r["value"] for r in recs if r["key"] == "lowest_numerical_precision_in_comm"] == ["fp16"]
+        first = {r["key"]: r for r in reversed(recs)}
+        assert first["lowest_numerical_precision_in_comm"]["value"] == "fp16"
+        assert first["harness_comm_codecs"]["value"] == {"forward": "fp16", "backward": "bf16", "allreduce": "fp32"}
+        assert first["harness_emulated"]["value"] is True and first["data_parallelism"]["value"] == 8
+        plan = json.loads(plan_file.read_text())
+        assert first["harness_sharding_plan"]["value"]["fingerprint"] == plan["fingerprint"]
+        stats = first["harness_comm_stats"]["value"]
+        assert stats["steps"] > 0
+        assert all(stats[k]["bytes"] > 0 for k in ("input_all_to_all", "forward_all_to_all", "dense_all_reduce"))
         check = harness("check", str(log), cwd=tmp_path)
         assert check.returncode == 0, check.stdout
     assert "2/2 logs pass" in proc.stdout
+    system = json.loads((tmp_path / "results" / "reference" / "systems" / "zionex-8gpu-emulated.json").read_text())
+    assert "EMULATED" in system["accelerator_model_name"]
 
 
 @pytest.mark.slow
 def test_a_rank_killed_mid_run_fails_the_run_in_one_line_and_its_log_ends_aborted(tmp_path):
-    spec = tmp_path / "long.yaml"
-    spec.write_text(FIXTURE.read_text().replace("train_samples: 32768", "train_samples: 4000000")
-                    .replace("target: 0.6", "target: 0.99"))
-    proc = start_harness("run", "--benchmark", str(spec), "--profile", "zionex-8gpu", "--emulate", "--runs", "1",
-                         cwd=tmp_path)
-    staging = tmp_path / "results" / ".harness" / "reference"
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        staged = list(staging.glob("*/tiny_synthetic/result_0.txt"))
-        if staged and "run_start" in staged[0].read_text():
-            break
-        time.sleep(0.5)
-    time.sleep(3)  # into the training steps
+    proc, staging = start_long_emulated_run(tmp_path)
     listed = subprocess.run(["pgrep", "-af", "harness.reference.worker"], capture_output=True, text=True).stdout
     ranks = [int(line.split()[0]) for line in listed.splitlines() if "torch.distributed.run" not in line]
     assert len(ranks) == 8, listed
@@ -171,5 +157,4 @@ def test_a_rank_killed_mid_run_fails_the_run_in_one_line_and_its_log_ends_aborte
     [failed] = staging.glob("*/tiny_synthetic/result_0.failed-*.txt")
     [stop] = [r for r in records(failed) if r["key"] == "run_stop"]
     assert stop["metadata"]["status"] == "aborted"
-    leftovers = subprocess.run(["pgrep", "-f", "harness.reference.worker"], capture_output=True, text=True).stdout
-    assert not leftovers.strip(), f"rank processes left running: {leftovers}"
+    assert_no_rank_left()

@@ -45,6 +45,18 @@ def result_dir(root: Path, benchmark: str = "tiny_synthetic") -> Path:
     return dirs[0]
 
 
+def wait_for_run_start(root: Path, benchmark: str = "tiny_synthetic", timeout: float = 240) -> Path:
+    """Wait until run 0 of a set under ``root`` has logged ``run_start``; return the staging folder."""
+    staging = root / "results" / ".harness" / "reference"
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        staged = list(staging.glob(f"*/{benchmark}/result_0.txt"))
+        if staged and "run_start" in staged[0].read_text():
+            break
+        time.sleep(0.2)
+    return staging
+
+
 def write_spec(tmp_path: Path, **changes) -> Path:
     spec = yaml.safe_load(FIXTURE.read_text())
     for dotted, value in changes.items():
@@ -217,13 +229,7 @@ def test_a_killed_worker_leaves_its_log_ending_aborted_and_a_one_line_error(tmp_
     root = tmp_path / "root"
     root.mkdir()
     proc = start_harness("run", "--benchmark", str(spec), "--runs", "3", cwd=root)
-    staging = root / "results" / ".harness" / "reference"
-    deadline = time.time() + 240
-    while time.time() < deadline:
-        staged = list(staging.glob("*/tiny_synthetic/result_0.txt"))
-        if staged and "run_start" in staged[0].read_text():
-            break
-        time.sleep(0.2)
+    staging = wait_for_run_start(root)
     workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
     assert len(workers) == 1
     os.kill(int(workers[0]), signal.SIGKILL)

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.metrics import roc_auc_score
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference import synthetic
@@ -77,6 +76,15 @@ class RunResult:
     def reason_is_final(self) -> bool:
         """Whether the run ended by its own rules (target or epoch limit), not by an error or interrupt."""
         return not (self.reason == "interrupted" or self.reason.startswith("error: "))
+
+
+def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    """scikit-learn's ``roc_auc_score``, imported on first use: only the rank that computes the
+    AUC pays for importing scikit-learn (a second per process; :meth:`Trainer.run` imports it
+    during init, outside the timed region)."""
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(labels, scores))
 
 
 def synthetic_data(spec: BenchmarkSpec) -> synthetic.SyntheticCriteo:
@@ -273,13 +281,15 @@ class Trainer:
         scores = [torch.sigmoid(model(b.dense, b.sparse)).double().cpu().numpy() for b in self._eval_cache]
         labels = [b.labels.cpu().numpy() for b in self._eval_cache]
         model.train()
-        return float(roc_auc_score(np.concatenate(labels), np.concatenate(scores)))
+        return roc_auc(np.concatenate(labels), np.concatenate(scores))
 
     # ------------------------------------------------------------------ the run
     def run(self) -> RunResult:
         if self.config.threads:
             torch.set_num_threads(self.config.threads)
         self._log_init_start()
+        if self.rank == 0:
+            import sklearn.metrics  # noqa: F401  (now, not at the first evaluation, inside the timed region)
         data = self._data()  # builds the generator; no sample is made before run_start
         model, dense_opt = self._model()
         loss_fn = torch.nn.BCEWithLogitsLoss()

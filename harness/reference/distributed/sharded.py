@@ -45,8 +45,20 @@ from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference.comm_codecs import Codec, CommConfig, decode, encode, wire_bytes
-from harness.reference.distributed.comm import BACKWARD, FORWARD, INPUT, REPLICA, Comm, CommStats, PendingAllToAll
-from harness.reference.embeddings import FusedEmbeddingCollection, coalesce, sparse_update
+from harness.reference.distributed.comm import (
+    BACKWARD,
+    FORWARD,
+    INPUT,
+    REPLICA,
+    Comm,
+    CommStats,
+    PendingAllToAll,
+)
+from harness.reference.embeddings import (
+    FusedEmbeddingCollection,
+    coalesce,
+    sparse_update,
+)
 from harness.reference.planner.types import ShardingType
 
 
@@ -313,7 +325,7 @@ class ShardedEmbeddingCollection(nn.Module):
             return self._pooled(keyed, ids.sparse, ids.sizes)
 
     def _pooled(self, keyed: list[KeyedIds], sparse: torch.Tensor, sizes: list[int]) -> torch.Tensor:
-        codec, me = self.codecs.forward, self.rank
+        me = self.rank
         bounds = [0]
         for n in sizes:
             bounds.append(bounds[-1] + n)
@@ -324,24 +336,39 @@ class ShardedEmbeddingCollection(nn.Module):
                 partials.append(self._weights[i].index_select(0, k.values))
             else:
                 partials.append(torch.nn.functional.embedding_bag(k.values, self._weights[i], k.offsets, mode="sum"))
-        empty = torch.empty(0, dtype=torch.uint8, device=sparse.device)
-        chunks = [
+        got = self.comm.all_to_all(self.encode_pooled(partials, bounds), self.pooled_sizes(sizes[me]), FORWARD)
+        out = self.decode_pooled(got, sizes[me])
+        if self.replica is not None:
+            local = self.replica.global_ids(sparse.index_select(1, self._dp_columns))
+            out[:, self.dp_tables] = self.replica._lookup(self.replica.weight.detach(), local)
+        return out
+
+    def encode_pooled(self, partials: Sequence[torch.Tensor], bounds: Sequence[int]) -> list[torch.Tensor]:
+        """Per destination rank ``q``, this rank's shards' pooled vectors of ``q``'s samples
+        (rows ``bounds[q]:bounds[q + 1]``), encoded with the forward codec, shard after shard."""
+        codec = self.codecs.forward
+        empty = torch.empty(0, dtype=torch.uint8, device=self._dummy.device)
+        return [
             torch.cat([encode(p[bounds[q] : bounds[q + 1]], codec) for p in partials]) if partials else empty
             for q in range(self.world_size)
         ]
-        batch = sizes[me]
-        recv = [sum(wire_bytes(codec, batch, s.cols) for s in self.shards_of[p]) for p in range(self.world_size)]
-        got = self.comm.all_to_all(chunks, recv, FORWARD)
-        out = torch.zeros(batch, self.num_tables, self.dim, device=sparse.device)
+
+    def pooled_sizes(self, batch: int) -> list[int]:
+        """Bytes this rank receives from each rank for its ``batch`` samples."""
+        codec = self.codecs.forward
+        return [sum(wire_bytes(codec, batch, s.cols) for s in shards) for shards in self.shards_of]
+
+    def decode_pooled(self, got: Sequence[torch.Tensor], batch: int) -> torch.Tensor:
+        """The ``batch x F x D`` embeddings from every rank's chunk: column shards side by side,
+        row shards summed (data-parallel tables are left zero)."""
+        codec = self.codecs.forward
+        out = torch.zeros(batch, self.num_tables, self.dim, device=self._dummy.device)
         for p, chunk in enumerate(got):
             at = 0
             for s in self.shards_of[p]:
                 n = wire_bytes(codec, batch, s.cols)
                 out[:, s.table, s.col_offset : s.col_offset + s.cols] += decode(chunk[at : at + n], codec, batch, s.cols)
                 at += n
-        if self.replica is not None:
-            local = self.replica.global_ids(sparse.index_select(1, self._dp_columns))
-            out[:, self.dp_tables] = self.replica._lookup(self.replica.weight.detach(), local)
         return out
 
     # ------------------------------------------------------------------ backward

@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from sklearn.metrics import roc_auc_score
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -43,7 +42,7 @@ from harness.reference.distributed.comm import Comm, CommStats, ddp_comm_hook
 from harness.reference.distributed.sharded import InputDist, ShardedEmbeddingCollection, shardings_from_plan
 from harness.reference.mlperf_log import MLPerfLog
 from harness.reference.model import DLRM
-from harness.reference.trainer import RunConfig, RunResult, Trainer, _prefetch
+from harness.reference.trainer import RunConfig, RunResult, Trainer, _prefetch, roc_auc
 
 PROCESS_GROUP_TIMEOUT = datetime.timedelta(seconds=300)
 # the dense part's buffers are constants: no broadcast before each forward (torch >= 2.13 renamed the option)
@@ -242,7 +241,7 @@ class DistributedTrainer(Trainer):
         auc = torch.zeros(1, dtype=torch.float64)
         if self.rank == 0:
             assert gathered is not None
-            auc[0] = roc_auc_score(np.concatenate([g[1] for g in gathered]), np.concatenate([g[0] for g in gathered]))
+            auc[0] = roc_auc(np.concatenate([g[1] for g in gathered]), np.concatenate([g[0] for g in gathered]))
         dist.broadcast(auc, src=0)
         return float(auc[0])
 
