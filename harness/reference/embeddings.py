@@ -121,6 +121,8 @@ class FusedEmbeddingCollection(nn.Module):
         pooling: ids per sample of each feature; the ids of a feature are sum-pooled.
         optimizer: the fused optimizer; ``None`` means the tables are frozen (inference).
         device: where the weight lives; ``torch.device("meta")`` builds without memory.
+        allocate: False leaves the weight empty, for a subclass that keeps the rows elsewhere
+            (:class:`harness.reference.tiered.TieredEmbeddingCollection`).
     """
 
     def __init__(
@@ -130,6 +132,8 @@ class FusedEmbeddingCollection(nn.Module):
         pooling: Sequence[int],
         optimizer: SparseOptimizerConfig | None = None,
         device: torch.device | str | None = None,
+        *,
+        allocate: bool = True,
     ):
         super().__init__()
         if len(table_rows) != len(pooling):
@@ -143,7 +147,7 @@ class FusedEmbeddingCollection(nn.Module):
         self.register_buffer("column_offsets", row_offsets[column_feature].to(device), persistent=False)
         self.register_buffer("column_feature", column_feature.to(device), persistent=False)
         self._one_hot = all(p == 1 for p in self.pooling)
-        total = sum(self.table_rows)
+        total = sum(self.table_rows) if allocate else 0  # not allocated: a subclass stores the rows
         self.weight = nn.Parameter(torch.empty(total, self.dim, device=device))
         self.register_buffer("optimizer_state", self._new_state(total, device))
         self.reset_parameters()

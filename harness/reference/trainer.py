@@ -27,7 +27,7 @@ from harness.errors import ErrorCategory, HarnessError
 from harness.reference import synthetic
 from harness.reference.batches import Batch
 from harness.reference.comm_codecs import CommConfig
-from harness.reference.embeddings import SparseOptimizerConfig, SparseOptimizerKind
+from harness.reference.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig, SparseOptimizerKind
 from harness.reference.mlperf_log import MLPerfLog
 from harness.reference.model import DLRM
 from harness.rules.specs import BenchmarkSpec, spec_from_dict
@@ -57,6 +57,8 @@ class RunConfig:
     world_size: int = 1
     sharding_plan: dict[str, Any] | None = None  # Plan.to_dict(), for world_size > 1
     comm: dict[str, str] = field(default_factory=dict)  # codec per collective: forward, backward, allreduce
+    # the tables' tier: {"tier": "ssd", "path": file, "cache_fraction": 0.05, "policy": "lru"}; None: memory
+    embedding_tier: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
@@ -155,6 +157,7 @@ class Trainer:
         self.device = torch.device("cuda" if on_gpu else "cpu")
         self._eval_cache: list[Batch] | None = None
         self.codecs = CommConfig()  # one process: nothing is communicated
+        self._tiered_tables: Any = None  # a TieredEmbeddingCollection when the tables are on SSD
 
     # ------------------------------------------------------------------ hooks
     def _log_init_start(self) -> None:
@@ -203,6 +206,14 @@ class Trainer:
         self.log.end("run_stop", metadata={"status": status, "epoch_num": epoch_num, "reason": reason})
         self.log.end("epoch_stop", metadata={"epoch_num": epoch_num})
         self.log.event("tracked_stats", {"throughput": throughput}, {"step": epoch_num})
+        if self._tiered_tables is not None:
+            self.log.event("harness_embedding_cache", self.cache_report())
+
+    def cache_report(self) -> dict[str, Any]:
+        """Hit rate and bytes moved per tier of the tables' cache (training lookups)."""
+        tables = self._tiered_tables
+        return {**tables.cache.stats.to_dict(tables.store.tier), "policy": tables.cache.policy.value,
+                "cache_rows": tables.cache.capacity, "rows": tables.store.rows}
 
     # ------------------------------------------------------------------ pieces
     def _data(self) -> synthetic.SyntheticCriteo:
@@ -224,6 +235,8 @@ class Trainer:
         if self.device.type == "cuda":
             torch.use_deterministic_algorithms(True, warn_only=True)
         model = DLRM(self.spec.model_config(), sparse_optimizer=sparse, device=self.device)
+        if self.config.embedding_tier:
+            model.sparse_arch.embeddings = self._tiered(model.sparse_arch.embeddings, self.config.embedding_tier)
         if hp["opt_name"] == "adagrad":
             dense = torch.optim.Adagrad(
                 model.dense_parameters(),
@@ -247,14 +260,39 @@ class Trainer:
             steps.append(last)
         return steps
 
+    def _tiered(self, full: FusedEmbeddingCollection, tier: dict[str, Any]) -> FusedEmbeddingCollection:
+        """``full``'s tables moved to the SSD tier (a file), behind a cache of a fraction of their rows."""
+        from harness.reference.tiered import CachePolicy, SsdRows, TieredEmbeddingCollection, state_columns
+
+        if tier.get("tier") != "ssd" or self.device.type != "cpu":
+            raise HarnessError(
+                f"embedding tier {tier.get('tier')!r} on {self.device.type}: only the SSD tier behind a host-memory "
+                "cache is implemented", ErrorCategory.NOT_IMPLEMENTED,
+            )
+        rows = sum(full.table_rows)
+        store = SsdRows(Path(tier["path"]), rows, full.dim, state_columns(full), create=True)
+        capacity = max(1, round(rows * float(tier["cache_fraction"])))
+        self._tiered_tables = TieredEmbeddingCollection(full, store, capacity, CachePolicy(tier.get("policy", "lru")))
+        return self._tiered_tables
+
     def _train_items(self, data: synthetic.SyntheticCriteo, order: synthetic.EpochOrder, gbs: int,
                      model: Any) -> Iterator[Any]:
         """What one training step consumes, in order (here: the global batches)."""
-        return (self._on_device(b) for b in _prefetch(synthetic.train_batches(data, order, gbs)))
+        batches = (self._on_device(b) for b in _prefetch(synthetic.train_batches(data, order, gbs)))
+        if self._tiered_tables is not None:
+            from harness.reference.tiered import lookahead
+
+            return lookahead(batches, self._tiered_tables)
+        return batches
 
     def _loss(self, model: Any, loss_fn: torch.nn.Module, item: Any) -> torch.Tensor:
         """The loss of one step's item (the distributed trainer's items carry their ids' distribution)."""
         return loss_fn(model(item.dense, item.sparse), item.labels)
+
+    def _cache_progress(self) -> dict[str, float]:
+        if self._tiered_tables is None:
+            return {}
+        return {"cache_hit_rate": self._tiered_tables.cache.stats.hit_rate}
 
     def _on_device(self, batch: Batch) -> Batch:
         if self.device.type == "cpu":
@@ -318,7 +356,8 @@ class Trainer:
                 epoch_num = step * gbs / train_samples
                 now = time.perf_counter()
                 if now - last_progress > 0.5:
-                    self._progress({"samples": step * gbs, "samples_per_s": step * gbs / max(train_time + now - t0, 1e-9)})
+                    self._progress({"samples": step * gbs, "samples_per_s": step * gbs / max(train_time + now - t0, 1e-9),
+                                    **self._cache_progress()})
                     last_progress = now
                 if step == eval_at[next_eval]:
                     train_time += time.perf_counter() - t0
@@ -348,6 +387,9 @@ class Trainer:
                 stop()
             result.train_samples_per_s = step * gbs / max(train_time, 1e-9)
             self._log_run_stop(result.status, result.reason, epoch_num, result.train_samples_per_s)
+            if self._tiered_tables is not None:  # after run_stop: the run's time does not include it
+                self._tiered_tables.flush()
+                self._tiered_tables.close()
         return result
 
 

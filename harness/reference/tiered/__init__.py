@@ -1,0 +1,17 @@
+"""Tiered memory for the embedding tables: rows in HBM, DDR or on SSD, behind a software-managed cache."""
+
+from harness.reference.tiered.cache import CachePolicy, CacheStats, RowCache
+from harness.reference.tiered.embeddings import TieredEmbeddingCollection, lookahead, state_columns
+from harness.reference.tiered.store import MemoryRows, RowStore, SsdRows
+
+__all__ = [
+    "CachePolicy",
+    "CacheStats",
+    "MemoryRows",
+    "RowCache",
+    "RowStore",
+    "SsdRows",
+    "TieredEmbeddingCollection",
+    "lookahead",
+    "state_columns",
+]

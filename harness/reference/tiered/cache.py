@@ -1,0 +1,166 @@
+"""A software-managed cache of embedding rows in a fast tier over a slower one (LRU or LFU).
+
+As FBGEMM's cached table-batched embeddings (and Neo's HBM cache over host memory): the
+cache is a fixed set of *slots*, each holding one row (weights and optimizer state); the
+training step looks rows up, and updates them, in the slots only. Before a batch, its
+distinct rows are made resident (:meth:`RowCache.admit`): the missing ones are read from
+the backing store into free slots or into the slots of victims, which are written back
+first when they are dirty. So no update is ever lost: a row is either resident (its slot
+holds the latest values) or not (the store does), and :meth:`RowCache.flush` writes every
+dirty slot back (at the end of a run and at a checkpoint).
+
+Victims are never rows of the batch being admitted. LRU evicts the slot used longest ago;
+LFU the row looked up the fewest times since the run began (counted per row, resident or
+not, as FBGEMM's LFU cache does), the least recently used first among equals. Ties go to
+the lowest slot, so eviction, like everything here, is deterministic.
+
+Reading the missing rows of the *next* batch can overlap the current step
+(:meth:`RowCache.missing` then :meth:`RowStore.read` in a background thread): during a step
+no row enters or leaves the cache, so the store's copy of a non-resident row cannot change
+while it is being read.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import torch
+
+from harness.errors import ErrorCategory, HarnessError
+from harness.reference.tiered.store import RowStore
+
+
+class CachePolicy(enum.Enum):
+    LRU = "lru"
+    LFU = "lfu"
+
+
+@dataclass
+class CacheStats:
+    """Totals since the cache was made: lookups of distinct rows per batch, and bytes moved."""
+
+    batches: int = 0
+    lookups: int = 0  # distinct rows looked up, summed over batches
+    hits: int = 0
+    bytes_read: int = 0  # from the backing store into the cache
+    bytes_written: int = 0  # from the cache back to the store (evictions and flushes)
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.lookups if self.lookups else 1.0
+
+    def to_dict(self, tier: str) -> dict[str, float]:
+        per_batch = max(self.batches, 1)
+        return {
+            "tier": tier,
+            "batches": self.batches,
+            "hit_rate": round(self.hit_rate, 6),
+            "lookups": self.lookups,
+            "hits": self.hits,
+            f"{tier}_bytes_read": self.bytes_read,
+            f"{tier}_bytes_written": self.bytes_written,
+            f"{tier}_bytes_read_per_step": round(self.bytes_read / per_batch, 1),
+            f"{tier}_bytes_written_per_step": round(self.bytes_written / per_batch, 1),
+        }
+
+
+class RowCache:
+    """``capacity`` slots of rows of ``store``, managed by ``policy``."""
+
+    def __init__(self, store: RowStore, capacity: int, policy: CachePolicy = CachePolicy.LRU):
+        if capacity < 1:
+            raise HarnessError(f"a row cache needs at least one slot, not {capacity}", ErrorCategory.BAD_INPUT)
+        self.store, self.capacity, self.policy = store, int(min(capacity, store.rows)), policy
+        self.weights = torch.zeros(self.capacity, store.cols)  # read and updated in place by the step
+        self._state = torch.zeros(self.capacity, store.state_cols)
+        self.slot_row = torch.full((self.capacity,), -1, dtype=torch.int64)
+        self.row_slot = torch.full((store.rows,), -1, dtype=torch.int64)
+        self.dirty = torch.zeros(self.capacity, dtype=torch.bool)
+        self.last_use = torch.zeros(self.capacity, dtype=torch.int64)
+        self.row_uses = torch.zeros(store.rows, dtype=torch.int64) if policy is CachePolicy.LFU else None
+        self.clock = 0
+        self.stats = CacheStats()
+
+    @property
+    def state(self) -> torch.Tensor:
+        """The slots' optimizer state (a view): ``capacity x cols`` (Adagrad), ``capacity``
+        (row-wise Adagrad) or empty (SGD)."""
+        if self.store.state_cols == 0:
+            return self._state.new_empty(0)
+        return self._state.squeeze(1) if self.store.state_cols == 1 else self._state
+
+    def missing(self, rows: torch.Tensor) -> torch.Tensor:
+        """Those of the distinct ``rows`` that are not resident."""
+        return rows[self.row_slot.index_select(0, rows) < 0]
+
+    def admit(self, rows: torch.Tensor, missing: torch.Tensor | None = None,
+              fetched: torch.Tensor | None = None) -> None:
+        """Make the distinct ``rows`` resident; ``fetched`` are the store's values of ``missing``
+        (read ahead), or they are read now."""
+        if rows.numel() > self.capacity:
+            raise HarnessError(
+                f"a batch looks up {rows.numel()} distinct rows of a table but its cache holds {self.capacity}; "
+                "give the cache more rows (a larger cache fraction)",
+                ErrorCategory.BAD_INPUT,
+            )
+        if missing is None:
+            missing = self.missing(rows)
+        elif bool((self.row_slot.index_select(0, missing) >= 0).any()):
+            raise RuntimeError("rows read ahead became resident before they were admitted")
+        if fetched is None:
+            fetched = self.store.read(missing)
+        self.stats.batches += 1
+        self.stats.lookups += rows.numel()
+        self.stats.hits += rows.numel() - missing.numel()
+        self.stats.bytes_read += missing.numel() * self.store.row_bytes
+        if missing.numel():
+            slots = self._victims(rows, missing.numel())
+            self._write_back(slots)
+            old = self.slot_row.index_select(0, slots)
+            self.row_slot[old[old >= 0]] = -1
+            self.weights.index_copy_(0, slots, fetched[:, : self.store.cols])
+            self._state.index_copy_(0, slots, fetched[:, self.store.cols :])
+            self.slot_row[slots] = missing
+            self.row_slot[missing] = slots
+        self.clock += 1
+        self.last_use[self.row_slot.index_select(0, rows)] = self.clock
+        if self.row_uses is not None:
+            self.row_uses.index_add_(0, rows, torch.ones_like(rows))
+
+    def slots_of(self, rows: torch.Tensor) -> torch.Tensor:
+        """The slots of resident rows (any shape)."""
+        return self.row_slot[rows]
+
+    def mark_dirty(self, slots: torch.Tensor) -> None:
+        self.dirty[slots] = True
+
+    def flush(self) -> None:
+        """Write every dirty row back and make the store durable."""
+        self._write_back(self.dirty.nonzero().squeeze(1))
+        self.store.flush()
+
+    def _write_back(self, slots: torch.Tensor) -> None:
+        slots = slots[self.dirty.index_select(0, slots)]
+        if slots.numel():
+            values = torch.cat([self.weights.index_select(0, slots), self._state.index_select(0, slots)], dim=1)
+            self.store.write(self.slot_row.index_select(0, slots), values)
+            self.dirty[slots] = False
+            self.stats.bytes_written += slots.numel() * self.store.row_bytes
+
+    def _victims(self, rows: torch.Tensor, count: int) -> torch.Tensor:
+        """``count`` slots for new rows: free ones first, then the policy's victims, never ``rows``."""
+        free = (self.slot_row < 0).nonzero().squeeze(1)
+        if free.numel() >= count:
+            return free[:count]
+        pinned = torch.zeros(self.capacity, dtype=torch.bool)
+        resident = self.row_slot.index_select(0, rows)
+        pinned[resident[resident >= 0]] = True
+        candidates = ((self.slot_row >= 0) & ~pinned).nonzero().squeeze(1)
+        # a stable sort by the secondary key, then by the primary: order = (primary, secondary, slot)
+        order = torch.sort(self.last_use.index_select(0, candidates), stable=True).indices
+        candidates = candidates[order]
+        if self.row_uses is not None:
+            uses = self.row_uses.index_select(0, self.slot_row.index_select(0, candidates))
+            candidates = candidates[torch.sort(uses, stable=True).indices]
+        return torch.cat([free, candidates[: count - free.numel()]])

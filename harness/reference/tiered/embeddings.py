@@ -1,0 +1,151 @@
+"""Embedding tables whose rows live in a slower tier, trained through a row cache.
+
+:class:`TieredEmbeddingCollection` is a :class:`~harness.reference.embeddings.FusedEmbeddingCollection`
+whose ``weight`` is the cache's slots: a batch's ids are mapped to slots once their rows are
+resident (:meth:`global_ids`), and the fused lookup, its backward and the fused optimizer
+then run unchanged on the slots. The arithmetic is the in-memory collection's, row for
+row and in the same order, so training through the cache gives the same losses and AUCs,
+bit for bit (``tests/reference/test_tiered.py``); only where the rows live changes.
+
+The next batch's missing rows are read from the store in a background thread while the
+current step computes (:meth:`queue_next`, called by :func:`lookahead` before each step).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import torch
+from torch import nn
+
+from harness.reference.embeddings import FusedEmbeddingCollection, SparseOptimizerKind, sparse_update
+from harness.reference.tiered.cache import CachePolicy, RowCache
+from harness.reference.tiered.store import RowStore
+
+_CHUNK_ROWS = 1 << 16
+
+
+def state_columns(full: FusedEmbeddingCollection) -> int:
+    """Optimizer-state values per row of ``full``'s optimizer."""
+    opt = full.optimizer
+    if opt is None or opt.kind is SparseOptimizerKind.SGD:
+        return 0
+    return full.dim if opt.kind is SparseOptimizerKind.ADAGRAD else 1
+
+
+class TieredEmbeddingCollection(FusedEmbeddingCollection):
+    """``full``'s tables moved into ``store``, trained through a cache of ``cache_rows`` rows.
+
+    Args:
+        full: the tables as built from the seed (their weights and optimizer state are
+            written into ``store``; ``full`` can be dropped afterwards).
+        store: where the rows live (e.g. :class:`~harness.reference.tiered.store.SsdRows`),
+            ``sum(rows) x (dim + state_columns(full))``.
+        cache_rows: slots of the cache (at least the distinct rows of one batch).
+        policy: LRU or LFU.
+        copy_rows: False when ``store`` already holds the rows (resuming from a checkpoint).
+    """
+
+    def __init__(self, full: FusedEmbeddingCollection, store: RowStore, cache_rows: int,
+                 policy: CachePolicy = CachePolicy.LRU, *, copy_rows: bool = True):
+        super().__init__(full.table_rows, full.dim, full.pooling, optimizer=full.optimizer, allocate=False)
+        if store.rows != sum(full.table_rows) or store.cols != full.dim or store.state_cols != state_columns(full):
+            raise ValueError("the store's shape does not match the tables")
+        if copy_rows:
+            state = full.optimizer_state.reshape(full.weight.shape[0], -1)
+            for lo in range(0, store.rows, _CHUNK_ROWS):
+                hi = min(lo + _CHUNK_ROWS, store.rows)
+                rows = torch.arange(lo, hi)
+                store.write(rows, torch.cat([full.weight.detach()[lo:hi], state[lo:hi]], dim=1))
+        self.store = store
+        self.cache = RowCache(store, cache_rows, policy)
+        self.weight = nn.Parameter(self.cache.weights)  # the slots, shared: admitting a row writes here
+        self.optimizer_state = self.cache.state
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-row-prefetch")
+        self._queued: torch.Tensor | None = None
+        self._ahead: tuple[torch.Tensor, torch.Tensor, Future] | None = None
+        self.read_ahead_batches = 0  # batches whose missing rows had been read ahead
+
+    # ------------------------------------------------------------------ lookups
+    def forward(self, sparse: torch.Tensor) -> torch.Tensor:
+        """Training lookups go through the cache. Inference lookups do too, unless a batch has
+        more distinct rows than the cache holds (a large evaluation batch): those read the
+        rows where they are (the cache's slot if resident, else the store) without admitting
+        them, so an evaluation neither evicts the training's rows nor needs a larger cache."""
+        if (self.training and torch.is_grad_enabled()) or self.optimizer is None:
+            return super().forward(sparse)
+        rows = sparse + self.column_offsets
+        unique, inverse = torch.unique(rows, return_inverse=True)
+        if unique.numel() <= self.cache.capacity:
+            return super().forward(sparse)
+        with torch.no_grad():
+            return self._lookup(self.current_rows(unique), inverse)
+
+    def current_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """The latest weights of the distinct ``rows``, wherever they are; nothing is admitted."""
+        if self._ahead is not None:  # the store's rows are not written while a read is in flight, but
+            self._ahead[2].result()  # wait anyway: the next admit will find the read done
+        values = self.store.read(rows)[:, : self.dim]
+        slots = self.cache.row_slot.index_select(0, rows)
+        resident = slots >= 0
+        values[resident] = self.weight.detach().index_select(0, slots[resident])
+        return values
+
+    def global_ids(self, sparse: torch.Tensor) -> torch.Tensor:
+        """Make the batch's rows resident; its ids as slots of the cache."""
+        rows = sparse + self.column_offsets
+        unique = torch.unique(rows)
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and torch.equal(ahead[0], unique):
+            self.cache.admit(unique, ahead[1], ahead[2].result())
+            self.read_ahead_batches += 1
+        else:
+            if ahead is not None:  # read for another batch (e.g. before an evaluation): dropped
+                ahead[2].result()
+            self.cache.admit(unique)
+        if self.training and self._queued is not None:
+            self._read_ahead(self._queued)
+        self._queued = None
+        return self.cache.slots_of(rows)
+
+    def queue_next(self, sparse: torch.Tensor) -> None:
+        """The batch after the one about to be looked up: its missing rows are read once the
+        current batch is resident, while the step computes."""
+        self._queued = sparse
+
+    def _read_ahead(self, sparse: torch.Tensor) -> None:
+        unique = torch.unique(sparse + self.column_offsets)
+        missing = self.cache.missing(unique)
+        self._ahead = (unique, missing, self._reader.submit(self.store.read, missing))
+
+    def _apply_update(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
+        sparse_update(self.weight.data, self.optimizer_state, rows, grad, self.optimizer)
+        self.cache.mark_dirty(rows)
+
+    # ------------------------------------------------------------------ durability
+    def flush(self) -> None:
+        """Every update written back to the store, durably (end of a run, a checkpoint)."""
+        if self._ahead is not None:
+            self._ahead[2].result()
+            self._ahead = None
+        self.cache.flush()
+
+    def full_weight(self) -> torch.Tensor:
+        """All rows' latest weights as one tensor (for tests and small tables)."""
+        return self.current_rows(torch.arange(self.store.rows))
+
+    def close(self) -> None:
+        self._reader.shutdown(wait=True)
+
+
+def lookahead(batches: Iterator, collection: TieredEmbeddingCollection) -> Iterator:
+    """The batches, each handed out after the next one is queued for reading ahead."""
+    it = iter(batches)
+    current = next(it, None)
+    for nxt in it:
+        collection.queue_next(nxt.sparse)
+        yield current
+        current = nxt
+    if current is not None:
+        yield current
