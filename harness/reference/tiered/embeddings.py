@@ -73,7 +73,7 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
         more distinct rows than the cache holds (a large evaluation batch): those read the
         rows where they are (the cache's slot if resident, else the store) without admitting
         them, so an evaluation neither evicts the training's rows nor needs a larger cache."""
-        if (self.training and torch.is_grad_enabled()) or self.optimizer is None:
+        if self.training and torch.is_grad_enabled() and self.optimizer is not None:
             return super().forward(sparse)
         rows = sparse + self.column_offsets
         unique, inverse = torch.unique(rows, return_inverse=True)
