@@ -75,6 +75,9 @@ class RunSetRequest:
     threads: int | None = None
     emulate: bool = False
     comm: tuple[tuple[str, str], ...] = ()  # (collective, codec): forward, backward, allreduce
+    embedding_tier: str = "memory"  # or "ssd": the tables in a file, behind a cache in memory
+    cache_fraction: float = 0.05
+    cache_policy: str = "lru"
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,7 @@ class RunSetPlan:
     sharding_plan: dict[str, Any] | None = None
     comm: dict[str, str] = field(default_factory=dict)
     emulation_scale: float | None = None
+    embedding_tier: dict[str, Any] | None = None  # {"tier", "cache_fraction", "policy"} when not in memory
 
     @property
     def package_dir(self) -> Path:
@@ -190,6 +194,7 @@ def plan_run_set(request: RunSetRequest) -> RunSetPlan:
             ErrorCategory.NOT_IMPLEMENTED,
         )
     comm = _comm_codecs(request.comm, profile.world_size)
+    embedding_tier = _embedding_tier(request, profile.world_size)
     if spec.dataset["kind"] != "synthetic":
         raise HarnessError(
             f"benchmark {spec.name} trains on {spec.dataset['kind']} data; `harness run` trains on synthetic data "
@@ -205,6 +210,7 @@ def plan_run_set(request: RunSetRequest) -> RunSetPlan:
         "benchmark": spec.raw, "hyperparameters": hyperparameters, "profile": _fingerprint_profile(profile),
         **({"emulated": True} if request.emulate else {}),
         **({"comm": comm, "sharding_plan": sharding_plan["fingerprint"]} if sharding_plan else {}),
+        **({"embedding_tier": embedding_tier} if embedding_tier else {}),
     })
     return RunSetPlan(
         request=request,
@@ -220,7 +226,25 @@ def plan_run_set(request: RunSetRequest) -> RunSetPlan:
         sharding_plan=sharding_plan,
         comm=comm,
         emulation_scale=emulation_scale,
+        embedding_tier=embedding_tier,
     )
+
+
+def _embedding_tier(request: RunSetRequest, world_size: int) -> dict[str, Any] | None:
+    if request.embedding_tier == "memory":
+        return None
+    if request.embedding_tier != "ssd":
+        raise HarnessError(f"embedding tier must be memory or ssd, not {request.embedding_tier!r}")
+    if not 0 < request.cache_fraction <= 1:
+        raise HarnessError(f"--cache-fraction must be in (0, 1], not {request.cache_fraction}")
+    if request.cache_policy not in ("lru", "lfu"):
+        raise HarnessError(f"--cache-policy must be lru or lfu, not {request.cache_policy!r}")
+    if world_size > 1:
+        raise HarnessError(
+            "tables on the SSD tier are implemented for one-rank runs only (not yet with sharded training)",
+            ErrorCategory.NOT_IMPLEMENTED,
+        )
+    return {"tier": "ssd", "cache_fraction": request.cache_fraction, "policy": request.cache_policy}
 
 
 def _comm_codecs(requested: tuple[tuple[str, str], ...], world_size: int) -> dict[str, str]:
@@ -352,6 +376,10 @@ def _worker_config(plan: RunSetPlan, index: int, seed: Seed, log_path: Path, bes
         world_size=plan.world_size,
         sharding_plan=plan.sharding_plan,
         comm=plan.comm,
+        embedding_tier=(
+            {**plan.embedding_tier, "path": str((plan.staging_dir / f"result_{index}.tables.bin").resolve())}
+            if plan.embedding_tier else None
+        ),
     )
 
 
@@ -396,11 +424,13 @@ def _run_one(plan: RunSetPlan, index: int, seed: Seed, reporter: Reporter, best_
     config_path = plan.staging_dir / f"result_{index}.config.json"
     _write_atomic(config_path, _worker_config(plan, index, seed, staged, best_auc).to_json())
     stamp = time.strftime("%Y%m%dT%H%M%S")
+    tables = plan.staging_dir / f"result_{index}.tables.bin"  # the SSD tier of this run, if any
     try:
         code = _follow_worker(
             worker_command(config_path, plan.world_size), stderr_path, lambda event: reporter.progress(index, event)
         )
     except KeyboardInterrupt:
+        tables.unlink(missing_ok=True)
         kept = plan.staging_dir / f"result_{index}.interrupted-{stamp}.txt"
         _ensure_aborted(staged, "interrupted")
         os.replace(staged, kept)
@@ -409,6 +439,7 @@ def _run_one(plan: RunSetPlan, index: int, seed: Seed, reporter: Reporter, best_
             f"finished runs are in {plan.results_dir}; complete the set with the same command and --resume",
             ErrorCategory.INTERRUPTED,
         ) from None
+    tables.unlink(missing_ok=True)
     if code != 0:
         failed = plan.staging_dir / f"result_{index}.failed-{stamp}.txt"
         _ensure_aborted(staged, f"worker exited with status {code}")
@@ -493,7 +524,23 @@ def execute_run_set(plan: RunSetPlan, reporter: Reporter | None = None) -> RunSe
         _write_atomic(plan.manifest_path, json.dumps(manifest, indent=1, sort_keys=True))
         run_time, auc = run_time_from_log(final, plan.spec.target_auc)
         reporter.run_finished(RunOutcome(index, seed, final, run_time.minutes, run_time.converged, auc))
+        if plan.embedding_tier:
+            _report_cache(final, reporter)
     return score_results(plan, manifest)
+
+
+def _report_cache(log_path: Path, reporter: Reporter) -> None:
+    """The run's embedding cache figures, as its log records them."""
+    reports = [r["value"] for r in parse_records(log_path) if r.get("key") == "harness_embedding_cache"]
+    if not reports:
+        return
+    c = reports[-1]
+    tier = c["tier"]
+    reporter.message(
+        f"  {c['policy']} cache of {c['cache_rows']:,} of {c['rows']:,} rows: hit rate {c['hit_rate']:.3f}; "
+        f"{tier.upper()} read {c[f'{tier}_bytes_read_per_step'] / 1e6:.2f} MB/step, "
+        f"written {c[f'{tier}_bytes_written_per_step'] / 1e6:.2f} MB/step"
+    )
 
 
 def score_results(plan: RunSetPlan, manifest: dict[str, Any]) -> RunSetOutcome:

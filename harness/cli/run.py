@@ -49,6 +49,8 @@ class TerminalReporter(Reporter):
             self._postfix["samples/s"] = f"{event['samples_per_s']:,.0f}"
         if "auc" in event:
             self._postfix["AUC"] = f"{event['auc']:.4f}"
+        if "cache_hit_rate" in event:
+            self._postfix["cache hit"] = f"{event['cache_hit_rate']:.3f}"
         self._bar.set_postfix(self._postfix, refresh=False)
 
     def run_finished(self, outcome: RunOutcome) -> None:
@@ -92,14 +94,22 @@ class TerminalReporter(Reporter):
               help="Codec of the backward embedding all-to-all (their gradients).")
 @click.option("--comm-allreduce", type=click.Choice(CODECS), default="fp32", show_default=True,
               help="Codec of the dense (and data-parallel table) gradient all-reduce.")
+@click.option("--embedding-tier", type=click.Choice(["memory", "ssd"]), default="memory", show_default=True,
+              help="Where the embedding rows live: in memory, or in a file on local disk behind a row cache.")
+@click.option("--cache-fraction", type=click.FloatRange(min=0, max=1, min_open=True), default=0.05,
+              show_default=True, help="With --embedding-tier ssd: the cache's share of the rows.")
+@click.option("--cache-policy", type=click.Choice(["lru", "lfu"]), default="lru", show_default=True,
+              help="With --embedding-tier ssd: which row the cache evicts.")
 def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_dir: Path, seeds: tuple[int, ...],
         resume: bool, division: str, status: str, threads: int | None, emulate: bool, comm_forward: str,
-        comm_backward: str, comm_allreduce: str) -> None:
+        comm_backward: str, comm_allreduce: str, embedding_tier: str, cache_fraction: float,
+        cache_policy: str) -> None:
     """Train the reference DLRM N times to the target AUC; write MLPerf logs; print the score."""
     plan = plan_run_set(RunSetRequest(
         benchmark=benchmark, profile=profile, submitter=submitter, runs=runs, results_dir=results_dir,
         seeds=seeds, resume=resume, division=division, status=status, threads=threads, emulate=emulate,
         comm=(("forward", comm_forward), ("backward", comm_backward), ("allreduce", comm_allreduce)),
+        embedding_tier=embedding_tier, cache_fraction=cache_fraction, cache_policy=cache_policy,
     ))
     click.echo(
         f"{plan.spec.name} on {plan.system}: {plan.runs} run(s) to AUC {plan.spec.target_auc} "

@@ -45,10 +45,19 @@ class CacheStats:
     hits: int = 0
     bytes_read: int = 0  # from the backing store into the cache
     bytes_written: int = 0  # from the cache back to the store (evictions and flushes)
+    id_lookups: int = 0  # every id looked up (duplicates in a batch included)
+    id_hits: int = 0  # of those, the ids whose row was resident before the batch was admitted
 
     @property
     def hit_rate(self) -> float:
+        """Of the distinct rows of each batch, the share already resident: what the cache
+        saves in reads from the store."""
         return self.hits / self.lookups if self.lookups else 1.0
+
+    @property
+    def id_hit_rate(self) -> float:
+        """Of all ids looked up, the share served by rows already resident."""
+        return self.id_hits / self.id_lookups if self.id_lookups else 1.0
 
     def to_dict(self, tier: str) -> dict[str, float]:
         per_batch = max(self.batches, 1)
@@ -56,6 +65,7 @@ class CacheStats:
             "tier": tier,
             "batches": self.batches,
             "hit_rate": round(self.hit_rate, 6),
+            "id_hit_rate": round(self.id_hit_rate, 6),
             "lookups": self.lookups,
             "hits": self.hits,
             f"{tier}_bytes_read": self.bytes_read,

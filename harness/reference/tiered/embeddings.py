@@ -96,6 +96,9 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
         """Make the batch's rows resident; its ids as slots of the cache."""
         rows = sparse + self.column_offsets
         unique = torch.unique(rows)
+        stats = self.cache.stats
+        stats.id_lookups += rows.numel()
+        stats.id_hits += int((self.cache.row_slot[rows] >= 0).sum())
         ahead, self._ahead = self._ahead, None
         if ahead is not None and torch.equal(ahead[0], unique):
             self.cache.admit(unique, ahead[1], ahead[2].result())
