@@ -159,18 +159,26 @@ class RowCache:
             self.stats.bytes_written += slots.numel() * self.store.row_bytes
 
     def _victims(self, rows: torch.Tensor, count: int) -> torch.Tensor:
-        """``count`` slots for new rows: free ones first, then the policy's victims, never ``rows``."""
+        """``count`` slots for new rows: free ones first, then the policy's victims, never ``rows``.
+
+        The victims are the slots of smallest key, LRU: last use; LFU: (uses of the row, last
+        use), lowest slot first among equal keys; found with one ``kthvalue`` (linear), not a
+        sort of the whole cache at every batch.
+        """
         free = (self.slot_row < 0).nonzero().squeeze(1)
         if free.numel() >= count:
             return free[:count]
-        pinned = torch.zeros(self.capacity, dtype=torch.bool)
+        need = count - free.numel()
+        if self.row_uses is None:
+            key = self.last_use.clone()
+        else:
+            uses = self.row_uses.index_select(0, self.slot_row.clamp(min=0))
+            key = uses * (self.clock + 1) + self.last_use
+        never = torch.iinfo(torch.int64).max
         resident = self.row_slot.index_select(0, rows)
-        pinned[resident[resident >= 0]] = True
-        candidates = ((self.slot_row >= 0) & ~pinned).nonzero().squeeze(1)
-        # a stable sort by the secondary key, then by the primary: order = (primary, secondary, slot)
-        order = torch.sort(self.last_use.index_select(0, candidates), stable=True).indices
-        candidates = candidates[order]
-        if self.row_uses is not None:
-            uses = self.row_uses.index_select(0, self.slot_row.index_select(0, candidates))
-            candidates = candidates[torch.sort(uses, stable=True).indices]
-        return torch.cat([free, candidates[: count - free.numel()]])
+        key[resident[resident >= 0]] = never  # the batch's own rows stay
+        key[free] = never  # taken already
+        threshold = torch.kthvalue(key, need).values
+        below = (key < threshold).nonzero().squeeze(1)
+        tied = (key == threshold).nonzero().squeeze(1)[: need - below.numel()]
+        return torch.cat([free, below, tied])
