@@ -85,7 +85,8 @@ class RowCache:
         self.weights = torch.zeros(self.capacity, store.cols)  # read and updated in place by the step
         self._state = torch.zeros(self.capacity, store.state_cols)
         self.slot_row = torch.full((self.capacity,), -1, dtype=torch.int64)
-        self.row_slot = torch.full((store.rows,), -1, dtype=torch.int64)
+        # one int32 per row of the whole table: the only per-row cost of the cache in memory
+        self.row_slot = torch.full((store.rows,), -1, dtype=torch.int32)
         self.dirty = torch.zeros(self.capacity, dtype=torch.bool)
         self.last_use = torch.zeros(self.capacity, dtype=torch.int64)
         self.row_uses = torch.zeros(store.rows, dtype=torch.int64) if policy is CachePolicy.LFU else None
@@ -132,15 +133,15 @@ class RowCache:
             self.weights.index_copy_(0, slots, fetched[:, : self.store.cols])
             self._state.index_copy_(0, slots, fetched[:, self.store.cols :])
             self.slot_row[slots] = missing
-            self.row_slot[missing] = slots
+            self.row_slot[missing] = slots.to(self.row_slot.dtype)
         self.clock += 1
-        self.last_use[self.row_slot.index_select(0, rows)] = self.clock
+        self.last_use[self.row_slot.index_select(0, rows).long()] = self.clock
         if self.row_uses is not None:
             self.row_uses.index_add_(0, rows, torch.ones_like(rows))
 
     def slots_of(self, rows: torch.Tensor) -> torch.Tensor:
-        """The slots of resident rows (any shape)."""
-        return self.row_slot[rows]
+        """The slots (int64) of resident rows (any shape)."""
+        return self.row_slot[rows].long()
 
     def mark_dirty(self, slots: torch.Tensor) -> None:
         self.dirty[slots] = True
@@ -175,7 +176,7 @@ class RowCache:
             uses = self.row_uses.index_select(0, self.slot_row.clamp(min=0))
             key = uses * (self.clock + 1) + self.last_use
         never = torch.iinfo(torch.int64).max
-        resident = self.row_slot.index_select(0, rows)
+        resident = self.row_slot.index_select(0, rows).long()
         key[resident[resident >= 0]] = never  # the batch's own rows stay
         key[free] = never  # taken already
         threshold = torch.kthvalue(key, need).values
