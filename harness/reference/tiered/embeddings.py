@@ -64,7 +64,7 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
         self.optimizer_state = self.cache.state
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-row-prefetch")
         self._queued: torch.Tensor | None = None
-        self._ahead: tuple[torch.Tensor, torch.Tensor, Future] | None = None
+        self._ahead: tuple[torch.Tensor, torch.Tensor, Future, torch.Tensor] | None = None  # unique, missing, read, batch
         self.read_ahead_batches = 0  # batches whose missing rows had been read ahead
 
     # ------------------------------------------------------------------ lookups
@@ -95,11 +95,13 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
     def global_ids(self, sparse: torch.Tensor) -> torch.Tensor:
         """Make the batch's rows resident; its ids as slots of the cache."""
         rows = sparse + self.column_offsets
-        unique = torch.unique(rows)
+        ahead = self._ahead
+        # the batch read ahead is this one (the same tensor): its distinct rows are known
+        unique = ahead[0] if ahead is not None and ahead[3] is sparse else torch.unique(rows)
         stats = self.cache.stats
         stats.id_lookups += rows.numel()
         stats.id_hits += int((self.cache.row_slot[rows] >= 0).sum())
-        ahead, self._ahead = self._ahead, None
+        self._ahead = None
         if ahead is not None and torch.equal(ahead[0], unique):
             self.cache.admit(unique, ahead[1], ahead[2].result())
             self.read_ahead_batches += 1
@@ -120,7 +122,7 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
     def _read_ahead(self, sparse: torch.Tensor) -> None:
         unique = torch.unique(sparse + self.column_offsets)
         missing = self.cache.missing(unique)
-        self._ahead = (unique, missing, self._reader.submit(self.store.read, missing))
+        self._ahead = (unique, missing, self._reader.submit(self.store.read, missing), sparse)
 
     def _apply_update(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
         sparse_update(self.weight.data, self.optimizer_state, rows, grad, self.optimizer)
