@@ -78,6 +78,7 @@ class RunSetRequest:
     embedding_tier: str = "memory"  # or "ssd": the tables in a file, behind a cache in memory
     cache_fraction: float = 0.05
     cache_policy: str = "lru"
+    ssd_tables: tuple[int, ...] | None = None  # with embedding_tier "ssd": these tables (indices); None: all
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ def plan_run_set(request: RunSetRequest) -> RunSetPlan:
             ErrorCategory.NOT_IMPLEMENTED,
         )
     comm = _comm_codecs(request.comm, profile.world_size)
-    embedding_tier = _embedding_tier(request, profile.world_size)
+    embedding_tier = _embedding_tier(request, profile.world_size, len(spec.dataset["table_rows"]))
     if spec.dataset["kind"] != "synthetic":
         raise HarnessError(
             f"benchmark {spec.name} trains on {spec.dataset['kind']} data; `harness run` trains on synthetic data "
@@ -230,8 +231,10 @@ def plan_run_set(request: RunSetRequest) -> RunSetPlan:
     )
 
 
-def _embedding_tier(request: RunSetRequest, world_size: int) -> dict[str, Any] | None:
+def _embedding_tier(request: RunSetRequest, world_size: int, tables: int) -> dict[str, Any] | None:
     if request.embedding_tier == "memory":
+        if request.ssd_tables is not None:
+            raise HarnessError("--ssd-tables needs --embedding-tier ssd")
         return None
     if request.embedding_tier != "ssd":
         raise HarnessError(f"embedding tier must be memory or ssd, not {request.embedding_tier!r}")
@@ -244,7 +247,11 @@ def _embedding_tier(request: RunSetRequest, world_size: int) -> dict[str, Any] |
             "tables on the SSD tier are implemented for one-rank runs only (not yet with sharded training)",
             ErrorCategory.NOT_IMPLEMENTED,
         )
-    return {"tier": "ssd", "cache_fraction": request.cache_fraction, "policy": request.cache_policy}
+    chosen = request.ssd_tables
+    if chosen is not None and (not chosen or any(not 0 <= t < tables for t in chosen)):
+        raise HarnessError(f"--ssd-tables takes table indices 0..{tables - 1}, not {list(chosen)}")
+    return {"tier": "ssd", "cache_fraction": request.cache_fraction, "policy": request.cache_policy,
+            "ssd_tables": sorted(set(chosen)) if chosen is not None else None}
 
 
 def _comm_codecs(requested: tuple[tuple[str, str], ...], world_size: int) -> dict[str, str]:
@@ -536,8 +543,11 @@ def _report_cache(log_path: Path, reporter: Reporter) -> None:
         return
     c = reports[-1]
     tier = c["tier"]
+    in_memory = f" ({c['memory_rows']:,} rows of {len(c['memory_tables'])} tables kept in memory)" if c.get(
+        "memory_rows") else ""
     reporter.message(
-        f"  {c['policy']} cache of {c['cache_rows']:,} of {c['rows']:,} rows: hit rate {c['hit_rate']:.3f}; "
+        f"  {c['policy']} cache of {c['cache_rows']:,} of {c['rows']:,} {tier.upper()} rows{in_memory}: "
+        f"hit rate {c['hit_rate']:.3f} (ids {c['id_hit_rate']:.3f}); "
         f"{tier.upper()} read {c[f'{tier}_bytes_read_per_step'] / 1e6:.2f} MB/step, "
         f"written {c[f'{tier}_bytes_written_per_step'] / 1e6:.2f} MB/step"
     )

@@ -100,16 +100,20 @@ class TerminalReporter(Reporter):
               show_default=True, help="With --embedding-tier ssd: the cache's share of the rows.")
 @click.option("--cache-policy", type=click.Choice(["lru", "lfu"]), default="lru", show_default=True,
               help="With --embedding-tier ssd: which row the cache evicts.")
+@click.option("--ssd-tables", default=None, metavar="I,J,...",
+              help="With --embedding-tier ssd: only these tables (indices) on the SSD tier; the others stay "
+                   "in memory [default: all].")
 def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_dir: Path, seeds: tuple[int, ...],
         resume: bool, division: str, status: str, threads: int | None, emulate: bool, comm_forward: str,
         comm_backward: str, comm_allreduce: str, embedding_tier: str, cache_fraction: float,
-        cache_policy: str) -> None:
+        cache_policy: str, ssd_tables: str | None) -> None:
     """Train the reference DLRM N times to the target AUC; write MLPerf logs; print the score."""
     plan = plan_run_set(RunSetRequest(
         benchmark=benchmark, profile=profile, submitter=submitter, runs=runs, results_dir=results_dir,
         seeds=seeds, resume=resume, division=division, status=status, threads=threads, emulate=emulate,
         comm=(("forward", comm_forward), ("backward", comm_backward), ("allreduce", comm_allreduce)),
         embedding_tier=embedding_tier, cache_fraction=cache_fraction, cache_policy=cache_policy,
+        ssd_tables=_indices(ssd_tables),
     ))
     click.echo(
         f"{plan.spec.name} on {plan.system}: {plan.runs} run(s) to AUC {plan.spec.target_auc} "
@@ -146,6 +150,15 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
             f"[{st.bootstrap_95[0]:.6f}, {st.bootstrap_95[1]:.6f}] min"
         )
     click.echo(hint)
+
+
+def _indices(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"table indices separated by commas, not {text!r}", param_hint="--ssd-tables") from None
 
 
 def _describe_sharding(plan: RunSetPlan) -> None:

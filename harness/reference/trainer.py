@@ -212,8 +212,11 @@ class Trainer:
     def cache_report(self) -> dict[str, Any]:
         """Hit rate and bytes moved per tier of the tables' cache (training lookups)."""
         tables = self._tiered_tables
-        return {**tables.cache.stats.to_dict(tables.store.tier), "policy": tables.cache.policy.value,
-                "cache_rows": tables.cache.capacity, "rows": tables.store.rows}
+        cache = tables.cache
+        memory_rows = cache.capacity - cache.free_capacity
+        return {**cache.stats.to_dict(tables.store.tier), "policy": cache.policy.value,
+                "cache_rows": cache.free_capacity, "rows": tables.store.rows - memory_rows,
+                "memory_tables": list(tables.memory_tables), "memory_rows": memory_rows}
 
     # ------------------------------------------------------------------ pieces
     def _data(self) -> synthetic.SyntheticCriteo:
@@ -261,7 +264,8 @@ class Trainer:
         return steps
 
     def _tiered(self, full: FusedEmbeddingCollection, tier: dict[str, Any]) -> FusedEmbeddingCollection:
-        """``full``'s tables moved to the SSD tier (a file), behind a cache of a fraction of their rows."""
+        """``full``'s tables moved to the SSD tier (a file), behind a cache of a fraction of their rows;
+        tables not in ``tier["ssd_tables"]`` (when given) stay in memory."""
         from harness.reference.tiered import CachePolicy, SsdRows, TieredEmbeddingCollection, state_columns
 
         if tier.get("tier") != "ssd" or self.device.type != "cpu":
@@ -271,8 +275,13 @@ class Trainer:
             )
         rows = sum(full.table_rows)
         store = SsdRows(Path(tier["path"]), rows, full.dim, state_columns(full), create=True)
-        capacity = max(1, round(rows * float(tier["cache_fraction"])))
-        self._tiered_tables = TieredEmbeddingCollection(full, store, capacity, CachePolicy(tier.get("policy", "lru")))
+        on_ssd = tier.get("ssd_tables")  # table indices; None: all
+        memory = tuple(t for t in range(len(full.table_rows)) if on_ssd is not None and t not in on_ssd)
+        ssd_rows = sum(r for t, r in enumerate(full.table_rows) if t not in memory)
+        capacity = max(1, round(ssd_rows * float(tier["cache_fraction"])))
+        self._tiered_tables = TieredEmbeddingCollection(
+            full, store, capacity, CachePolicy(tier.get("policy", "lru")), memory_tables=memory
+        )
         return self._tiered_tables
 
     def _train_items(self, data: synthetic.SyntheticCriteo, order: synthetic.EpochOrder, gbs: int,

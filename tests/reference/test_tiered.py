@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,6 +72,16 @@ def test_dirty_victims_are_written_back_and_clean_ones_are_not():
     assert cache.weights[int(cache.slots_of(torch.tensor(0)))].tolist() == [42.0, 42.0]
 
 
+def test_pinned_rows_of_tables_in_memory_are_never_evicted_nor_counted():
+    store = store_with_rows(10)
+    cache = RowCache(store, 2, CachePolicy.LRU, pinned=((0, 3),))
+    assert cache.capacity == 5 and resident(cache) == {0, 1, 2} and cache.stats.lookups == 0
+    for batch in ((0, 5, 6), (1, 7, 8), (2, 3, 9)):
+        admit(cache, *batch)
+        assert {0, 1, 2} <= resident(cache)
+    assert cache.stats.lookups == 6 and cache.stats.hits == 0  # rows 0..2 are not the cache's lookups
+
+
 def test_a_batch_larger_than_the_cache_is_one_clear_error():
     cache = RowCache(store_with_rows(10), 2)
     with pytest.raises(HarnessError, match="looks up 3 distinct rows of a table but its cache holds 2"):
@@ -133,17 +146,19 @@ def in_memory(tmp_path_factory) -> tuple[list[float], list[float], torch.Tensor]
     return train(trainer(tmp_path_factory.mktemp("memory"), None))
 
 
-@pytest.mark.parametrize("policy", ["lru", "lfu"])
-def test_training_on_the_ssd_tier_behind_a_5_percent_cache_is_bit_identical(in_memory, tmp_path, policy):
+@pytest.mark.parametrize(("policy", "ssd_tables"), [("lru", None), ("lfu", None), ("lru", list(range(0, 26, 2)))])
+def test_training_on_the_ssd_tier_behind_a_5_percent_cache_is_bit_identical(in_memory, tmp_path, policy, ssd_tables):
     t = trainer(tmp_path, {"tier": "ssd", "path": str(tmp_path / "tables.bin"), "cache_fraction": 0.05,
-                           "policy": policy})
+                           "policy": policy, "ssd_tables": ssd_tables})
     losses, aucs, weights = train(t)
     assert len(losses) == STEPS and len(aucs) == 2
     assert losses == in_memory[0]  # bit for bit, every step
     assert aucs == in_memory[1]
     assert torch.equal(weights, in_memory[2])
     report = t.cache_report()
-    assert report["cache_rows"] == 52_000 and report["batches"] >= STEPS
+    on_ssd = 26 if ssd_tables is None else len(ssd_tables)
+    assert report["rows"] == on_ssd * 40_000 and report["memory_rows"] == (26 - on_ssd) * 40_000
+    assert report["cache_rows"] == on_ssd * 2_000 and report["batches"] >= STEPS
     assert 0 < report["hit_rate"] < 1 and report["ssd_bytes_read"] > 0 and report["ssd_bytes_written"] > 0
     # the rows of almost every batch were read while the previous step computed
     assert t._tiered_tables.read_ahead_batches >= STEPS - 2
@@ -154,3 +169,19 @@ def test_an_unknown_tier_is_refused(tmp_path):
     t = trainer(tmp_path, {"tier": "tape", "path": str(tmp_path / "x"), "cache_fraction": 0.1})
     with pytest.raises(HarnessError, match="only the SSD tier"):
         t._model()
+
+
+def test_harness_run_on_the_ssd_tier_logs_and_prints_the_cache(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--benchmark", str(FIXTURE), "--runs", "1", "--threads", "1",
+         "--embedding-tier", "ssd", "--cache-fraction", "0.5", "--cache-policy", "lfu", "--ssd-tables", "3,5,7"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "lfu cache of 1,550 of 3,100 SSD rows (4,620 rows of 23 tables kept in memory): hit rate" in proc.stdout
+    [log] = tmp_path.glob("results/reference/results/*/tiny_synthetic/result_0.txt")
+    [report] = [json.loads(line.split(":::MLLOG ", 1)[1])["value"] for line in log.read_text().splitlines()
+                if '"harness_embedding_cache"' in line]
+    assert report["memory_tables"] == [t for t in range(26) if t not in (3, 5, 7)]
+    assert report["ssd_bytes_read_per_step"] > 0 and 0 < report["hit_rate"] <= 1
+    assert not list(tmp_path.glob("results/.harness/**/*.tables.bin"))  # the run's SSD file is gone

@@ -78,10 +78,17 @@ class CacheStats:
 class RowCache:
     """``capacity`` slots of rows of ``store``, managed by ``policy``."""
 
-    def __init__(self, store: RowStore, capacity: int, policy: CachePolicy = CachePolicy.LRU):
+    def __init__(self, store: RowStore, capacity: int, policy: CachePolicy = CachePolicy.LRU,
+                 pinned: tuple[tuple[int, int], ...] = ()):
+        """``pinned``: row ranges ``[lo, hi)`` kept resident for good, in slots of their own on
+        top of ``capacity`` (tables placed in the fast tier): never evicted, written back
+        only by :meth:`flush`, and left out of the statistics."""
         if capacity < 1:
             raise HarnessError(f"a row cache needs at least one slot, not {capacity}", ErrorCategory.BAD_INPUT)
-        self.store, self.capacity, self.policy = store, int(min(capacity, store.rows)), policy
+        self.pinned_ranges = tuple(pinned)
+        pinned_rows = sum(hi - lo for lo, hi in self.pinned_ranges)
+        self.free_capacity = int(min(capacity, store.rows - pinned_rows)) or 1
+        self.store, self.capacity, self.policy = store, self.free_capacity + pinned_rows, policy
         self.weights = torch.zeros(self.capacity, store.cols)  # read and updated in place by the step
         self._state = torch.zeros(self.capacity, store.state_cols)
         self.slot_row = torch.full((self.capacity,), -1, dtype=torch.int64)
@@ -92,6 +99,12 @@ class RowCache:
         self.row_uses = torch.zeros(store.rows, dtype=torch.int64) if policy is CachePolicy.LFU else None
         self.clock = 0
         self.stats = CacheStats()
+        self.never_evict = torch.zeros(self.capacity, dtype=torch.bool)
+        if self.pinned_ranges:
+            rows = torch.cat([torch.arange(lo, hi) for lo, hi in self.pinned_ranges])
+            self.admit(rows)
+            self.never_evict[self.row_slot.index_select(0, rows).long()] = True
+            self.stats = CacheStats()  # loading the pinned rows is not the cache's traffic
 
     @property
     def state(self) -> torch.Tensor:
@@ -109,10 +122,11 @@ class RowCache:
               fetched: torch.Tensor | None = None) -> None:
         """Make the distinct ``rows`` resident; ``fetched`` are the store's values of ``missing``
         (read ahead), or they are read now."""
-        if rows.numel() > self.capacity:
+        cached = self.unpinned(rows)
+        if cached.numel() > self.free_capacity:
             raise HarnessError(
-                f"a batch looks up {rows.numel()} distinct rows of a table but its cache holds {self.capacity}; "
-                "give the cache more rows (a larger cache fraction)",
+                f"a batch looks up {cached.numel()} distinct rows of a table but its cache holds "
+                f"{self.free_capacity}; give the cache more rows (a larger cache fraction)",
                 ErrorCategory.BAD_INPUT,
             )
         if missing is None:
@@ -122,8 +136,8 @@ class RowCache:
         if fetched is None:
             fetched = self.store.read(missing)
         self.stats.batches += 1
-        self.stats.lookups += rows.numel()
-        self.stats.hits += rows.numel() - missing.numel()
+        self.stats.lookups += cached.numel()
+        self.stats.hits += cached.numel() - missing.numel()
         self.stats.bytes_read += missing.numel() * self.store.row_bytes
         if missing.numel():
             slots = self._victims(rows, missing.numel())
@@ -138,6 +152,15 @@ class RowCache:
         self.last_use[self.row_slot.index_select(0, rows).long()] = self.clock
         if self.row_uses is not None:
             self.row_uses.index_add_(0, rows, torch.ones_like(rows))
+
+    def unpinned(self, rows: torch.Tensor) -> torch.Tensor:
+        """Those of ``rows`` outside the pinned ranges."""
+        if not self.pinned_ranges:
+            return rows
+        inside = torch.zeros(rows.shape, dtype=torch.bool)
+        for lo, hi in self.pinned_ranges:
+            inside |= (rows >= lo) & (rows < hi)
+        return rows[~inside]
 
     def slots_of(self, rows: torch.Tensor) -> torch.Tensor:
         """The slots (int64) of resident rows (any shape)."""
@@ -179,6 +202,7 @@ class RowCache:
         resident = self.row_slot.index_select(0, rows).long()
         key[resident[resident >= 0]] = never  # the batch's own rows stay
         key[free] = never  # taken already
+        key[self.never_evict] = never
         threshold = torch.kthvalue(key, need).values
         below = (key < threshold).nonzero().squeeze(1)
         tied = (key == threshold).nonzero().squeeze(1)[: need - below.numel()]

@@ -161,7 +161,8 @@ def main(job_path: str) -> int:
 
         store = SsdRows(work, tables.store.rows, tables.store.cols, tables.store.state_cols, create=False)
         tables.close()
-        tables = TieredEmbeddingCollection(tables, store, tables.cache.capacity, tables.cache.policy, copy_rows=False)
+        tables = TieredEmbeddingCollection(tables, store, tables.cache.free_capacity, tables.cache.policy,
+                                           copy_rows=False, memory_tables=tables.memory_tables)
         model.sparse_arch.embeddings = tables  # the dense optimizer's parameters are unchanged
         trainer._tiered_tables = tables
     data = trainer._data()

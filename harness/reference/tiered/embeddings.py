@@ -45,10 +45,14 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
         cache_rows: slots of the cache (at least the distinct rows of one batch).
         policy: LRU or LFU.
         copy_rows: False when ``store`` already holds the rows (resuming from a checkpoint).
+        memory_tables: tables placed in the fast tier (indices): their rows stay in memory
+            for good (in slots of their own, besides ``cache_rows``); the others are on the
+            store's tier behind the cache.
     """
 
     def __init__(self, full: FusedEmbeddingCollection, store: RowStore, cache_rows: int,
-                 policy: CachePolicy = CachePolicy.LRU, *, copy_rows: bool = True):
+                 policy: CachePolicy = CachePolicy.LRU, *, copy_rows: bool = True,
+                 memory_tables: tuple[int, ...] = ()):
         super().__init__(full.table_rows, full.dim, full.pooling, optimizer=full.optimizer, allocate=False)
         if store.rows != sum(full.table_rows) or store.cols != full.dim or store.state_cols != state_columns(full):
             raise ValueError("the store's shape does not match the tables")
@@ -59,7 +63,13 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
                 rows = torch.arange(lo, hi)
                 store.write(rows, torch.cat([full.weight.detach()[lo:hi], state[lo:hi]], dim=1))
         self.store = store
-        self.cache = RowCache(store, cache_rows, policy)
+        starts = [0]
+        for r in full.table_rows:
+            starts.append(starts[-1] + r)
+        # tables placed in the fast tier: their rows stay resident, the cache serves the others
+        self.memory_tables = tuple(sorted(set(memory_tables)))
+        pinned = tuple((starts[t], starts[t + 1]) for t in self.memory_tables)
+        self.cache = RowCache(store, cache_rows, policy, pinned)
         self.weight = nn.Parameter(self.cache.weights)  # the slots, shared: admitting a row writes here
         self.optimizer_state = self.cache.state
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-row-prefetch")
@@ -77,7 +87,7 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
             return super().forward(sparse)
         rows = sparse + self.column_offsets
         unique, inverse = torch.unique(rows, return_inverse=True)
-        if unique.numel() <= self.cache.capacity:
+        if self.cache.unpinned(unique).numel() <= self.cache.free_capacity:
             return super().forward(sparse)
         with torch.no_grad():
             return self._lookup(self.current_rows(unique), inverse)
@@ -99,8 +109,9 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
         # the batch read ahead is this one (the same tensor): its distinct rows are known
         unique = ahead[0] if ahead is not None and ahead[3] is sparse else torch.unique(rows)
         stats = self.cache.stats
-        stats.id_lookups += rows.numel()
-        stats.id_hits += int((self.cache.row_slot[rows] >= 0).sum())
+        looked_up = self.cache.unpinned(rows)
+        stats.id_lookups += looked_up.numel()
+        stats.id_hits += int((self.cache.row_slot[looked_up] >= 0).sum())
         self._ahead = None
         if ahead is not None and torch.equal(ahead[0], unique):
             self.cache.admit(unique, ahead[1], ahead[2].result())
