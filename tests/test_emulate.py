@@ -24,16 +24,23 @@ def start_long_emulated_run(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     spec = tmp_path / "long.yaml"
     spec.write_text(FIXTURE.read_text().replace("train_samples: 32768", "train_samples: 4000000")
                     .replace("target: 0.6", "target: 0.99"))
+    # an absolute --results: the ranks' command lines then name this test's folder (see ranks_of)
     proc = start_harness("run", "--benchmark", str(spec), "--profile", "zionex-8gpu", "--emulate", "--runs", "1",
-                         cwd=tmp_path)
+                         "--results", str(tmp_path / "results"), cwd=tmp_path)
     staging = wait_for_run_start(tmp_path)
     time.sleep(3)
     return proc, staging
 
 
-def assert_no_rank_left() -> None:
-    leftovers = subprocess.run(["pgrep", "-f", "harness.reference.worker"], capture_output=True, text=True).stdout
-    assert not leftovers.strip(), f"rank processes left running: {leftovers}"
+def ranks_of(tmp_path: Path) -> list[str]:
+    """``pid cmdline`` of this test's worker processes (torchrun's and its ranks'), not other tests'."""
+    listed = subprocess.run(["pgrep", "-af", "harness.reference.worker"], capture_output=True, text=True).stdout
+    return [line for line in listed.splitlines() if str(tmp_path) in line]
+
+
+def assert_no_rank_left(tmp_path: Path) -> None:
+    leftovers = ranks_of(tmp_path)
+    assert not leftovers, f"rank processes left running: {leftovers}"
 
 
 def one_line(proc: subprocess.CompletedProcess) -> str:
@@ -108,7 +115,7 @@ def test_ctrl_c_stops_every_rank_and_the_log_ends_aborted(tmp_path):
     [stop] = [r for r in records(kept) if r["key"] == "run_stop"]
     assert stop["metadata"]["status"] == "aborted"
     assert stop["metadata"]["reason"] == "interrupted"  # written by rank 0 itself, not patched on after
-    assert_no_rank_left()
+    assert_no_rank_left(tmp_path)
 
 
 @pytest.mark.slow
@@ -146,8 +153,8 @@ def test_fp16_forward_bf16_backward_reach_the_default_target_on_emulated_zionex(
 @pytest.mark.slow
 def test_a_rank_killed_mid_run_fails_the_run_in_one_line_and_its_log_ends_aborted(tmp_path):
     proc, staging = start_long_emulated_run(tmp_path)
-    listed = subprocess.run(["pgrep", "-af", "harness.reference.worker"], capture_output=True, text=True).stdout
-    ranks = [int(line.split()[0]) for line in listed.splitlines() if "torch.distributed.run" not in line]
+    listed = ranks_of(tmp_path)
+    ranks = [int(line.split()[0]) for line in listed if "torch.distributed.run" not in line]
     assert len(ranks) == 8, listed
     os.kill(max(ranks), signal.SIGKILL)
     _, err = proc.communicate(timeout=180)
@@ -157,4 +164,4 @@ def test_a_rank_killed_mid_run_fails_the_run_in_one_line_and_its_log_ends_aborte
     [failed] = staging.glob("*/tiny_synthetic/result_0.failed-*.txt")
     [stop] = [r for r in records(failed) if r["key"] == "run_stop"]
     assert stop["metadata"]["status"] == "aborted"
-    assert_no_rank_left()
+    assert_no_rank_left(tmp_path)
