@@ -59,7 +59,6 @@ from harness.reference.distributed.trainer import (
     PROCESS_GROUP_TIMEOUT,
     DistributedTrainer,
 )
-from harness.reference.mlperf_log import MLPerfLog
 from harness.reference.planner import PlannerConfig, ShardingType, plan_tables
 from harness.reference.planner.models import tables_for_benchmark
 from harness.reference.trainer import RunConfig
@@ -111,10 +110,8 @@ def run_config(spec: BenchmarkSpec, batch: int, world: int, plan: dict[str, Any]
     hp = dict(spec.reference_hyperparameters)
     hp["global_batch_size"] = batch
     profile = load_profile(PROFILE).to_dict()
-    return RunConfig(
-        benchmark=spec.raw, hyperparameters=hp, profile=profile, seed=SEED, seed_source="user",
-        submitter="bench", division="closed", status="research", platform="bench", log_path=os.devnull,
-        fingerprint="bench", config_filename="bench", emulated=True, threads=1, world_size=world,
+    return RunConfig.offline(
+        spec.raw, hp, SEED, who="bench", profile=profile, emulated=True, threads=1, world_size=world,
         sharding_plan=plan, comm={"forward": codec.value, "backward": codec.value, "allreduce": Codec.FP32.value},
     )
 
@@ -162,8 +159,7 @@ def run_codec(spec: BenchmarkSpec, config: RunConfig, codec: Codec, steps: int, 
     """Train ``steps`` steps with ``codec`` on the embedding all-to-alls; measure; evaluate."""
     world = dist.get_world_size()
     gbs = int(config.hyperparameters["global_batch_size"])
-    trainer = DistributedTrainer(config, MLPerfLog(Path(os.devnull), enabled=False))
-    trainer._steps = 0  # set by run(), which we do not call
+    trainer = DistributedTrainer(config)
     model, dense_opt = trainer._model()
     micro_s, wire_s = micro_all_to_all(model.sparse_arch, gbs // world, reps, warmup)
 
@@ -174,9 +170,7 @@ def run_codec(spec: BenchmarkSpec, config: RunConfig, codec: Codec, steps: int, 
     done = 0
     try:
         for item in items:
-            dense_opt.zero_grad(set_to_none=True)
-            trainer._loss(model, loss_fn, item).backward()
-            dense_opt.step()
+            trainer.train_step(model, dense_opt, loss_fn, item)
             done += 1
             if done == steps:
                 break

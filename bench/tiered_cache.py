@@ -38,7 +38,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from harness.reference import synthetic  # noqa: E402
-from harness.reference.mlperf_log import MLPerfLog  # noqa: E402
 from harness.reference.trainer import RunConfig, Trainer  # noqa: E402
 from harness.rules.specs import load_benchmark  # noqa: E402
 
@@ -60,12 +59,8 @@ def best_static_id_hit_rate(rows: int, zipf: float, fraction: float) -> float:
 
 def measure(spec: dict[str, Any], batch: int, steps: int, warmup: int, tier: dict | None) -> dict[str, float]:
     hp = {**load_benchmark("dlrm_synthetic").reference_hyperparameters, "global_batch_size": batch}
-    config = RunConfig(
-        benchmark=spec, hyperparameters=hp, profile={"name": "local", "device_type": "cpu"}, seed=1,
-        seed_source="user", submitter="bench", division="closed", status="research", platform="bench",
-        log_path=os.devnull, fingerprint="bench", config_filename="bench.yaml", embedding_tier=tier,
-    )
-    t = Trainer(config, MLPerfLog(Path(os.devnull), enabled=False))
+    config = RunConfig.offline(spec, hp, 1, who="bench", embedding_tier=tier)
+    t = Trainer(config)
     model, dense_opt = t._model()
     data = t._data()
     order = synthetic.EpochOrder.from_seed(config.seed, spec["dataset"]["train_samples"])
@@ -80,9 +75,7 @@ def measure(spec: dict[str, Any], batch: int, steps: int, warmup: int, tier: dic
                 s = tables.cache.stats
                 before = {"lookups": s.lookups, "hits": s.hits, "read": s.bytes_read, "written": s.bytes_written,
                           "id_lookups": s.id_lookups, "id_hits": s.id_hits}
-        dense_opt.zero_grad(set_to_none=True)
-        t._loss(model, loss_fn, item).backward()
-        dense_opt.step()
+        t.train_step(model, dense_opt, loss_fn, item)
         if step + 1 == warmup + steps:
             break
     assert start is not None

@@ -21,7 +21,6 @@ from __future__ import annotations
 import enum
 import json
 import math
-import os
 import pickle
 import queue
 import re
@@ -41,7 +40,6 @@ import torch
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference import synthetic
 from harness.reference.batches import NUM_DENSE
-from harness.reference.mlperf_log import MLPerfLog
 from harness.reference.model import DLRM
 from harness.reference.tiered import (
     CachePolicy,
@@ -350,13 +348,7 @@ def _read_state(model_path: Path) -> dict[str, torch.Tensor]:
 
 
 def _trainer(spec: BenchmarkSpec, seed: int) -> Trainer:
-    config = RunConfig(
-        benchmark=spec.raw, hyperparameters=dict(spec.reference_hyperparameters),
-        profile={"name": "local", "device_type": "cpu"}, seed=seed, seed_source="user", submitter="harness-infer",
-        division="closed", status="research", platform="local", log_path=os.devnull, fingerprint="harness-infer",
-        config_filename="harness-infer",
-    )
-    return Trainer(config, MLPerfLog(Path(os.devnull), enabled=False))
+    return Trainer(RunConfig.offline(spec.raw, dict(spec.reference_hyperparameters), seed, who="harness-infer"))
 
 
 def _train(spec: BenchmarkSpec, seed: int, train_steps: int | None,
@@ -379,9 +371,7 @@ def _train(spec: BenchmarkSpec, seed: int, train_steps: int | None,
     step, auc = 0, float("nan")
     try:
         for step, item in enumerate(items, start=1):
-            dense_opt.zero_grad(set_to_none=True)
-            t._loss(model, loss_fn, item).backward()
-            dense_opt.step()
+            t.train_step(model, dense_opt, loss_fn, item)
             if step in eval_at:
                 auc = t.evaluate(model, data)
                 progress(f"  step {step} (epoch {step * gbs / train_samples:.3f}): AUC {auc:.5f}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import queue
 import threading
 import time
@@ -57,7 +58,8 @@ class RunConfig:
     world_size: int = 1
     sharding_plan: dict[str, Any] | None = None  # Plan.to_dict(), for world_size > 1
     comm: dict[str, str] = field(default_factory=dict)  # codec per collective: forward, backward, allreduce
-    # the tables' tier: {"tier": "ssd", "path": file, "cache_fraction": 0.05, "policy": "lru"}; None: memory
+    # the tables' tier: {"tier": "ssd", "path": file, "cache_fraction": 0.05, "policy": "lru", "ssd_tables": [..]
+    # or None (all), "rows_in_file": True when the file already holds the rows}; None: memory
     embedding_tier: dict[str, Any] | None = None
 
     def to_json(self) -> str:
@@ -66,6 +68,18 @@ class RunConfig:
     @classmethod
     def from_json(cls, text: str) -> RunConfig:
         return cls(**json.loads(text))
+
+    @classmethod
+    def offline(cls, benchmark: dict[str, Any], hyperparameters: dict[str, Any], seed: int, *,
+                who: str = "harness", **fields: Any) -> RunConfig:
+        """A config for training outside a run set (``harness infer``, benches, tests): no log,
+        the local CPU unless ``profile`` says otherwise, a chosen seed; ``fields`` set the rest."""
+        return cls(**{
+            "benchmark": benchmark, "hyperparameters": hyperparameters, "seed": seed, "seed_source": "user",
+            "profile": {"name": "local", "device_type": "cpu"}, "submitter": who, "division": "closed",
+            "status": "research", "platform": who, "log_path": os.devnull, "fingerprint": who,
+            "config_filename": f"{who}.yaml", **fields,
+        })
 
 
 @dataclass
@@ -144,9 +158,10 @@ def _prefetch(batches: Iterator[Batch], depth: int = 2) -> Iterator[Batch]:
 class Trainer:
     """Trains the reference DLRM once, logging the MLPerf events of the run."""
 
-    def __init__(self, config: RunConfig, log: MLPerfLog, *, progress: Callable[[dict], None] | None = None):
+    def __init__(self, config: RunConfig, log: MLPerfLog | None = None, *,
+                 progress: Callable[[dict], None] | None = None):
         self.config = config
-        self.log = log
+        self.log = log if log is not None else MLPerfLog(Path(os.devnull), enabled=False)  # None: no log
         self.spec: BenchmarkSpec = spec_from_dict(config.benchmark, what="benchmark of the run config")
         self.hp = config.hyperparameters
         self._progress = progress or (lambda _event: None)
@@ -274,13 +289,14 @@ class Trainer:
                 "cache is implemented", ErrorCategory.NOT_IMPLEMENTED,
             )
         rows = sum(full.table_rows)
-        store = SsdRows(Path(tier["path"]), rows, full.dim, state_columns(full), create=True)
+        in_file = bool(tier.get("rows_in_file"))  # resuming: the file already holds the rows
+        store = SsdRows(Path(tier["path"]), rows, full.dim, state_columns(full), create=not in_file)
         on_ssd = tier.get("ssd_tables")  # table indices; None: all
         memory = tuple(t for t in range(len(full.table_rows)) if on_ssd is not None and t not in on_ssd)
         ssd_rows = sum(r for t, r in enumerate(full.table_rows) if t not in memory)
         capacity = max(1, round(ssd_rows * float(tier["cache_fraction"])))
         self._tiered_tables = TieredEmbeddingCollection(
-            full, store, capacity, CachePolicy(tier.get("policy", "lru")), memory_tables=memory
+            full, store, capacity, CachePolicy(tier.get("policy", "lru")), memory_tables=memory, copy_rows=not in_file
         )
         return self._tiered_tables
 
@@ -293,6 +309,15 @@ class Trainer:
 
             return lookahead(batches, self._tiered_tables)
         return batches
+
+    def train_step(self, model: Any, dense_opt: torch.optim.Optimizer, loss_fn: torch.nn.Module,
+                   item: Any) -> torch.Tensor:
+        """One optimizer step on one item of :meth:`_train_items`; the loss, detached."""
+        dense_opt.zero_grad(set_to_none=True)
+        loss = self._loss(model, loss_fn, item)
+        loss.backward()
+        dense_opt.step()
+        return loss.detach()
 
     def _loss(self, model: Any, loss_fn: torch.nn.Module, item: Any) -> torch.Tensor:
         """The loss of one step's item (the distributed trainer's items carry their ids' distribution)."""
@@ -357,10 +382,7 @@ class Trainer:
         try:
             t0 = time.perf_counter()
             for item in items:
-                dense_opt.zero_grad(set_to_none=True)
-                loss = self._loss(model, loss_fn, item)
-                loss.backward()
-                dense_opt.step()
+                self.train_step(model, dense_opt, loss_fn, item)
                 step += 1
                 epoch_num = step * gbs / train_samples
                 now = time.perf_counter()

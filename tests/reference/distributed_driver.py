@@ -26,7 +26,6 @@ import torch.distributed as dist
 
 from harness.hw_profiles import load_profile
 from harness.reference import synthetic
-from harness.reference.mlperf_log import MLPerfLog
 from harness.reference.planner import PlannerConfig, ShardingType, plan_tables
 from harness.reference.planner.models import tables_for_benchmark
 from harness.reference.trainer import RunConfig, Trainer
@@ -37,12 +36,8 @@ def run_config(job: dict, world: int, plan: dict | None, comm: dict) -> RunConfi
     spec = load_benchmark("dlrm_synthetic")
     hp = dict(spec.reference_hyperparameters)
     hp["global_batch_size"] = job["batch"]
-    return RunConfig(
-        benchmark=spec.raw, hyperparameters=hp, profile={"name": "test", "device_type": "cpu"}, seed=job["seed"],
-        seed_source="user", submitter="test", division="closed", status="research", platform="test",
-        log_path=os.devnull, fingerprint="test", config_filename="test.yaml", emulated=True,
-        world_size=world, sharding_plan=plan, comm=comm,
-    )
+    return RunConfig.offline(spec.raw, hp, job["seed"], who="test", emulated=True, world_size=world,
+                             sharding_plan=plan, comm=comm)
 
 
 def make_plan(job: dict, constraint: dict, world: int) -> dict:
@@ -74,14 +69,12 @@ def main(job_path: str) -> None:
     for name, entry in job["plans"].items():
         plan = make_plan(job, entry.get("types", {}), world) if world > 1 else None
         config = run_config(job, world, plan, entry.get("comm", {}))
-        log = MLPerfLog(Path(os.devnull), enabled=False)
         if world > 1:
             from harness.reference.distributed.trainer import DistributedTrainer
 
-            trainer: Trainer = DistributedTrainer(config, log)
-            trainer._steps = 0  # type: ignore[attr-defined]
+            trainer: Trainer = DistributedTrainer(config)
         else:
-            trainer = Trainer(config, log)
+            trainer = Trainer(config)
         model, dense_opt = trainer._model()
         data = trainer._data()
         order = synthetic.EpochOrder.from_seed(config.seed, config.benchmark["dataset"]["train_samples"])
@@ -89,11 +82,8 @@ def main(job_path: str) -> None:
         items = trainer._train_items(data, order, job["batch"], model)
         losses = []
         for step, item in enumerate(items):
-            dense_opt.zero_grad(set_to_none=True)
-            loss = trainer._loss(model, loss_fn, item)
-            loss.backward()
-            dense_opt.step()
-            total = loss.detach().double().reshape(1) / world
+            loss = trainer.train_step(model, dense_opt, loss_fn, item)
+            total = loss.double().reshape(1) / world
             if world > 1:
                 dist.all_reduce(total)
             losses.append(float(total[0]))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,6 @@ import yaml
 
 from harness.errors import HarnessError
 from harness.reference import synthetic
-from harness.reference.mlperf_log import MLPerfLog
 from harness.reference.tiered import CachePolicy, MemoryRows, RowCache, SsdRows
 from harness.reference.trainer import RunConfig, Trainer
 from harness.rules.specs import spec_from_dict
@@ -113,12 +111,7 @@ def big_table_spec() -> dict:
 def trainer(tmp_path: Path, tier: dict | None) -> Trainer:
     spec = big_table_spec()
     hp = dict(spec_from_dict(spec, what="test spec").reference_hyperparameters, global_batch_size=BATCH)
-    config = RunConfig(
-        benchmark=spec, hyperparameters=hp, profile={"name": "local", "device_type": "cpu"}, seed=3,
-        seed_source="user", submitter="test", division="closed", status="research", platform="test",
-        log_path=os.devnull, fingerprint="test", config_filename="test.yaml", embedding_tier=tier,
-    )
-    return Trainer(config, MLPerfLog(Path(os.devnull), enabled=False))
+    return Trainer(RunConfig.offline(spec, hp, 3, who="test", embedding_tier=tier))
 
 
 def train(t: Trainer) -> tuple[list[float], list[float], torch.Tensor]:
@@ -129,11 +122,7 @@ def train(t: Trainer) -> tuple[list[float], list[float], torch.Tensor]:
     loss_fn = torch.nn.BCEWithLogitsLoss()
     losses, aucs = [], []
     for step, item in enumerate(t._train_items(data, order, BATCH, model), start=1):
-        dense_opt.zero_grad(set_to_none=True)
-        loss = t._loss(model, loss_fn, item)
-        loss.backward()
-        dense_opt.step()
-        losses.append(loss.item())
+        losses.append(t.train_step(model, dense_opt, loss_fn, item).item())
         if step % 100 == 0:
             aucs.append(t.evaluate(model, data))
     emb = model.sparse_arch.embeddings

@@ -30,12 +30,8 @@ def job(tmp: Path, name: str) -> Path:
     hp = dict(spec_from_dict(spec, what="test").reference_hyperparameters, global_batch_size=BATCH)
     folder = tmp / name
     folder.mkdir()
-    config = RunConfig(
-        benchmark=spec, hyperparameters=hp, profile={"name": "local", "device_type": "cpu"}, seed=11,
-        seed_source="user", submitter="test", division="closed", status="research", platform="test",
-        log_path=os.devnull, fingerprint="test", config_filename="test.yaml",
-        embedding_tier={"tier": "ssd", "path": str(folder / "tables.bin"), "cache_fraction": 0.05, "policy": "lfu"},
-    )
+    config = RunConfig.offline(spec, hp, 11, who="test", embedding_tier={
+        "tier": "ssd", "path": str(folder / "tables.bin"), "cache_fraction": 0.05, "policy": "lfu"})
     path = folder / "job.json"
     path.write_text(json.dumps({
         "run_config": asdict(config), "checkpoints": str(folder / "checkpoints"), "tables": str(folder / "tables.bin"),

@@ -36,6 +36,7 @@ unsharded training averages over the whole row. Elementwise Adagrad and SGD are 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -246,10 +247,7 @@ class ShardedEmbeddingCollection(nn.Module):
         self.table_rows, self.pooling, self.dim = full.table_rows, full.pooling, full.dim
         self.optimizer = full.optimizer
         self.num_tables = len(self.table_rows)
-        starts = [0]
-        for p in self.pooling:
-            starts.append(starts[-1] + p)
-        self.col_start = tuple(starts)
+        self.col_start = (0, *itertools.accumulate(self.pooling))  # each table's first id column
         self.shards_of: list[list[ShardSpec]] = [[] for _ in range(self.world_size)]
         self.dp_tables: list[int] = []
         for t, sh in enumerate(shardings):
@@ -265,9 +263,7 @@ class ShardedEmbeddingCollection(nn.Module):
         self._key_index = [self.keys_of[self.rank].index(s.key) for s in mine]
         self.shards: list[ShardSpec] = mine
 
-        fused_start = [0]
-        for r in self.table_rows:
-            fused_start.append(fused_start[-1] + r)
+        self._row_start = fused_start = (0, *itertools.accumulate(self.table_rows))  # each table's first fused row
         w, state = full.weight.detach(), full.optimizer_state
         self._weights: list[torch.Tensor] = []
         self._states: list[torch.Tensor] = []
@@ -423,9 +419,7 @@ class ShardedEmbeddingCollection(nn.Module):
     def full_weight(self) -> torch.Tensor:
         """The unsharded ``sum(rows) x D`` weight, on every rank (one all-reduce of a mostly-zero
         tensor: each weight is non-zero on one rank only, so the sum is exact)."""
-        fused_start = [0]
-        for r in self.table_rows:
-            fused_start.append(fused_start[-1] + r)
+        fused_start = self._row_start
         full = torch.zeros(fused_start[-1], self.dim, device=self._dummy.device)
         for s, w in zip(self.shards, self._weights):
             lo = fused_start[s.table] + s.row_offset

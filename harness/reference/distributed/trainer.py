@@ -42,7 +42,7 @@ from harness.reference.distributed.comm import Comm, CommStats, ddp_comm_hook
 from harness.reference.distributed.sharded import InputDist, ShardedEmbeddingCollection, shardings_from_plan
 from harness.reference.mlperf_log import MLPerfLog
 from harness.reference.model import DLRM
-from harness.reference.trainer import RunConfig, RunResult, Trainer, _prefetch, roc_auc
+from harness.reference.trainer import RunConfig, Trainer, _prefetch, roc_auc
 
 PROCESS_GROUP_TIMEOUT = datetime.timedelta(seconds=300)
 # the dense part's buffers are constants: no broadcast before each forward (torch >= 2.13 renamed the option)
@@ -154,7 +154,8 @@ def pipelined(model: Any, batches: Iterator[Batch]) -> Pipeline:
 class DistributedTrainer(Trainer):
     """The trainer of one rank of a sharded run (see the module docstring)."""
 
-    def __init__(self, config: RunConfig, log: MLPerfLog, *, progress: Callable[[dict], None] | None = None):
+    def __init__(self, config: RunConfig, log: MLPerfLog | None = None, *,
+                 progress: Callable[[dict], None] | None = None):
         super().__init__(config, log, progress=progress)
         if config.sharding_plan is None:
             raise HarnessError("a distributed run needs a sharding plan in its run config", ErrorCategory.BAD_INPUT)
@@ -172,6 +173,7 @@ class DistributedTrainer(Trainer):
             Comm(dist.new_group(backend=None), self.stats),
         )
         self._eval_plan: list[tuple[Batch, list[int]]] | None = None
+        self._steps = 0  # training steps taken, logged with the communication statistics
 
     # ------------------------------------------------------------------ hooks
     def _log_init_start(self) -> None:
@@ -244,10 +246,6 @@ class DistributedTrainer(Trainer):
             auc[0] = roc_auc(np.concatenate([g[1] for g in gathered]), np.concatenate([g[0] for g in gathered]))
         dist.broadcast(auc, src=0)
         return float(auc[0])
-
-    def run(self) -> RunResult:
-        self._steps = 0
-        return super().run()
 
 
 @contextlib.contextmanager

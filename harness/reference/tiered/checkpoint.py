@@ -11,7 +11,7 @@ A checkpoint at step ``s``:
    after it the new one, and a crash in between leaves at most a stray temporary file.
 
 After the checkpoint, training goes on writing evicted rows into the *working* file, never
-into the checkpoint's copy. Resuming (:func:`restore`) verifies both checksums (a corrupted
+into the checkpoint's copy. Resuming (:func:`restore_tables`, :func:`restore_dense`) verifies both checksums (a corrupted
 or truncated checkpoint is one clear error), copies the checkpoint's tables back into the
 working file and loads the dense state; training then continues from step ``s`` with a
 cold cache, which changes nothing in the arithmetic (``tests/reference/test_tiered_resume.py``
@@ -26,6 +26,7 @@ as it goes and, at the end, writes ``result.json`` (the SHA-256 of the final tab
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -118,13 +119,12 @@ def latest(directory: Path) -> dict[str, Any] | None:
         raise HarnessError(f"{directory / MANIFEST}: unreadable checkpoint manifest ({err})") from None
 
 
-def restore(directory: Path, working_tables: Path, model: torch.nn.Module,
-            optimizer: torch.optim.Optimizer) -> int:
-    """Load the latest checkpoint: its tables into ``working_tables``, its dense state into
-    ``model`` and ``optimizer``. Returns its step (0 when there is none)."""
+def restore_tables(directory: Path, working_tables: Path) -> dict[str, Any] | None:
+    """Verify the latest checkpoint (both files against their SHA-256) and copy its tables into
+    ``working_tables``; its manifest, or None when there is no checkpoint."""
     manifest = latest(directory)
     if manifest is None:
-        return 0
+        return None
     for kind in ("tables", "dense"):
         path = directory / manifest[kind]
         if not path.is_file() or file_sha256(path) != manifest[f"{kind}_sha256"]:
@@ -133,18 +133,22 @@ def restore(directory: Path, working_tables: Path, model: torch.nn.Module,
                 "SHA-256; it cannot be resumed from", ErrorCategory.BAD_INPUT,
             )
     _durable_copy(directory / manifest["tables"], working_tables)
+    return manifest
+
+
+def restore_dense(directory: Path, manifest: dict[str, Any], model: torch.nn.Module,
+                  optimizer: torch.optim.Optimizer) -> None:
+    """Load the checkpoint's dense model and optimizer state (verified by :func:`restore_tables`)."""
     state = torch.load(directory / manifest["dense"], weights_only=True)
     missing, unexpected = model.load_state_dict(state["model"], strict=False)
     if unexpected or any(not k.startswith("sparse_arch.") for k in missing):
         raise HarnessError(f"checkpoint {directory}: its model does not match this run's", ErrorCategory.BAD_INPUT)
     optimizer.load_state_dict(state["optimizer"])
-    return int(manifest["step"])
 
 
 def main(job_path: str) -> int:
     """The resumable training job of the module docstring."""
     from harness.reference import synthetic
-    from harness.reference.mlperf_log import MLPerfLog
     from harness.reference.tiered import lookahead
     from harness.reference.trainer import RunConfig, Trainer
 
@@ -152,19 +156,16 @@ def main(job_path: str) -> int:
     ckpt, work = Path(job["checkpoints"]), Path(job["tables"])
     config = RunConfig.from_json(json.dumps(job["run_config"]))
     torch.set_num_threads(1)
-    trainer = Trainer(config, MLPerfLog(Path(os.devnull), enabled=False))
-    model, optimizer = trainer._model()  # creates the working file with the initial tables
+    manifest = restore_tables(ckpt, work)
+    if manifest is not None:  # the working file holds the checkpoint's rows: train on them, cache cold
+        config = dataclasses.replace(config, embedding_tier={**(config.embedding_tier or {}), "rows_in_file": True})
+    trainer = Trainer(config)
+    model, optimizer = trainer._model()  # without a checkpoint, writes the initial tables into the working file
     tables = trainer._tiered_tables
-    start = restore(ckpt, work, model, optimizer)
-    if start:  # the working file now holds the checkpoint's rows: reopen it, cache cold
-        from harness.reference.tiered import SsdRows, TieredEmbeddingCollection
-
-        store = SsdRows(work, tables.store.rows, tables.store.cols, tables.store.state_cols, create=False)
-        tables.close()
-        tables = TieredEmbeddingCollection(tables, store, tables.cache.free_capacity, tables.cache.policy,
-                                           copy_rows=False, memory_tables=tables.memory_tables)
-        model.sparse_arch.embeddings = tables  # the dense optimizer's parameters are unchanged
-        trainer._tiered_tables = tables
+    start = 0
+    if manifest is not None:
+        restore_dense(ckpt, manifest, model, optimizer)
+        start = int(manifest["step"])
     data = trainer._data()
     gbs = int(config.hyperparameters["global_batch_size"])
     order = synthetic.EpochOrder.from_seed(config.seed, config.benchmark["dataset"]["train_samples"])

@@ -13,6 +13,7 @@ current step computes (:meth:`queue_next`, called by :func:`lookahead` before ea
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -63,9 +64,7 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
                 rows = torch.arange(lo, hi)
                 store.write(rows, torch.cat([full.weight.detach()[lo:hi], state[lo:hi]], dim=1))
         self.store = store
-        starts = [0]
-        for r in full.table_rows:
-            starts.append(starts[-1] + r)
+        starts = (0, *itertools.accumulate(full.table_rows))
         # tables placed in the fast tier: their rows stay resident, the cache serves the others
         self.memory_tables = tuple(sorted(set(memory_tables)))
         pinned = tuple((starts[t], starts[t + 1]) for t in self.memory_tables)
