@@ -256,17 +256,12 @@ def _embedding_tier(request: RunSetRequest, world_size: int, tables: int) -> dic
 
 def _comm_codecs(requested: tuple[tuple[str, str], ...], world_size: int) -> dict[str, str]:
     """The codec of each collective (fp32 unless asked); refused for a one-rank run (nothing is sent)."""
-    from harness.reference.comm_codecs import Codec
+    from harness.reference.comm_codecs import CommConfig
 
-    known = {c.value for c in Codec}
-    comm = {"forward": "fp32", "backward": "fp32", "allreduce": "fp32"}
-    for collective, codec in requested:
-        if collective not in comm or codec not in known:
-            raise HarnessError(f"unknown codec {collective}={codec}; codecs: {', '.join(sorted(known))}")
-        comm[collective] = codec
-    if world_size == 1 and any(v != "fp32" for v in comm.values()):
+    codecs = CommConfig.from_names(dict(requested))
+    if world_size == 1 and codecs != CommConfig():
         raise HarnessError("quantized communication needs more than one rank; this profile has one")
-    return comm
+    return codecs.to_names()
 
 
 def _sharding_plan(spec: BenchmarkSpec, profile: Profile, hyperparameters: dict[str, Any],

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.errors import ErrorCategory, HarnessError
 from harness.reference.planner.types import CommPrecision as Codec
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
@@ -43,6 +44,21 @@ class CommConfig:
     forward: Codec = Codec.FP32
     backward: Codec = Codec.FP32
     allreduce: Codec = Codec.FP32
+
+    @classmethod
+    def from_names(cls, names: dict[str, str] | None) -> CommConfig:
+        """From ``{"forward": "fp16", ...}`` (a run config's ``comm``); unnamed collectives are fp32."""
+        names = names or {}
+        known = {c.value for c in Codec}
+        for collective, codec in names.items():
+            if collective not in ("forward", "backward", "allreduce") or codec not in known:
+                raise HarnessError(
+                    f"unknown codec {collective}={codec}; codecs: {', '.join(sorted(known))}", ErrorCategory.BAD_INPUT
+                )
+        return cls(**{k: Codec(v) for k, v in names.items()})
+
+    def to_names(self) -> dict[str, str]:
+        return {"forward": self.forward.value, "backward": self.backward.value, "allreduce": self.allreduce.value}
 
     def lowest_precision(self) -> str:
         lowest = min((self.forward, self.backward, self.allreduce), key=lambda c: c.bytes_per_element)

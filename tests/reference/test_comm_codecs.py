@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.errors import HarnessError
 from harness.reference.comm_codecs import Codec, CommConfig, decode, encode, wire_bytes
 
 # Worst relative error per codec, against the row's largest magnitude (int8: its range).
@@ -49,3 +50,13 @@ def test_wrong_payloads_are_refused():
         decode(torch.zeros(7, dtype=torch.uint8), Codec.FP16, 2, 2)
     with pytest.raises(ValueError):
         encode(torch.zeros(4), Codec.FP16)
+
+
+def test_codecs_from_a_run_configs_names_round_trip_and_refuse_unknown_ones():
+    config = CommConfig.from_names({"forward": "fp16", "backward": "int8"})
+    assert config == CommConfig(forward=Codec.FP16, backward=Codec.INT8)
+    assert CommConfig.from_names(config.to_names()) == config
+    assert CommConfig.from_names(None) == CommConfig()
+    for bad in ({"forward": "fp7"}, {"sideways": "fp16"}):
+        with pytest.raises(HarnessError, match="unknown codec"):
+            CommConfig.from_names(bad)

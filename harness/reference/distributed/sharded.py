@@ -180,6 +180,7 @@ class InputDist:
         self._lengths = coll.input_comm.all_to_all_start(lengths, [k * n for n in self.sizes], INPUT)
         self._ids: PendingAllToAll | None = None
         self._received: list[torch.Tensor] = []
+        self._keyed: list[KeyedIds] | None = None
 
     def start_ids(self) -> None:
         if self._ids is not None:
@@ -194,6 +195,8 @@ class InputDist:
 
     def wait(self) -> list[KeyedIds]:
         """Per row range of this rank (``coll.keys_of[rank]``), the ids of the global batch."""
+        if self._keyed is not None:
+            return self._keyed
         self.start_ids()
         assert self._ids is not None
         per_source = [
@@ -208,6 +211,7 @@ class InputDist:
                 offsets[1:] = lengths[:-1].cumsum(0)
             keyed.append(KeyedIds(values, lengths, offsets, values.numel() == lengths.numel()
                                   and bool((lengths == 1).all())))
+        self._keyed = keyed
         return keyed
 
 

@@ -36,7 +36,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference import synthetic
-from harness.reference.batches import Batch
+from harness.reference.batches import NUM_DENSE, Batch
 from harness.reference.comm_codecs import Codec, CommConfig
 from harness.reference.distributed.comm import Comm, CommStats, ddp_comm_hook
 from harness.reference.distributed.sharded import InputDist, ShardedEmbeddingCollection, shardings_from_plan
@@ -51,15 +51,6 @@ _NO_BUFFER_SYNC = (
     if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
     else {"broadcast_buffers": False}
 )
-
-
-def comm_config(names: dict[str, str] | None) -> CommConfig:
-    """The codecs of a run config's ``comm`` entry (``forward``, ``backward``, ``allreduce``)."""
-    names = names or {}
-    try:
-        return CommConfig(**{k: Codec(v) for k, v in names.items()})
-    except (TypeError, ValueError) as err:
-        raise HarnessError(f"bad communication codecs {names}: {err}", ErrorCategory.BAD_INPUT) from None
 
 
 class DenseTower(nn.Module):
@@ -160,7 +151,7 @@ class DistributedTrainer(Trainer):
         if config.sharding_plan is None:
             raise HarnessError("a distributed run needs a sharding plan in its run config", ErrorCategory.BAD_INPUT)
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        self.codecs = comm_config(config.comm)
+        self.codecs = CommConfig.from_names(config.comm)
         self.stats = CommStats()
         if self.device.type == "cuda" and not config.emulated:
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
@@ -183,7 +174,7 @@ class DistributedTrainer(Trainer):
         for t in plan.get("tables", []):
             types[t["sharding_type"]] = types.get(t["sharding_type"], 0) + 1
         self.log.event("harness_sharding_plan", {"fingerprint": plan.get("fingerprint", ""), "sharding_types": types})
-        self.log.event("harness_comm_codecs", {k: v.value for k, v in vars(self.codecs).items()})
+        self.log.event("harness_comm_codecs", self.codecs.to_names())
 
     def _log_run_stop(self, status: str, reason: str, epoch_num: float, throughput: float) -> None:
         super()._log_run_stop(status, reason, epoch_num, throughput)
@@ -220,7 +211,7 @@ class DistributedTrainer(Trainer):
                 batch = self._on_device(mine[j])
             else:
                 width = int(sum(self.spec.dataset["pooling"]))
-                batch = Batch(torch.zeros(0, 13, device=self.device), torch.zeros(0, width, dtype=torch.int64,
+                batch = Batch(torch.zeros(0, NUM_DENSE, device=self.device), torch.zeros(0, width, dtype=torch.int64,
                               device=self.device), torch.zeros(0, device=self.device), tuple(self.spec.dataset["pooling"]))
             out.append((batch, sizes))
         return out
