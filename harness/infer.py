@@ -176,16 +176,25 @@ class CacheUse:
 
     batches_through_cache: int
     batches_bypassing: int
-    lookups: int  # distinct rows per batch, summed over the batches through the cache
-    hits: int
+    lookups: int  # ids looked up by the batches through the cache
+    hits: int  # of those, the ids whose row was resident
+    unique_lookups: int  # distinct rows per batch, summed over the batches through the cache
+    unique_hits: int
     ssd_bytes_read: int  # into the cache, and by the bypassing batches
 
     @property
     def hit_rate(self) -> float | None:
         return self.hits / self.lookups if self.lookups else None
 
+    @property
+    def unique_hit_rate(self) -> float | None:
+        return self.unique_hits / self.unique_lookups if self.unique_lookups else None
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "hit_rate": None if self.hit_rate is None else round(self.hit_rate, 6)}
+        def rounded(x: float | None) -> float | None:
+            return None if x is None else round(x, 6)
+
+        return {**asdict(self), "hit_rate": rounded(self.hit_rate), "unique_hit_rate": rounded(self.unique_hit_rate)}
 
 
 @dataclass(frozen=True)
@@ -685,6 +694,8 @@ def _cache_delta(tables: CountingTieredEmbeddings, before: tuple[CacheStats, int
         batches_bypassing=tables.bypass_batches - bypass_batches,
         lookups=now.lookups - stats.lookups,
         hits=now.hits - stats.hits,
+        unique_lookups=now.unique_lookups - stats.unique_lookups,
+        unique_hits=now.unique_hits - stats.unique_hits,
         ssd_bytes_read=now.bytes_read - stats.bytes_read + (tables.bypass_rows - bypass_rows) * tables.store.row_bytes,
     )
 

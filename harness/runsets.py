@@ -75,10 +75,12 @@ class RunSetRequest:
     threads: int | None = None
     emulate: bool = False
     comm: tuple[tuple[str, str], ...] = ()  # (collective, codec): forward, backward, allreduce
-    embedding_tier: str = "memory"  # or "ssd": the tables in a file, behind a cache in memory
+    # "memory"; "ssd": the tables in a file, behind a cache in memory; "auto": the planner
+    # places each table within the profile's capacities (the SSD ones behind the cache)
+    embedding_tier: str = "memory"
     cache_fraction: float = 0.05
     cache_policy: str = "lru"
-    ssd_tables: tuple[int, ...] | None = None  # with embedding_tier "ssd": these tables (indices); None: all
+    ssd_tables: tuple[int, ...] | None = None  # set to the SSD tier (indices); with "ssd", None: all
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,8 @@ class RunSetPlan:
     sharding_plan: dict[str, Any] | None = None
     comm: dict[str, str] = field(default_factory=dict)
     emulation_scale: float | None = None
-    embedding_tier: dict[str, Any] | None = None  # {"tier", "cache_fraction", "policy"} when not in memory
+    embedding_tier: dict[str, Any] | None = None  # {"tier", "cache_fraction", "policy", ...} when not in memory
+    tier_plan: dict[str, Any] | None = None  # the planner's placement of a one-rank run's tables on tiers
 
     @property
     def package_dir(self) -> Path:
@@ -195,7 +198,6 @@ def plan_run_set(request: RunSetRequest) -> RunSetPlan:
             ErrorCategory.NOT_IMPLEMENTED,
         )
     comm = _comm_codecs(request.comm, profile.world_size)
-    embedding_tier = _embedding_tier(request, profile.world_size, len(spec.dataset["table_rows"]))
     if spec.dataset["kind"] != "synthetic":
         raise HarnessError(
             f"benchmark {spec.name} trains on {spec.dataset['kind']} data; `harness run` trains on synthetic data "
@@ -207,6 +209,8 @@ def plan_run_set(request: RunSetRequest) -> RunSetPlan:
     if runs < 1:
         raise HarnessError("--runs must be at least 1")
     sharding_plan = _sharding_plan(spec, profile, hyperparameters, comm) if profile.world_size > 1 else None
+    tier_plan = _tier_plan(request, spec, profile, hyperparameters)
+    embedding_tier = _embedding_tier(request, tier_plan)
     fp = fingerprint({
         "benchmark": spec.raw, "hyperparameters": hyperparameters, "profile": _fingerprint_profile(profile),
         **({"emulated": True} if request.emulate else {}),
@@ -228,30 +232,68 @@ def plan_run_set(request: RunSetRequest) -> RunSetPlan:
         comm=comm,
         emulation_scale=emulation_scale,
         embedding_tier=embedding_tier,
+        tier_plan=tier_plan,
     )
 
 
-def _embedding_tier(request: RunSetRequest, world_size: int, tables: int) -> dict[str, Any] | None:
+def _tier_plan(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile,
+               hyperparameters: dict[str, Any]) -> dict[str, Any] | None:
+    """For ``--embedding-tier ssd`` or ``auto``: the planner's placement of each table on HBM,
+    DDR or SSD within the profile's capacities (per rank), the SSD tables' caches counted in
+    the fastest tier. Tables set to the SSD (``--ssd-tables``; with ``ssd`` and none given,
+    all) may only go there; with ``ssd`` the others may only stay in memory; with ``auto``
+    the planner chooses: the hottest tables per byte fill the fast tiers first."""
     if request.embedding_tier == "memory":
         if request.ssd_tables is not None:
-            raise HarnessError("--ssd-tables needs --embedding-tier ssd")
+            raise HarnessError("--ssd-tables needs --embedding-tier ssd or auto")
         return None
-    if request.embedding_tier != "ssd":
-        raise HarnessError(f"embedding tier must be memory or ssd, not {request.embedding_tier!r}")
+    if request.embedding_tier not in ("ssd", "auto"):
+        raise HarnessError(f"embedding tier must be memory, ssd or auto, not {request.embedding_tier!r}")
     if not 0 < request.cache_fraction <= 1:
         raise HarnessError(f"--cache-fraction must be in (0, 1], not {request.cache_fraction}")
     if request.cache_policy not in ("lru", "lfu"):
         raise HarnessError(f"--cache-policy must be lru or lfu, not {request.cache_policy!r}")
-    if world_size > 1:
+    if profile.world_size > 1:
         raise HarnessError(
             "tables on the SSD tier are implemented for one-rank runs only (not yet with sharded training)",
             ErrorCategory.NOT_IMPLEMENTED,
         )
+    from harness.reference.planner import PlannerConfig, ShardingType, Tier, plan_tables
+    from harness.reference.planner.models import tables_for_benchmark
+
+    tables = tables_for_benchmark(spec)
     chosen = request.ssd_tables
-    if chosen is not None and (not chosen or any(not 0 <= t < tables for t in chosen)):
-        raise HarnessError(f"--ssd-tables takes table indices 0..{tables - 1}, not {list(chosen)}")
+    if chosen is not None and (not chosen or any(not 0 <= t < len(tables) for t in chosen)):
+        raise HarnessError(f"--ssd-tables takes table indices 0..{len(tables) - 1}, not {list(chosen)}")
+    on_ssd = set(range(len(tables)) if chosen is None and request.embedding_tier == "ssd" else chosen or ())
+    free = () if request.embedding_tier == "ssd" else None  # "auto": the tables not set are the planner's
+    tiers = tuple(
+        (t.name, (Tier.SSD,) if i in on_ssd else (Tier.HBM, Tier.DDR)) for i, t in enumerate(tables)
+        if i in on_ssd or free is not None
+    )
+    # one rank trains whole tables: one shard per table, so each table is on exactly one tier
+    config = PlannerConfig(batch_size=int(hyperparameters["global_batch_size"]), tiers=tiers,
+                           ssd_cache_fraction=request.cache_fraction,
+                           sharding_types=tuple((t.name, (ShardingType.TABLE_WISE,)) for t in tables))
+    return plan_tables(tables, profile, config).to_dict()
+
+
+def _embedding_tier(request: RunSetRequest, tier_plan: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the run's trainer is told: the tables on the SSD tier (per the plan) and their cache;
+    None when every table is in memory."""
+    if tier_plan is None:
+        return None
+    tiers = table_tiers(tier_plan)
+    ssd = [i for i, tier in enumerate(tiers) if tier == "ssd"]
+    if not ssd:
+        return None
     return {"tier": "ssd", "cache_fraction": request.cache_fraction, "policy": request.cache_policy,
-            "ssd_tables": sorted(set(chosen)) if chosen is not None else None}
+            "ssd_tables": ssd, "table_tiers": tiers, "tier_plan": tier_plan["fingerprint"]}
+
+
+def table_tiers(tier_plan: dict[str, Any]) -> list[str]:
+    """The tier of each table of a one-rank plan, in the tables' order."""
+    return [table["shards"][0]["tier"] for table in tier_plan["tables"]]
 
 
 def _comm_codecs(requested: tuple[tuple[str, str], ...], world_size: int) -> dict[str, str]:
@@ -510,6 +552,8 @@ def execute_run_set(plan: RunSetPlan, reporter: Reporter | None = None) -> RunSe
     write_system_description(desc, plan.system_json)
     if plan.sharding_plan is not None:  # the plan the ranks execute; its fingerprint is in every log
         _write_atomic(plan.staging_dir / "sharding_plan.json", json.dumps(plan.sharding_plan, indent=1, sort_keys=True))
+    if plan.tier_plan is not None:  # where the tables live; its fingerprint is in every log
+        _write_atomic(plan.staging_dir / "tier_plan.json", json.dumps(plan.tier_plan, indent=1, sort_keys=True))
     best_auc = teacher_best_auc(plan.spec) if pending else None
     if best_auc is not None:
         reporter.message(
@@ -542,7 +586,7 @@ def _report_cache(log_path: Path, reporter: Reporter) -> None:
         "memory_rows") else ""
     reporter.message(
         f"  {c['policy']} cache of {c['cache_rows']:,} of {c['rows']:,} {tier.upper()} rows{in_memory}: "
-        f"hit rate {c['hit_rate']:.3f} (ids {c['id_hit_rate']:.3f}); "
+        f"hit rate {c['hit_rate']:.3f} (distinct rows {c['unique_hit_rate']:.3f}); "
         f"{tier.upper()} read {c[f'{tier}_bytes_read_per_step'] / 1e6:.2f} MB/step, "
         f"written {c[f'{tier}_bytes_written_per_step'] / 1e6:.2f} MB/step"
     )

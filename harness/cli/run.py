@@ -94,15 +94,16 @@ class TerminalReporter(Reporter):
               help="Codec of the backward embedding all-to-all (their gradients).")
 @click.option("--comm-allreduce", type=click.Choice(CODECS), default="fp32", show_default=True,
               help="Codec of the dense (and data-parallel table) gradient all-reduce.")
-@click.option("--embedding-tier", type=click.Choice(["memory", "ssd"]), default="memory", show_default=True,
-              help="Where the embedding rows live: in memory, or in a file on local disk behind a row cache.")
+@click.option("--embedding-tier", type=click.Choice(["memory", "ssd", "auto"]), default="memory", show_default=True,
+              help="Where the embedding rows live: in memory; in a file on local disk (the SSD tier) behind a "
+                   "row cache; or auto: the planner places each table within the profile's capacities.")
 @click.option("--cache-fraction", type=click.FloatRange(min=0, max=1, min_open=True), default=0.05,
-              show_default=True, help="With --embedding-tier ssd: the cache's share of the rows.")
+              show_default=True, help="With --embedding-tier ssd or auto: the cache's share of the SSD tables' rows.")
 @click.option("--cache-policy", type=click.Choice(["lru", "lfu"]), default="lru", show_default=True,
-              help="With --embedding-tier ssd: which row the cache evicts.")
+              help="With --embedding-tier ssd or auto: which row the cache evicts.")
 @click.option("--ssd-tables", default=None, metavar="I,J,...",
-              help="With --embedding-tier ssd: only these tables (indices) on the SSD tier; the others stay "
-                   "in memory [default: all].")
+              help="Set these tables (indices) to the SSD tier. With --embedding-tier ssd the others stay in "
+                   "memory [default: all on SSD]; with auto the planner places the others.")
 def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_dir: Path, seeds: tuple[int, ...],
         resume: bool, division: str, status: str, threads: int | None, emulate: bool, comm_forward: str,
         comm_backward: str, comm_allreduce: str, embedding_tier: str, cache_fraction: float,
@@ -122,6 +123,8 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
     )
     if plan.sharding_plan is not None:
         _describe_sharding(plan)
+    if plan.tier_plan is not None:
+        _describe_tiers(plan)
     reporter = TerminalReporter()
     try:
         outcome = execute_run_set(plan, reporter)
@@ -169,11 +172,31 @@ def _describe_sharding(plan: RunSetPlan) -> None:
     how = "emulated: gloo processes on this CPU" + (
         f", capacities x{plan.emulation_scale:.3g}" if plan.emulation_scale is not None else "")
     click.echo(
-        f"{plan.world_size} ranks ({how}); sharding plan {sp.get('fingerprint', '')[:12]}: "
+        f"{plan.world_size} ranks ({how}); sharding plan {_short(sp.get('fingerprint', ''))}: "
         + ", ".join(f"{n} {t}" for t, n in sorted(types.items()))
         + f"; imbalance {sp.get('summary', {}).get('imbalance', 1.0):.3f}; communication "
         + ", ".join(f"{k} {v}" for k, v in plan.comm.items())
     )
+
+
+def _describe_tiers(plan: RunSetPlan) -> None:
+    from harness.hw_profiles.profiles import format_bytes
+    from harness.runsets import table_tiers
+
+    tp = plan.tier_plan or {}
+    tiers = table_tiers(tp)
+    where = [f"{tiers.count(t)} in {t.upper()}" for t in ("hbm", "ddr") if t in tiers]
+    if "ssd" in tiers:
+        where.append(f"{tiers.count('ssd')} on the SSD tier behind an {plan.request.cache_policy.upper()} cache of "
+                     f"{plan.request.cache_fraction:g} of their rows")
+    used, capacity = tp["ranks"][0]["storage_bytes"], tp["rank_capacity_bytes"]
+    room = ", ".join(f"{t.upper()} {format_bytes(used[t])} of {format_bytes(capacity[t])}"
+                     for t in ("hbm", "ddr", "ssd") if capacity[t])
+    click.echo(f"tier plan {_short(tp.get('fingerprint', ''))}: {len(tiers)} tables: {', '.join(where)}; used: {room}")
+
+
+def _short(fingerprint: str) -> str:
+    return fingerprint.split(":", 1)[-1][:12]
 
 
 def _compliance(results_dir: Path) -> None:

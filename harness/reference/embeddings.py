@@ -20,6 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -42,6 +43,36 @@ class SparseOptimizerConfig:
     initial_accumulator_value: float = 0.0
 
 
+def distinct(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``torch.unique(ids, sorted=True, return_inverse=True, return_counts=True)``, the same
+    three tensors, computed faster on CPU.
+
+    Every step needs the distinct rows of its ids (to sum duplicate gradients, and for the
+    row cache), and on CPU ``torch.unique`` sorts them with a comparison sort that, for one
+    batch of the default benchmark, costs as much as a sixth of the step. Here each id is
+    packed with its position (``row << bits | position``, distinct keys, so any sort is a
+    stable one) and the keys are sorted by NumPy's vectorised sort, about three times faster;
+    positions then give the inverse. Other devices, and ids too large to pack, use
+    ``torch.unique``.
+    """
+    flat = ids.reshape(-1)
+    n = flat.numel()
+    bits = max(1, (n - 1).bit_length())
+    if ids.device.type != "cpu" or n == 0 or int(flat.max()) >= 1 << (62 - bits) or int(flat.min()) < 0:
+        unique, inverse, counts = torch.unique(ids, sorted=True, return_inverse=True, return_counts=True)
+        return unique, inverse, counts
+    keys = np.sort((flat.numpy() << bits) | np.arange(n, dtype=np.int64))
+    rows = keys >> bits
+    first = np.empty(n, dtype=bool)
+    first[0] = True
+    np.not_equal(rows[1:], rows[:-1], out=first[1:])
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[keys & ((1 << bits) - 1)] = np.cumsum(first) - 1
+    starts = np.flatnonzero(first)
+    return (torch.from_numpy(rows[starts]), torch.from_numpy(inverse).reshape(ids.shape),
+            torch.from_numpy(np.diff(starts, append=n)))
+
+
 def coalesce(ids: torch.Tensor, grads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Sum the gradient rows of duplicate ids, deterministically.
 
@@ -52,7 +83,7 @@ def coalesce(ids: torch.Tensor, grads: torch.Tensor) -> tuple[torch.Tensor, torc
     Returns:
         ``(unique_ids, summed)``: ``U`` sorted distinct ids and their ``U x D`` summed gradients.
     """
-    unique_ids, inverse = torch.unique(ids, sorted=True, return_inverse=True)
+    unique_ids, inverse, _ = distinct(ids)
     summed = torch.zeros(unique_ids.numel(), grads.shape[1], dtype=grads.dtype, device=grads.device)
     summed.index_add_(0, inverse, grads)
     return unique_ids, summed
@@ -189,7 +220,7 @@ class FusedEmbeddingCollection(nn.Module):
         (``B x L x D``) and summing those.
         """
         batch, width = ids.shape
-        unique_ids, inverse = torch.unique(ids.reshape(-1), sorted=True, return_inverse=True)
+        unique_ids, inverse, _ = distinct(ids.reshape(-1))
         bags = (torch.arange(batch, device=ids.device).unsqueeze(1) * len(self.pooling) + self.column_feature).reshape(-1)
         counts = torch.sparse_coo_tensor(
             torch.stack([inverse.reshape(-1), bags]),

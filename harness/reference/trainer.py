@@ -229,9 +229,11 @@ class Trainer:
         tables = self._tiered_tables
         cache = tables.cache
         memory_rows = cache.capacity - cache.free_capacity
+        tier = self.config.embedding_tier or {}
+        placement = {k: tier[k] for k in ("table_tiers", "tier_plan") if k in tier}  # the planner's, when planned
         return {**cache.stats.to_dict(tables.store.tier), "policy": cache.policy.value,
                 "cache_rows": cache.free_capacity, "rows": tables.store.rows - memory_rows,
-                "memory_tables": list(tables.memory_tables), "memory_rows": memory_rows}
+                "memory_tables": list(tables.memory_tables), "memory_rows": memory_rows, **placement}
 
     # ------------------------------------------------------------------ pieces
     def _data(self) -> synthetic.SyntheticCriteo:
@@ -281,6 +283,7 @@ class Trainer:
     def _tiered(self, full: FusedEmbeddingCollection, tier: dict[str, Any]) -> FusedEmbeddingCollection:
         """``full``'s tables moved to the SSD tier (a file), behind a cache of a fraction of their rows;
         tables not in ``tier["ssd_tables"]`` (when given) stay in memory."""
+        from harness.reference.planner.estimators import cache_floor
         from harness.reference.tiered import CachePolicy, SsdRows, TieredEmbeddingCollection, state_columns
 
         if tier.get("tier") != "ssd" or self.device.type != "cpu":
@@ -293,8 +296,12 @@ class Trainer:
         store = SsdRows(Path(tier["path"]), rows, full.dim, state_columns(full), create=not in_file)
         on_ssd = tier.get("ssd_tables")  # table indices; None: all
         memory = tuple(t for t in range(len(full.table_rows)) if on_ssd is not None and t not in on_ssd)
-        ssd_rows = sum(r for t, r in enumerate(full.table_rows) if t not in memory)
-        capacity = max(1, round(ssd_rows * float(tier["cache_fraction"])))
+        ssd_tables = [t for t in range(len(full.table_rows)) if t not in memory]
+        ssd_rows = sum(full.table_rows[t] for t in ssd_tables)
+        # the cache's share of the rows, and never fewer than one batch can look up (as the planner counts it)
+        batch = int(self.hp["global_batch_size"])
+        floor = sum(cache_floor(full.table_rows[t], batch * full.pooling[t]) for t in ssd_tables)
+        capacity = max(1, round(ssd_rows * float(tier["cache_fraction"])), floor)
         self._tiered_tables = TieredEmbeddingCollection(
             full, store, capacity, CachePolicy(tier.get("policy", "lru")), memory_tables=memory, copy_rows=not in_file
         )

@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from harness.reference.embeddings import (
+    distinct,
     FusedEmbeddingCollection,
     SparseOptimizerConfig,
     SparseOptimizerKind,
@@ -75,3 +76,15 @@ def test_coalesce_sums_duplicates_in_sorted_order():
 def test_builds_on_meta_device_without_memory():
     fused = FusedEmbeddingCollection((10**9, 10**9), 128, (1, 1), SparseOptimizerConfig(), device="meta")
     assert fused.weight.is_meta and fused.weight.shape == (2 * 10**9, 128)
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (512, 26), (3, 5, 4)])
+@pytest.mark.parametrize("high", [3, 5_200_000, 2**50])
+def test_distinct_is_torch_unique_sorted_with_inverse_and_counts(shape, high):
+    ids = torch.randint(0, high, shape, generator=torch.Generator().manual_seed(high + len(shape)))
+    expected = torch.unique(ids, sorted=True, return_inverse=True, return_counts=True)
+    got = distinct(ids)  # ids near 2**50 cannot be packed with their positions: torch.unique's path
+    for e, g in zip(expected, got):
+        assert g.dtype == e.dtype and torch.equal(g, e)
+    empty = distinct(torch.empty(0, dtype=torch.int64))
+    assert [t.numel() for t in empty] == [0, 0, 0]

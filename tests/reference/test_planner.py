@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import defaultdict
 
@@ -66,12 +67,21 @@ def make_profile(nodes: int = 1, accelerators: int = 4, hbm: int = 16 * GB, ddr:
 
 
 def check_capacities(plan: Plan) -> None:
-    """Every rank's bytes per tier, recounted from the shards, fit that tier's capacity."""
+    """Every rank's bytes per tier, recounted from the shards (and the caches of SSD shards, in
+    the fastest tier with capacity), fit that tier's capacity."""
     used: dict[tuple[int, Tier], int] = defaultdict(int)
+    fraction = plan.config.get("ssd_cache_fraction", 0.0)
+    fast = next((t for t in (Tier.HBM, Tier.DDR) if plan.rank_capacity.get(t) > 0), None)
     for shard in plan.shards:
         used[shard.rank, shard.tier] += shard.storage_bytes
+        if shard.tier is Tier.SSD and fraction:  # at least its share (more when one batch needs more)
+            used[shard.rank, "cache"] += math.ceil(shard.storage_bytes * fraction) + 4 * shard.rows
     for rank, storage in enumerate(plan.rank_storage):
-        assert storage == Storage(*(used[rank, t] for t in Tier))
+        if not used[rank, "cache"]:
+            assert storage == Storage(*(used[rank, t] for t in Tier))
+        else:
+            assert storage.get(fast) >= used[rank, fast] + used[rank, "cache"]
+            assert all(storage.get(t) == used[rank, t] for t in Tier if t is not fast)
         assert storage.fits_in(plan.rank_capacity), (rank, storage, plan.rank_capacity)
 
 
@@ -158,16 +168,22 @@ profile_strategy = st.builds(
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(specs=tables_strategy, profile=profile_strategy, precision=st.sampled_from(list(CommPrecision)))
-def test_plans_never_exceed_any_tier_on_any_rank(specs, profile, precision):
+@given(specs=tables_strategy, profile=profile_strategy, precision=st.sampled_from(list(CommPrecision)),
+       cache=st.sampled_from([0.0, 0.05, 0.5]), pins=st.lists(st.sampled_from([None, (Tier.SSD,), (Tier.HBM, Tier.DDR)]),
+                                                            max_size=8))
+def test_plans_never_exceed_any_tier_on_any_rank(specs, profile, precision, cache, pins):
     tables = [TableSpec(f"t{i}", r, d, p, f) for i, (r, d, p, f) in enumerate(specs)]
+    tiers = tuple((f"t{i}", pin) for i, pin in enumerate(pins[: len(tables)]) if pin is not None)
+    config = PlannerConfig(batch_size=4096, comm_precision=precision, ssd_cache_fraction=cache, tiers=tiers)
     try:
-        plan = plan_tables(tables, profile, PlannerConfig(batch_size=4096, comm_precision=precision))
+        plan = plan_tables(tables, profile, config)
     except PlannerError as err:
-        assert "Possible solutions" in str(err)
+        assert "Possible solutions" in str(err) or "set it to another tier" in str(err)
         return
     check_capacities(plan)
     check_coverage(plan)
+    for name, allowed in tiers:
+        assert all(s.tier in allowed for s in plan.shards if s.table == name)
     assert plan.imbalance >= 1 - 1e-9
 
 
@@ -320,3 +336,56 @@ def test_shards_that_fit_in_total_but_not_packed_raise_a_partition_error():
         plan_tables(tables, profile)
     assert info.value.planner_category is PlannerErrorType.PARTITION
     assert "no rank has room" in str(info.value) and "Possible solutions" in str(info.value)
+
+
+# -- tiers -------------------------------------------------------------------------------
+
+
+def one_rank_cpu(ddr: int, ssd: int) -> Profile:
+    return make_profile(nodes=1, accelerators=0, ddr=ddr, ssd=ssd)
+
+
+def test_a_tier_setting_forces_a_table_onto_that_tier():
+    tables = [TableSpec(f"t{i}", 10_000, 16, 1.0, 1.0) for i in range(4)]  # 1.28 MB each
+    profile = one_rank_cpu(ddr=GB, ssd=GB)
+    free = plan_tables(tables, profile)
+    assert {s.tier for s in free.shards} == {Tier.DDR}  # room in memory: nothing goes to the SSD
+    pinned = plan_tables(tables, profile, PlannerConfig(tiers=(("t1", (Tier.SSD,)), ("t3", (Tier.SSD,)))))
+    assert {s.table: s.tier for s in pinned.shards} == {"t0": Tier.DDR, "t1": Tier.SSD, "t2": Tier.DDR, "t3": Tier.SSD}
+    check_capacities(pinned)
+
+
+def test_the_planner_moves_the_coldest_tables_to_the_ssd_when_memory_runs_out():
+    # three hot small tables and a cold large one; memory holds about half of them
+    tables = [TableSpec(f"hot{i}", 5_000, 16, 4.0, 1.0) for i in range(3)] + [TableSpec("cold", 50_000, 16, 1.0, 1.0)]
+    profile = one_rank_cpu(ddr=4 * 10**6, ssd=GB)
+    plan = plan_tables(tables, profile, PlannerConfig(batch_size=1024, ssd_cache_fraction=0.05))
+    tiers = {s.table: s.tier for s in plan.shards}
+    assert tiers == {"hot0": Tier.DDR, "hot1": Tier.DDR, "hot2": Tier.DDR, "cold": Tier.SSD}
+    cache = math.ceil(50_000 * 16 * 8 * 0.05) + 4 * 50_000
+    assert plan.rank_storage[0].ddr == 3 * 5_000 * 16 * 8 + cache  # the cold table's cache is in DDR
+    check_capacities(plan)
+
+
+def test_an_ssd_shard_is_placed_only_where_its_cache_fits_too():
+    tables = [TableSpec("big", 100_000, 16, 1.0, 1.0)]  # 12.8 MB
+    profile = one_rank_cpu(ddr=10**6, ssd=GB)
+    assert plan_tables(tables, profile).shards[0].tier is Tier.SSD  # no cache: fits
+    with pytest.raises(PlannerError) as info:  # a 20% cache (2.56 MB + 0.4 MB of map) does not fit 1 MB of DDR
+        plan_tables(tables, profile, PlannerConfig(batch_size=1024, ssd_cache_fraction=0.2))
+    assert "no rank has room" in str(info.value)
+    # a 1% cache is 1,000 rows, but one batch of 1,024 ids may need 1,024: the cache gets those (+ 400 KB of map)
+    assert plan_tables(tables, profile, PlannerConfig(batch_size=1024, ssd_cache_fraction=0.01)).rank_storage[0].ddr == (
+        1024 * 128 + 4 * 100_000)
+    # and a batch of 8,192 ids would need 1 MB of rows: no room
+    with pytest.raises(PlannerError, match="no rank has room"):
+        plan_tables(tables, profile, PlannerConfig(batch_size=8192, ssd_cache_fraction=0.01))
+
+
+def test_a_tier_the_profile_lacks_or_an_unknown_table_is_one_clear_error():
+    tables = [TableSpec("t0", 1000, 16)]
+    with pytest.raises(PlannerError, match="'t0' is set to the SSD tier, which the profile does not have") as info:
+        plan_tables(tables, one_rank_cpu(ddr=GB, ssd=0), PlannerConfig(tiers=(("t0", (Tier.SSD,)),)))
+    assert info.value.planner_category is PlannerErrorType.INSUFFICIENT_STORAGE
+    with pytest.raises(PlannerError, match="tier settings name tables the model does not have: nope"):
+        plan_tables(tables, one_rank_cpu(ddr=GB, ssd=GB), PlannerConfig(tiers=(("nope", (Tier.SSD,)),)))

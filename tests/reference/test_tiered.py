@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from harness.errors import HarnessError
 from harness.reference import synthetic
 from harness.reference.tiered import CachePolicy, MemoryRows, RowCache, SsdRows
 from harness.reference.trainer import RunConfig, Trainer
-from harness.rules.specs import spec_from_dict
+from harness.rules.specs import load_benchmark, spec_from_dict
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_benchmark.yaml"
 STEPS, BATCH = 200, 512
@@ -68,6 +69,28 @@ def test_dirty_victims_are_written_back_and_clean_ones_are_not():
     assert cache.stats.bytes_written == store.row_bytes  # row 1 was clean: not written
     admit(cache, 0, 2)
     assert cache.weights[int(cache.slots_of(torch.tensor(0)))].tolist() == [42.0, 42.0]
+
+
+def test_write_backs_in_the_background_are_seen_by_every_later_read():
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = store_with_rows(10)
+    with ThreadPoolExecutor(max_workers=1) as io:
+        cache = RowCache(store, 2, CachePolicy.LRU, io=io)
+        for value in (42.0, 43.0):
+            admit(cache, 0, 1)
+            slot = int(cache.slots_of(torch.tensor(0)))
+            cache.weights[slot] = value
+            cache.mark_dirty(torch.tensor([slot]))
+            admit(cache, 2, 3)  # row 0 is evicted, its write-back queued on ``io``
+            # a read queued after it (as a read ahead is) sees it; so does one on this thread
+            queued = io.submit(store.read, torch.tensor([0])).result()
+            assert queued[0, :2].tolist() == [value, value]
+        assert cache.stats.bytes_written == 2 * store.row_bytes
+        admit(cache, 0)  # read on this thread, after the pending writes
+        assert cache.weights[int(cache.slots_of(torch.tensor(0)))].tolist() == [43.0, 43.0]
+        cache.flush()
+        assert not cache._writes
 
 
 def test_pinned_rows_of_tables_in_memory_are_never_evicted_nor_counted():
@@ -167,10 +190,94 @@ def test_harness_run_on_the_ssd_tier_logs_and_prints_the_cache(tmp_path):
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "lfu cache of 1,550 of 3,100 SSD rows (4,620 rows of 23 tables kept in memory): hit rate" in proc.stdout
+    # half of the 3,100 rows would be 1,550, but one batch (1,024 ids per table) may need 1,000 + 1,024 + 100
+    assert "lfu cache of 2,124 of 3,100 SSD rows (4,620 rows of 23 tables kept in memory): hit rate" in proc.stdout
+    assert "tables: 23 in DDR, 3 on the SSD tier behind an LFU cache of 0.5 of their rows; used: DDR" in proc.stdout
     [log] = tmp_path.glob("results/reference/results/*/tiny_synthetic/result_0.txt")
     [report] = [json.loads(line.split(":::MLLOG ", 1)[1])["value"] for line in log.read_text().splitlines()
                 if '"harness_embedding_cache"' in line]
     assert report["memory_tables"] == [t for t in range(26) if t not in (3, 5, 7)]
     assert report["ssd_bytes_read_per_step"] > 0 and 0 < report["hit_rate"] <= 1
     assert not list(tmp_path.glob("results/.harness/**/*.tables.bin"))  # the run's SSD file is gone
+
+
+SMALL_MEMORY_PROFILE = """
+name: small-memory-cpu
+description: one CPU whose memory may hold only part of the tiny benchmark's tables (494 KB)
+nodes: 1
+accelerators_per_node: 0
+accelerator: null
+hbm: {capacity_bytes: 0, bandwidth_bytes_per_s: 0}
+ddr: {capacity_bytes: %d, bandwidth_bytes_per_s: 10000000000}
+ssd: {capacity_bytes: 1000000000, bandwidth_bytes_per_s: 1000000000}
+host: {processor_model: test cpu, sockets: 1, cores_per_socket: 2}
+interconnect: {intra_node_bw_bytes_per_s: 5000000000, scale_out_bw_bytes_per_s: 2500000000}
+collective_backend: gloo
+device_type: cpu
+sources: {%s}
+"""
+_SOURCES = ("accelerator", "hbm.capacity_bytes", "hbm.bandwidth_bytes_per_s", "ddr.capacity_bytes",
+            "ddr.bandwidth_bytes_per_s", "ssd.capacity_bytes", "ssd.bandwidth_bytes_per_s", "host",
+            "interconnect.intra_node_bw_bytes_per_s", "interconnect.scale_out_bw_bytes_per_s")
+
+
+def small_memory_profile(tmp_path: Path, ddr_bytes: int) -> Path:
+    path = tmp_path / "small-memory-cpu.yaml"
+    path.write_text(SMALL_MEMORY_PROFILE % (ddr_bytes, ", ".join(f"{k}: made up by the test" for k in _SOURCES)))
+    return path
+
+
+def test_the_planner_places_the_tables_that_memory_cannot_hold_on_the_ssd(tmp_path):
+    from harness.runsets import RunSetRequest, plan_run_set, table_tiers
+
+    profile = small_memory_profile(tmp_path, 500_000)
+
+    def planned(**kw):
+        return plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile=str(profile), results_dir=tmp_path / "r",
+                                          embedding_tier="auto", **kw))
+
+    plan = planned()
+    tiers = table_tiers(plan.tier_plan)
+    rows = load_benchmark(str(FIXTURE)).dataset["table_rows"]
+    ssd = [i for i, t in enumerate(tiers) if t == "ssd"]
+    assert ssd and set(tiers) == {"ddr", "ssd"}
+    # by heat (lookups per stored byte): the SSD tables are the largest ones
+    assert min(rows[i] for i in ssd) >= max(r for i, r in enumerate(rows) if i not in ssd)
+    used = plan.tier_plan["ranks"][0]["storage_bytes"]
+    row_bytes = 8 * 4 * 2  # dim 8, float32 weights and Adagrad state
+    # each SSD table's cache: 5% of its rows, or all that one batch (1,024 ids) may look up if more
+    cache = sum(max(math.ceil(rows[i] * 0.05), min(rows[i], 1024)) * row_bytes + 4 * rows[i] for i in ssd)
+    assert used["ddr"] == sum(r * row_bytes for i, r in enumerate(rows) if i not in ssd) + cache <= 500_000
+    assert plan.embedding_tier["ssd_tables"] == ssd and plan.embedding_tier["table_tiers"] == tiers
+    # a table set to the SSD goes there; the planner places the others
+    forced = planned(ssd_tables=(0,))
+    assert table_tiers(forced.tier_plan)[0] == "ssd" and set(forced.embedding_tier["ssd_tables"]) == {0, *ssd}
+    # where memory holds every table, auto keeps them all there
+    roomy = plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile=str(small_memory_profile(tmp_path, 10**9)),
+                                       results_dir=tmp_path / "r", embedding_tier="auto"))
+    assert set(table_tiers(roomy.tier_plan)) == {"ddr"} and roomy.embedding_tier is None
+
+
+def test_harness_run_auto_trains_with_the_planners_placement_and_refuses_what_cannot_fit(tmp_path):
+    def run(ddr_bytes: int, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "harness", "run", "--benchmark", str(FIXTURE), "--runs", "1", "--threads", "1",
+             "--profile", str(small_memory_profile(tmp_path, ddr_bytes)), "--embedding-tier", "auto", *extra],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        )
+
+    proc = run(500_000)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "tier plan " in proc.stdout and " in DDR, " in proc.stdout and " on the SSD tier behind an LRU cache" in proc.stdout
+    [log] = tmp_path.glob("results/reference/results/*/tiny_synthetic/result_0.txt")
+    [report] = [json.loads(line.split(":::MLLOG ", 1)[1])["value"] for line in log.read_text().splitlines()
+                if '"harness_embedding_cache"' in line]
+    [plan_file] = tmp_path.glob("results/.harness/**/tier_plan.json")
+    tiers = report["table_tiers"]
+    assert report["tier_plan"] == json.loads(plan_file.read_text())["fingerprint"]
+    assert report["memory_tables"] == [i for i, t in enumerate(tiers) if t != "ssd"] and "ssd" in tiers
+    assert report["batches"] > 0 and 0 < report["hit_rate"] <= 1
+    # SSD tables forced onto a profile whose memory cannot hold their cache: one line, nothing run
+    proc = run(20_000, "--embedding-tier", "ssd", "--cache-fraction", "0.5")
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr  # 3: the hardware cannot hold it
+    assert "no rank has room" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -41,9 +41,18 @@ class PlannerConfig:
     large_table_bytes: int | None = None  # None: one rank's HBM (its DDR when there is none)
     # per table name, the sharding types it may take (torchrec's ParameterConstraints); others: any
     sharding_types: tuple[tuple[str, tuple[ShardingType, ...]], ...] = ()
+    # per table name, the tiers its shards may live on (a per-table tier setting); others: any
+    tiers: tuple[tuple[str, tuple[Tier, ...]], ...] = ()
+    # a shard on the SSD tier is trained through a cache of this share of its rows, held in
+    # the fastest tier of its rank that has room (as torchrec's cache_load_factor for
+    # UVM-cached tables); 0: SSD shards are read where they are
+    ssd_cache_fraction: float = 0.0
 
     def allowed_types(self, table: str) -> tuple[ShardingType, ...] | None:
         return dict(self.sharding_types).get(table)
+
+    def allowed_tiers(self, table: str) -> tuple[Tier, ...] | None:
+        return dict(self.tiers).get(table)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -54,6 +63,8 @@ class PlannerConfig:
             "column_block": self.column_block,
             **({"sharding_types": {name: [t.value for t in types] for name, types in self.sharding_types}}
                if self.sharding_types else {}),
+            **({"tiers": {name: [t.value for t in tiers] for name, tiers in self.tiers}} if self.tiers else {}),
+            **({"ssd_cache_fraction": self.ssd_cache_fraction} if self.ssd_cache_fraction else {}),
         }
 
 
@@ -123,6 +134,13 @@ class Topology:
         return 2 * (w - 1) / w * nbytes / link
 
 
+def cache_floor(rows: int, ids_per_step: float) -> int:
+    """The fewest cache slots that hold every row one step can look up in a table (or shard)
+    of ``rows`` rows: ``min(rows, ids per step)``. A cache of the run's tables is sized to at
+    least the sum of these over its tables."""
+    return min(rows, math.ceil(ids_per_step))
+
+
 class ShardEstimator:
     """Bytes and seconds of shards, and of a shard placed on a tier."""
 
@@ -150,25 +168,41 @@ class ShardEstimator:
         loads = []
         for row_offset, rows, col_offset, cols in extents:
             if sharding_type is ShardingType.DATA_PARALLEL:
-                lookup = b / w * p * cols * pb
+                ids = b / w * p
                 fwd, bwd = 0.0, topo.all_reduce_s(rows * cols * cb)
             elif sharding_type is ShardingType.ROW_WISE:
-                lookup = b * p * cols * pb / w
+                ids = b * p / w
                 fwd = bwd = topo.all_to_all_s(b * cols * cb)
             elif sharding_type is ShardingType.TABLE_ROW_WISE:
-                lookup = b * p * cols * pb / a
+                ids = b * p / a
                 fwd = bwd = topo.node_reduce_scatter_s(b * cols * cb) + topo.all_to_all_s(b * cols * cb / a)
             else:  # table-wise, column-wise, table-column-wise: one rank serves its columns for the batch
-                lookup = b * p * cols * pb
+                ids = b * p
                 fwd = bwd = topo.all_to_all_s(b * cols * cb)
-            loads.append(
-                ShardLoad(row_offset, rows, col_offset, cols, self.storage_bytes(table, rows, cols), lookup, fwd, bwd)
-            )
+            loads.append(ShardLoad(row_offset, rows, col_offset, cols, self.storage_bytes(table, rows, cols),
+                                   ids * cols * pb, fwd, bwd, ids))
         return tuple(loads)
 
+    def cache_bytes(self, load: ShardLoad) -> int:
+        """Bytes in a faster tier of the cache of a shard on the SSD tier: its rows (weights
+        and state), ``ssd_cache_fraction`` of the shard's, and never fewer than one step can
+        look up (the rows of a batch must be resident together); and the row -> slot map
+        (4 bytes per row)."""
+        f = self.config.ssd_cache_fraction
+        if f <= 0:
+            return 0
+        rows = max(math.ceil(load.rows * f), cache_floor(load.rows, load.ids_per_step))
+        return math.ceil(rows * load.storage_bytes / load.rows) + 4 * load.rows
+
     def perf(self, load: ShardLoad, tier: Tier) -> Perf:
-        """The shard's seconds per step when it lives on ``tier``."""
+        """The shard's seconds per step when it lives on ``tier``. A cached SSD shard reads at
+        the blend of its cache's tier and the SSD by the cache's share of rows (torchrec's
+        estimate for cached tables: pessimistic when lookups are skewed)."""
         bw = self.topology.bandwidth(tier)
+        f = self.config.ssd_cache_fraction
+        if tier is Tier.SSD and f > 0:
+            fast = next((self.topology.bandwidth(t) for t in TIERS[:-1] if self.topology.capacity.get(t) > 0), bw)
+            bw = f * fast + (1 - f) * bw
         compute = load.lookup_bytes / bw if bw > 0 else math.inf
         return Perf(compute, load.fwd_comm_s, compute * self.config.backward_compute_factor, load.bwd_comm_s)
 

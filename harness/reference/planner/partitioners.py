@@ -6,6 +6,10 @@ longest-processing-time first, each on the least-loaded rank with room in its ta
 (else a slower tier, else a faster one); options bound to the world or to a node place one
 shard per rank. Last, single shards move or swap off the most loaded rank while that lowers
 the maximum rank cost.
+
+A table's tier setting (``PlannerConfig.tiers``) limits its shards to those tiers. With an
+SSD cache (``PlannerConfig.ssd_cache_fraction``), a shard on the SSD also takes its cache's
+bytes in the fastest tier of the same rank that has capacity: it is placed only where both fit.
 """
 
 from __future__ import annotations
@@ -70,13 +74,21 @@ class GreedyLptPartitioner:
         self._improve()
         return self._result()
 
+    def _allowed(self, table: str) -> list[int]:
+        """The tiers (indices) that ``table``'s shards may live on: those with capacity, and
+        of those the ones its tier setting names."""
+        tiers = self.estimator.config.allowed_tiers(table)
+        return [i for i, c in enumerate(self._capacity) if c > 0 and (tiers is None or TIERS[i] in tiers)]
+
     def _target_tiers(self, options: list[ShardingOption]) -> dict[int, Tier]:
         """The fastest tier with room left in total, hottest options first."""
         world = self.estimator.topology.world_size
         budget = [int(c * world * _TARGET_FILL) for c in self._capacity]
         targets = {}
         for option in sorted(options, key=lambda o: -sum(s.lookup_bytes for s in o.shards) / max(o.storage_bytes, 1)):
-            usable = [i for i, c in enumerate(self._capacity) if c > 0]
+            usable = self._allowed(option.table.name)
+            if not usable:
+                raise self._no_tier(option)
             index = next((i for i in usable if budget[i] >= option.storage_bytes), usable[-1] if usable else 0)
             budget[index] -= option.storage_bytes
             targets[id(option)] = TIERS[index]
@@ -90,18 +102,35 @@ class GreedyLptPartitioner:
 
     # -- placement --------------------------------------------------------------------------
 
-    def _tier_order(self, target: Tier) -> list[int]:
+    def _tier_order(self, target: Tier, table: str) -> list[int]:
         i = TIERS.index(target)
-        return [j for j in [*range(i, len(TIERS)), *range(i - 1, -1, -1)] if self._capacity[j] > 0]
+        allowed = self._allowed(table)
+        return [j for j in [*range(i, len(TIERS)), *range(i - 1, -1, -1)] if j in allowed]
 
-    def _fits(self, rank: int, tier: int, nbytes: int) -> bool:
-        return self._used[rank][tier] + nbytes <= self._capacity[tier]
+    def _cache_tier(self) -> int | None:
+        """Where the caches of SSD shards live: the fastest tier with capacity below the SSD."""
+        return next((i for i in range(len(TIERS) - 1) if self._capacity[i] > 0), None)
+
+    def _charges(self, tier: int, load: ShardLoad) -> list[tuple[int, int]]:
+        """(tier, bytes) that a shard on ``tier`` takes: its storage, and an SSD shard's cache."""
+        cache = self.estimator.cache_bytes(load) if TIERS[tier] is Tier.SSD else 0
+        if not cache:
+            return [(tier, load.storage_bytes)]
+        fast = self._cache_tier()
+        return [(tier, load.storage_bytes), (-1 if fast is None else fast, cache)]
+
+    def _fits(self, rank: int, tier: int, load: ShardLoad) -> bool:
+        return all(t >= 0 and self._used[rank][t] + n <= self._capacity[t] for t, n in self._charges(tier, load))
+
+    def _charge(self, rank: int, tier: int, load: ShardLoad, sign: int) -> None:
+        for t, n in self._charges(tier, load):
+            self._used[rank][t] += sign * n
 
     def _cost(self, load: ShardLoad, tier: Tier) -> float:
         return self.estimator.perf(load, tier).total
 
     def _place(self, option: ShardingOption, target: Tier) -> None:
-        order = self._tier_order(target)
+        order = self._tier_order(target, option.table.name)
         if option.placement is Placement.ANY:
             for load in option.shards:
                 self._place_single(option, load, order)
@@ -113,7 +142,7 @@ class GreedyLptPartitioner:
     def _place_single(self, option: ShardingOption, load: ShardLoad, order: list[int]) -> None:
         best: tuple[float, int, int] | None = None
         for rank in sorted(range(len(self._load)), key=self._load.__getitem__):
-            tier = next((t for t in order if self._fits(rank, t, load.storage_bytes)), None)
+            tier = next((t for t in order if self._fits(rank, t, load)), None)
             if tier is None:
                 continue
             after = self._load[rank] + self._cost(load, TIERS[tier])
@@ -128,11 +157,11 @@ class GreedyLptPartitioner:
     def _group_tiers(self, option: ShardingOption, ranks: list[int], order: list[int]) -> list[int] | None:
         """One tier for all shards when possible (symmetric ranks), else the first that fits each."""
         for tier in order:
-            if all(self._fits(r, tier, s.storage_bytes) for r, s in zip(ranks, option.shards)):
+            if all(self._fits(r, tier, s) for r, s in zip(ranks, option.shards)):
                 return [tier] * len(ranks)
         tiers = []
         for r, s in zip(ranks, option.shards):
-            tier = next((t for t in order if self._fits(r, t, s.storage_bytes)), None)
+            tier = next((t for t in order if self._fits(r, t, s)), None)
             if tier is None:
                 return None
             tiers.append(tier)
@@ -166,11 +195,19 @@ class GreedyLptPartitioner:
 
     def _commit(self, option: ShardingOption, load: ShardLoad, rank: int, tier: int, *, single: bool) -> None:
         placed = _Placed(option.table.name, load, rank, TIERS[tier], self._cost(load, TIERS[tier]))
-        self._used[rank][tier] += load.storage_bytes
+        self._charge(rank, tier, load, +1)
         self._load[rank] += placed.cost
         self._placed.append(placed)
         if single:
             self._singles[rank].append(placed)
+
+    def _no_tier(self, option: ShardingOption) -> PlannerError:
+        tiers = self.estimator.config.allowed_tiers(option.table.name) or ()
+        return PlannerError(
+            f"table {option.table.name!r} is set to the {' or '.join(t.value.upper() for t in tiers)} tier, which "
+            "the profile does not have (no capacity there); set it to another tier or use a profile that has it",
+            PlannerErrorType.INSUFFICIENT_STORAGE,
+        )
 
     def _no_room(self, option: ShardingOption, load: ShardLoad) -> PlannerError:
         free = max((self._capacity[t] - self._used[r][t] for r in range(len(self._load)) for t in range(3)), default=0)
@@ -196,8 +233,8 @@ class GreedyLptPartitioner:
             for dst in sorted(range(len(self._load)), key=self._load.__getitem__):
                 if dst == src or self._load[dst] >= peak:
                     break
-                for tier in range(3):
-                    if self._capacity[tier] == 0 or not self._fits(dst, tier, shard.load.storage_bytes):
+                for tier in self._allowed(shard.table):
+                    if not self._fits(dst, tier, shard.load):
                         continue
                     cost = self._cost(shard.load, TIERS[tier])
                     if max(peak - shard.cost, self._load[dst] + cost) < peak * (1 - 1e-9):
@@ -216,6 +253,10 @@ class GreedyLptPartitioner:
                     if b.cost >= a.cost:
                         continue
                     ta, tb = TIERS.index(a.tier), TIERS.index(b.tier)
+                    if ta not in self._allowed(b.table) or tb not in self._allowed(a.table):
+                        continue
+                    if self.estimator.config.ssd_cache_fraction and Tier.SSD in (a.tier, b.tier):
+                        continue  # their caches would move too: left to moves, which account for them
                     delta_b_tier = b.load.storage_bytes - a.load.storage_bytes  # on src in a's tier
                     if self._used[src][ta] + delta_b_tier > self._capacity[ta]:
                         continue
@@ -231,12 +272,11 @@ class GreedyLptPartitioner:
         return False
 
     def _relocate(self, shard: _Placed, rank: int, tier: int, cost: float) -> None:
-        old_tier = TIERS.index(shard.tier)
-        self._used[shard.rank][old_tier] -= shard.load.storage_bytes
+        self._charge(shard.rank, TIERS.index(shard.tier), shard.load, -1)
         self._load[shard.rank] -= shard.cost
         self._singles[shard.rank].remove(shard)
         shard.rank, shard.tier, shard.cost = rank, TIERS[tier], cost
-        self._used[rank][tier] += shard.load.storage_bytes
+        self._charge(rank, tier, shard.load, +1)
         self._load[rank] += cost
         self._singles[rank].append(shard)
 

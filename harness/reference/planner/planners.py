@@ -122,6 +122,13 @@ class EmbeddingShardingPlanner:
         names = [t.name for t in tables]
         if len(set(names)) != len(names):
             raise PlannerError("embedding table names must be unique", PlannerErrorType.BAD_INPUT)
+        unknown = sorted({name for name, _ in self.config.tiers} - set(names))
+        if unknown:
+            raise PlannerError(f"tier settings name tables the model does not have: {', '.join(unknown)}",
+                               PlannerErrorType.BAD_INPUT)
+        if not 0 <= self.config.ssd_cache_fraction <= 1:
+            raise PlannerError(f"the SSD cache fraction must be in [0, 1], not {self.config.ssd_cache_fraction}",
+                               PlannerErrorType.BAD_INPUT)
         if self.topology.capacity.total == 0:
             raise self._insufficient(sum(self.estimator.table_bytes(t) for t in tables), f"the {len(tables)} tables")
 

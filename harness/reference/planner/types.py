@@ -185,6 +185,7 @@ class ShardLoad:
     lookup_bytes: float  # forward bytes read from the shard's tier
     fwd_comm_s: float
     bwd_comm_s: float
+    ids_per_step: float = 0.0  # ids looked up in the shard per step (at most this many distinct rows)
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,11 @@ while it is being read.
 from __future__ import annotations
 
 import enum
+from collections import deque
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from harness.errors import ErrorCategory, HarnessError
@@ -38,26 +41,28 @@ class CachePolicy(enum.Enum):
 
 @dataclass
 class CacheStats:
-    """Totals since the cache was made: lookups of distinct rows per batch, and bytes moved."""
+    """Totals since the cache was made, as FBGEMM's cache counts them: every id looked up
+    (``lookups``, ``hits``: the hit rate), the distinct rows of each batch (``unique_*``:
+    what the store is read for), and the bytes moved between the tiers."""
 
     batches: int = 0
-    lookups: int = 0  # distinct rows looked up, summed over batches
-    hits: int = 0
+    lookups: int = 0  # every id looked up (a row repeated in a batch counts each time)
+    hits: int = 0  # of those, the ids whose row was resident before the batch was admitted
+    unique_lookups: int = 0  # distinct rows looked up, summed over batches
+    unique_hits: int = 0
     bytes_read: int = 0  # from the backing store into the cache
     bytes_written: int = 0  # from the cache back to the store (evictions and flushes)
-    id_lookups: int = 0  # every id looked up (duplicates in a batch included)
-    id_hits: int = 0  # of those, the ids whose row was resident before the batch was admitted
 
     @property
     def hit_rate(self) -> float:
-        """Of the distinct rows of each batch, the share already resident: what the cache
-        saves in reads from the store."""
+        """Of all ids looked up, the share served by rows already resident: a cache's hit rate."""
         return self.hits / self.lookups if self.lookups else 1.0
 
     @property
-    def id_hit_rate(self) -> float:
-        """Of all ids looked up, the share served by rows already resident."""
-        return self.id_hits / self.id_lookups if self.id_lookups else 1.0
+    def unique_hit_rate(self) -> float:
+        """Of the distinct rows of each batch, the share already resident: what the cache
+        saves in reads from the store (popular rows repeat within a batch, so this is lower)."""
+        return self.unique_hits / self.unique_lookups if self.unique_lookups else 1.0
 
     def to_dict(self, tier: str) -> dict[str, float]:
         per_batch = max(self.batches, 1)
@@ -65,9 +70,11 @@ class CacheStats:
             "tier": tier,
             "batches": self.batches,
             "hit_rate": round(self.hit_rate, 6),
-            "id_hit_rate": round(self.id_hit_rate, 6),
+            "unique_hit_rate": round(self.unique_hit_rate, 6),
             "lookups": self.lookups,
             "hits": self.hits,
+            "unique_lookups": self.unique_lookups,
+            "unique_hits": self.unique_hits,
             f"{tier}_bytes_read": self.bytes_read,
             f"{tier}_bytes_written": self.bytes_written,
             f"{tier}_bytes_read_per_step": round(self.bytes_read / per_batch, 1),
@@ -79,16 +86,23 @@ class RowCache:
     """``capacity`` slots of rows of ``store``, managed by ``policy``."""
 
     def __init__(self, store: RowStore, capacity: int, policy: CachePolicy = CachePolicy.LRU,
-                 pinned: tuple[tuple[int, int], ...] = ()):
+                 pinned: tuple[tuple[int, int], ...] = (), io: Executor | None = None):
         """``pinned``: row ranges ``[lo, hi)`` kept resident for good, in slots of their own on
         top of ``capacity`` (tables placed in the fast tier): never evicted, written back
-        only by :meth:`flush`, and left out of the statistics."""
+        only by :meth:`flush`, and left out of the statistics.
+
+        ``io``: a single-worker executor that writes evicted rows back to the store, off the
+        training thread. Its tasks run in order, so a read submitted to it after a write
+        sees that write; reads on the calling thread wait for the pending writes first
+        (:meth:`drain`)."""
         if capacity < 1:
             raise HarnessError(f"a row cache needs at least one slot, not {capacity}", ErrorCategory.BAD_INPUT)
         self.pinned_ranges = tuple(pinned)
         pinned_rows = sum(hi - lo for lo, hi in self.pinned_ranges)
         self.free_capacity = int(min(capacity, store.rows - pinned_rows)) or 1
         self.store, self.capacity, self.policy = store, self.free_capacity + pinned_rows, policy
+        self.io = io
+        self._writes: deque[Future] = deque()  # write-backs in flight on ``io``, oldest first
         self.weights = torch.zeros(self.capacity, store.cols)  # read and updated in place by the step
         self._state = torch.zeros(self.capacity, store.state_cols)
         self.slot_row = torch.full((self.capacity,), -1, dtype=torch.int64)
@@ -100,6 +114,8 @@ class RowCache:
         self.clock = 0
         self.stats = CacheStats()
         self.never_evict = torch.zeros(self.capacity, dtype=torch.bool)
+        self.evict_ahead = max(1, self.free_capacity // 64)
+        self._free = torch.arange(self.capacity)  # free slots, ascending
         if self.pinned_ranges:
             rows = torch.cat([torch.arange(lo, hi) for lo, hi in self.pinned_ranges])
             self.admit(rows)
@@ -119,48 +135,69 @@ class RowCache:
         return rows[self.row_slot.index_select(0, rows) < 0]
 
     def admit(self, rows: torch.Tensor, missing: torch.Tensor | None = None,
-              fetched: torch.Tensor | None = None) -> None:
-        """Make the distinct ``rows`` resident; ``fetched`` are the store's values of ``missing``
-        (read ahead), or they are read now."""
-        cached = self.unpinned(rows)
+              fetched: torch.Tensor | None = None, counts: torch.Tensor | None = None) -> torch.Tensor:
+        """Make the distinct ``rows`` resident and return their slots (int64); ``fetched`` are
+        the store's values of ``missing`` (read ahead), or they are read now; ``counts``: how
+        many ids of the batch each row serves (for the hit rate; default one each)."""
+        outside = self._outside_pinned(rows)
+        cached = rows if outside is None else rows[outside]
         if cached.numel() > self.free_capacity:
             raise HarnessError(
                 f"a batch looks up {cached.numel()} distinct rows of a table but its cache holds "
                 f"{self.free_capacity}; give the cache more rows (a larger cache fraction)",
                 ErrorCategory.BAD_INPUT,
             )
+        resident = self.row_slot.index_select(0, rows) >= 0
         if missing is None:
-            missing = self.missing(rows)
+            missing = rows[~resident]
         elif bool((self.row_slot.index_select(0, missing) >= 0).any()):
             raise RuntimeError("rows read ahead became resident before they were admitted")
         if fetched is None:
+            self.drain()
             fetched = self.store.read(missing)
-        self.stats.batches += 1
-        self.stats.lookups += cached.numel()
-        self.stats.hits += cached.numel() - missing.numel()
-        self.stats.bytes_read += missing.numel() * self.store.row_bytes
+        self._count(rows, outside, resident, counts, missing.numel())
         if missing.numel():
             slots = self._victims(rows, missing.numel())
-            self._write_back(slots)
-            old = self.slot_row.index_select(0, slots)
-            self.row_slot[old[old >= 0]] = -1
             self.weights.index_copy_(0, slots, fetched[:, : self.store.cols])
             self._state.index_copy_(0, slots, fetched[:, self.store.cols :])
             self.slot_row[slots] = missing
             self.row_slot[missing] = slots.to(self.row_slot.dtype)
         self.clock += 1
-        self.last_use[self.row_slot.index_select(0, rows).long()] = self.clock
+        slots = self.row_slot.index_select(0, rows).long()
+        self.last_use[slots] = self.clock
         if self.row_uses is not None:
-            self.row_uses.index_add_(0, rows, torch.ones_like(rows))
+            self.row_uses.index_add_(0, rows, torch.ones_like(rows) if counts is None else counts)
+        return slots
 
-    def unpinned(self, rows: torch.Tensor) -> torch.Tensor:
-        """Those of ``rows`` outside the pinned ranges."""
+    def _count(self, rows: torch.Tensor, outside: torch.Tensor | None, resident: torch.Tensor,
+               counts: torch.Tensor | None, misses: int) -> None:
+        s = self.stats
+        s.batches += 1
+        s.bytes_read += misses * self.store.row_bytes
+        unique = rows.numel() if outside is None else int(outside.sum())
+        s.unique_lookups += unique
+        s.unique_hits += unique - misses
+        if counts is None:
+            s.lookups += unique
+            s.hits += unique - misses
+        else:
+            mine = counts if outside is None else counts[outside]
+            s.lookups += int(mine.sum())
+            s.hits += int(mine.sum()) - int(counts[~resident].sum())  # pinned rows are never missing
+
+    def _outside_pinned(self, rows: torch.Tensor) -> torch.Tensor | None:
+        """Which of ``rows`` are the cache's (outside the pinned ranges); None: all of them."""
         if not self.pinned_ranges:
-            return rows
+            return None
         inside = torch.zeros(rows.shape, dtype=torch.bool)
         for lo, hi in self.pinned_ranges:
             inside |= (rows >= lo) & (rows < hi)
-        return rows[~inside]
+        return ~inside
+
+    def unpinned(self, rows: torch.Tensor) -> torch.Tensor:
+        """Those of ``rows`` outside the pinned ranges."""
+        outside = self._outside_pinned(rows)
+        return rows if outside is None else rows[outside]
 
     def slots_of(self, rows: torch.Tensor) -> torch.Tensor:
         """The slots (int64) of resident rows (any shape)."""
@@ -172,38 +209,67 @@ class RowCache:
     def flush(self) -> None:
         """Write every dirty row back and make the store durable."""
         self._write_back(self.dirty.nonzero().squeeze(1))
+        self.drain()
         self.store.flush()
+
+    def drain(self) -> None:
+        """Wait for the write-backs in flight (and raise the first that failed)."""
+        while self._writes:
+            self._writes.popleft().result()
 
     def _write_back(self, slots: torch.Tensor) -> None:
         slots = slots[self.dirty.index_select(0, slots)]
         if slots.numel():
             values = torch.cat([self.weights.index_select(0, slots), self._state.index_select(0, slots)], dim=1)
-            self.store.write(self.slot_row.index_select(0, slots), values)
+            rows = self.slot_row.index_select(0, slots)
+            if self.io is None:
+                self.store.write(rows, values)
+            else:  # copies of the rows and values: the slots are reused at once
+                while self._writes and self._writes[0].done():
+                    self._writes.popleft().result()
+                self._writes.append(self.io.submit(self.store.write, rows, values))
             self.dirty[slots] = False
             self.stats.bytes_written += slots.numel() * self.store.row_bytes
 
     def _victims(self, rows: torch.Tensor, count: int) -> torch.Tensor:
-        """``count`` slots for new rows: free ones first, then the policy's victims, never ``rows``.
+        """``count`` free slots for new rows (lowest first): free ones first, then the
+        policy's victims (written back and unmapped), never ``rows``.
 
         The victims are the slots of smallest key, LRU: last use; LFU: (uses of the row, last
-        use), lowest slot first among equal keys; found with one ``kthvalue`` (linear), not a
-        sort of the whole cache at every batch.
+        use), lowest slot first among equal keys; found with one selection (linear), not a
+        sort of the whole cache. When it must evict, it evicts ahead: at least
+        ``evict_ahead`` slots (1/64 of the cache), so that the pass over every slot runs
+        once every few batches rather than at each, as a cache's background eviction does.
+        The slots freed ahead are the next victims in the policy's order anyway.
         """
-        free = (self.slot_row < 0).nonzero().squeeze(1)
-        if free.numel() >= count:
-            return free[:count]
-        need = count - free.numel()
+        free = self._free
+        if free.numel() < count:
+            free = torch.cat([free, self._evict(rows, count - free.numel())]).sort().values
+        self._free = free[count:]
+        return free[:count]
+
+    def _evict(self, rows: torch.Tensor, need: int) -> torch.Tensor:
+        """At least ``need`` (``evict_ahead`` if more) resident slots, the policy's victims,
+        written back and unmapped."""
         if self.row_uses is None:
             key = self.last_use.clone()
         else:
             uses = self.row_uses.index_select(0, self.slot_row.clamp(min=0))
             key = uses * (self.clock + 1) + self.last_use
         never = torch.iinfo(torch.int64).max
-        resident = self.row_slot.index_select(0, rows).long()
-        key[resident[resident >= 0]] = never  # the batch's own rows stay
-        key[free] = never  # taken already
-        key[self.never_evict] = never
-        threshold = torch.kthvalue(key, need).values
-        below = (key < threshold).nonzero().squeeze(1)
-        tied = (key == threshold).nonzero().squeeze(1)[: need - below.numel()]
-        return torch.cat([free, below, tied])
+        batch = self.row_slot.index_select(0, rows)
+        key[batch[batch >= 0].long()] = never  # the batch's own rows stay
+        key[self._free] = never  # free already
+        if self.pinned_ranges:
+            key[self.never_evict] = never
+        k = key.numpy()  # NumPy's selection and scans are several times faster than torch's on CPU
+        evictable = int(np.count_nonzero(k < never))
+        count = min(max(need, self.evict_ahead), evictable)
+        threshold = np.partition(k, count - 1)[count - 1]
+        below = np.flatnonzero(k < threshold)
+        tied = np.flatnonzero(k == threshold)[: count - below.size]
+        victims = torch.from_numpy(np.concatenate([below, tied]))
+        self._write_back(victims)
+        self.row_slot[self.slot_row.index_select(0, victims)] = -1
+        self.slot_row[victims] = -1
+        return victims

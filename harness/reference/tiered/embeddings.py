@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 from torch import nn
 
-from harness.reference.embeddings import FusedEmbeddingCollection, SparseOptimizerKind, sparse_update
+from harness.reference.embeddings import FusedEmbeddingCollection, SparseOptimizerKind, distinct, sparse_update
 from harness.reference.tiered.cache import CachePolicy, RowCache
 from harness.reference.tiered.store import RowStore
 
@@ -68,12 +68,13 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
         # tables placed in the fast tier: their rows stay resident, the cache serves the others
         self.memory_tables = tuple(sorted(set(memory_tables)))
         pinned = tuple((starts[t], starts[t + 1]) for t in self.memory_tables)
-        self.cache = RowCache(store, cache_rows, policy, pinned)
+        # one worker, in order: write-backs of evicted rows and reads ahead of the next batch's
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-row-io")
+        self.cache = RowCache(store, cache_rows, policy, pinned, io=self._reader)
         self.weight = nn.Parameter(self.cache.weights)  # the slots, shared: admitting a row writes here
         self.optimizer_state = self.cache.state
-        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-row-prefetch")
         self._queued: torch.Tensor | None = None
-        self._ahead: tuple[torch.Tensor, torch.Tensor, Future, torch.Tensor] | None = None  # unique, missing, read, batch
+        self._ahead: tuple[Future, torch.Tensor] | None = None  # (the reading ahead, its batch)
         self.read_ahead_batches = 0  # batches whose missing rows had been read ahead
 
     # ------------------------------------------------------------------ lookups
@@ -85,7 +86,7 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
         if self.training and torch.is_grad_enabled() and self.optimizer is not None:
             return super().forward(sparse)
         rows = sparse + self.column_offsets
-        unique, inverse = torch.unique(rows, return_inverse=True)
+        unique, inverse, _ = distinct(rows)
         if self.cache.unpinned(unique).numel() <= self.cache.free_capacity:
             return super().forward(sparse)
         with torch.no_grad():
@@ -94,7 +95,8 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
     def current_rows(self, rows: torch.Tensor) -> torch.Tensor:
         """The latest weights of the distinct ``rows``, wherever they are; nothing is admitted."""
         if self._ahead is not None:  # the store's rows are not written while a read is in flight, but
-            self._ahead[2].result()  # wait anyway: the next admit will find the read done
+            self._ahead[0].result()  # wait anyway: the next admit will find the read done
+        self.cache.drain()  # evicted rows written back first
         values = self.store.read(rows)[:, : self.dim]
         slots = self.cache.row_slot.index_select(0, rows)
         resident = slots >= 0
@@ -103,26 +105,24 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
 
     def global_ids(self, sparse: torch.Tensor) -> torch.Tensor:
         """Make the batch's rows resident; its ids as slots of the cache."""
-        rows = sparse + self.column_offsets
-        ahead = self._ahead
-        # the batch read ahead is this one (the same tensor): its distinct rows are known
-        unique = ahead[0] if ahead is not None and ahead[3] is sparse else torch.unique(rows)
-        stats = self.cache.stats
-        looked_up = self.cache.unpinned(rows)
-        stats.id_lookups += looked_up.numel()
-        stats.id_hits += int((self.cache.row_slot[looked_up] >= 0).sum())
-        self._ahead = None
-        if ahead is not None and torch.equal(ahead[0], unique):
-            self.cache.admit(unique, ahead[1], ahead[2].result())
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[1] is sparse:  # the batch read ahead is this one (the same tensor)
+            unique, inverse, counts, missing, fetched = ahead[0].result()
+            slots = self.cache.admit(unique, missing, fetched, counts)
             self.read_ahead_batches += 1
         else:
             if ahead is not None:  # read for another batch (e.g. before an evaluation): dropped
-                ahead[2].result()
-            self.cache.admit(unique)
+                ahead[0].result()
+            unique, inverse, counts = self._distinct(sparse)
+            slots = self.cache.admit(unique, counts=counts)
         if self.training and self._queued is not None:
             self._read_ahead(self._queued)
         self._queued = None
-        return self.cache.slots_of(rows)
+        return slots[inverse]
+
+    def _distinct(self, sparse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The batch's distinct rows, each id's index among them, and each row's number of ids."""
+        return distinct(sparse + self.column_offsets)
 
     def queue_next(self, sparse: torch.Tensor) -> None:
         """The batch after the one about to be looked up: its missing rows are read once the
@@ -130,9 +130,16 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
         self._queued = sparse
 
     def _read_ahead(self, sparse: torch.Tensor) -> None:
-        unique = torch.unique(sparse + self.column_offsets)
-        missing = self.cache.missing(unique)
-        self._ahead = (unique, missing, self._reader.submit(self.store.read, missing), sparse)
+        """In the background thread: the batch's distinct rows, which of them are missing, and
+        their values in the store. No row enters or leaves the cache until the next
+        :meth:`global_ids`, which waits for this first, so what is read stays true."""
+
+        def prepare() -> tuple[torch.Tensor, ...]:
+            unique, inverse, counts = self._distinct(sparse)
+            missing = self.cache.missing(unique)
+            return unique, inverse, counts, missing, self.store.read(missing)
+
+        self._ahead = (self._reader.submit(prepare), sparse)
 
     def _apply_update(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
         sparse_update(self.weight.data, self.optimizer_state, rows, grad, self.optimizer)
@@ -142,7 +149,7 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
     def flush(self) -> None:
         """Every update written back to the store, durably (end of a run, a checkpoint)."""
         if self._ahead is not None:
-            self._ahead[2].result()
+            self._ahead[0].result()
             self._ahead = None
         self.cache.flush()
 
@@ -152,6 +159,7 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
 
     def close(self) -> None:
         self._reader.shutdown(wait=True)
+        self.cache.drain()  # done by now; raises if a write-back failed
 
 
 def lookahead(batches: Iterator, collection: TieredEmbeddingCollection) -> Iterator:
