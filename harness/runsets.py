@@ -208,9 +208,9 @@ def plan_run_set(request: RunSetRequest) -> RunSetPlan:
     runs = request.runs if request.runs is not None else spec.required_runs
     if runs < 1:
         raise HarnessError("--runs must be at least 1")
-    sharding_plan = _sharding_plan(spec, profile, hyperparameters, comm) if profile.world_size > 1 else None
-    tier_plan = _tier_plan(request, spec, profile, hyperparameters)
-    embedding_tier = _embedding_tier(request, tier_plan)
+    sharding_plan = _sharding_plan(spec, profile, hyperparameters, comm, request) if profile.world_size > 1 else None
+    tier_plan = _tier_plan(request, spec, profile, hyperparameters) if profile.world_size == 1 else None
+    embedding_tier = _embedding_tier(request, tier_plan or sharding_plan)
     fp = fingerprint({
         "benchmark": spec.raw, "hyperparameters": hyperparameters, "profile": _fingerprint_profile(profile),
         **({"emulated": True} if request.emulate else {}),
@@ -236,13 +236,14 @@ def plan_run_set(request: RunSetRequest) -> RunSetPlan:
     )
 
 
-def _tier_plan(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile,
-               hyperparameters: dict[str, Any]) -> dict[str, Any] | None:
-    """For ``--embedding-tier ssd`` or ``auto``: the planner's placement of each table on HBM,
-    DDR or SSD within the profile's capacities (per rank), the SSD tables' caches counted in
-    the fastest tier. Tables set to the SSD (``--ssd-tables``; with ``ssd`` and none given,
-    all) may only go there; with ``ssd`` the others may only stay in memory; with ``auto``
-    the planner chooses: the hottest tables per byte fill the fast tiers first."""
+def _tier_constraints(request: RunSetRequest, spec: BenchmarkSpec, world_size: int) -> dict[str, Any] | None:
+    """The planner's settings for ``--embedding-tier ssd`` or ``auto`` (None for ``memory``):
+    tables set to the SSD (``--ssd-tables``; with ``ssd`` and none given, all) may only go
+    there; with ``ssd`` the others may only stay in memory; with ``auto`` the planner places
+    them, the hottest per stored byte in the fastest tier first. The SSD tables' caches
+    (``--cache-fraction`` of their rows, never fewer than one batch looks up) are counted in
+    the fastest tier of their rank. One rank trains whole tables (table-wise: each table on
+    one tier); a sharded run keeps the SSD tables off data-parallel (replicas are not cached)."""
     if request.embedding_tier == "memory":
         if request.ssd_tables is not None:
             raise HarnessError("--ssd-tables needs --embedding-tier ssd or auto")
@@ -253,12 +254,7 @@ def _tier_plan(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile,
         raise HarnessError(f"--cache-fraction must be in (0, 1], not {request.cache_fraction}")
     if request.cache_policy not in ("lru", "lfu"):
         raise HarnessError(f"--cache-policy must be lru or lfu, not {request.cache_policy!r}")
-    if profile.world_size > 1:
-        raise HarnessError(
-            "tables on the SSD tier are implemented for one-rank runs only (not yet with sharded training)",
-            ErrorCategory.NOT_IMPLEMENTED,
-        )
-    from harness.reference.planner import PlannerConfig, ShardingType, Tier, plan_tables
+    from harness.reference.planner import ShardingType, Tier
     from harness.reference.planner.models import tables_for_benchmark
 
     tables = tables_for_benchmark(spec)
@@ -266,34 +262,50 @@ def _tier_plan(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile,
     if chosen is not None and (not chosen or any(not 0 <= t < len(tables) for t in chosen)):
         raise HarnessError(f"--ssd-tables takes table indices 0..{len(tables) - 1}, not {list(chosen)}")
     on_ssd = set(range(len(tables)) if chosen is None and request.embedding_tier == "ssd" else chosen or ())
-    free = () if request.embedding_tier == "ssd" else None  # "auto": the tables not set are the planner's
+    pinned_all = request.embedding_tier == "ssd"  # "auto": the tables not set are the planner's
     tiers = tuple(
         (t.name, (Tier.SSD,) if i in on_ssd else (Tier.HBM, Tier.DDR)) for i, t in enumerate(tables)
-        if i in on_ssd or free is not None
+        if i in on_ssd or pinned_all
     )
-    # one rank trains whole tables: one shard per table, so each table is on exactly one tier
-    config = PlannerConfig(batch_size=int(hyperparameters["global_batch_size"]), tiers=tiers,
-                           ssd_cache_fraction=request.cache_fraction,
-                           sharding_types=tuple((t.name, (ShardingType.TABLE_WISE,)) for t in tables))
-    return plan_tables(tables, profile, config).to_dict()
+    if world_size == 1:
+        types = tuple((t.name, (ShardingType.TABLE_WISE,)) for t in tables)
+    else:
+        cached = tuple(st for st in ShardingType if st is not ShardingType.DATA_PARALLEL)
+        types = tuple((t.name, cached) for i, t in enumerate(tables) if i in on_ssd)
+    return {"tiers": tiers, "sharding_types": types, "ssd_cache_fraction": request.cache_fraction}
 
 
-def _embedding_tier(request: RunSetRequest, tier_plan: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What the run's trainer is told: the tables on the SSD tier (per the plan) and their cache;
-    None when every table is in memory."""
-    if tier_plan is None:
+def _tier_plan(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile,
+               hyperparameters: dict[str, Any]) -> dict[str, Any] | None:
+    """A one-rank run's placement of each table on HBM, DDR or SSD within the profile's
+    capacities (see :func:`_tier_constraints`); None for ``--embedding-tier memory``."""
+    constraints = _tier_constraints(request, spec, 1)
+    if constraints is None:
         return None
-    tiers = table_tiers(tier_plan)
-    ssd = [i for i, tier in enumerate(tiers) if tier == "ssd"]
+    from harness.reference.planner import PlannerConfig, plan_tables
+    from harness.reference.planner.models import tables_for_benchmark
+
+    config = PlannerConfig(batch_size=int(hyperparameters["global_batch_size"]), **constraints)
+    return plan_tables(tables_for_benchmark(spec), profile, config).to_dict()
+
+
+def _embedding_tier(request: RunSetRequest, plan: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the run's trainer is told: the tables with shards on the SSD tier (per the plan)
+    and their cache; None when every table is in memory."""
+    if plan is None or request.embedding_tier == "memory":
+        return None
+    tiers = table_tiers(plan)
+    ssd = [i for i, tier in enumerate(tiers) if "ssd" in tier.split("+")]
     if not ssd:
         return None
     return {"tier": "ssd", "cache_fraction": request.cache_fraction, "policy": request.cache_policy,
-            "ssd_tables": ssd, "table_tiers": tiers, "tier_plan": tier_plan["fingerprint"]}
+            "ssd_tables": ssd, "table_tiers": tiers, "tier_plan": plan["fingerprint"]}
 
 
-def table_tiers(tier_plan: dict[str, Any]) -> list[str]:
-    """The tier of each table of a one-rank plan, in the tables' order."""
-    return [table["shards"][0]["tier"] for table in tier_plan["tables"]]
+def table_tiers(plan: dict[str, Any]) -> list[str]:
+    """The tier of each table of a plan, in the tables' order ("ddr+ssd" when its shards are on several)."""
+    order = ("hbm", "ddr", "ssd")
+    return ["+".join(t for t in order if t in {s["tier"] for s in table["shards"]}) for table in plan["tables"]]
 
 
 def _comm_codecs(requested: tuple[tuple[str, str], ...], world_size: int) -> dict[str, str]:
@@ -307,8 +319,9 @@ def _comm_codecs(requested: tuple[tuple[str, str], ...], world_size: int) -> dic
 
 
 def _sharding_plan(spec: BenchmarkSpec, profile: Profile, hyperparameters: dict[str, Any],
-                   comm: dict[str, str]) -> dict[str, Any]:
-    """The plan the run's ranks execute: the planner's, for the (emulated) profile and the global batch."""
+                   comm: dict[str, str], request: RunSetRequest) -> dict[str, Any]:
+    """The plan the run's ranks execute: the planner's, for the (emulated) profile and the global
+    batch (with ``--embedding-tier ssd|auto``, its tier settings and SSD caches counted)."""
     from harness.reference.comm_codecs import Codec
     from harness.reference.planner import PlannerConfig, plan_tables
     from harness.reference.planner.models import tables_for_benchmark
@@ -319,7 +332,9 @@ def _sharding_plan(spec: BenchmarkSpec, profile: Profile, hyperparameters: dict[
             f"global_batch_size {gbs} is not divisible by the {profile.world_size} ranks of profile {profile.name}"
         )
     slowest = max((Codec(comm["forward"]), Codec(comm["backward"])), key=lambda c: c.bytes_per_element)
-    return plan_tables(tables_for_benchmark(spec), profile, PlannerConfig(batch_size=gbs, comm_precision=slowest)).to_dict()
+    constraints = _tier_constraints(request, spec, profile.world_size) or {}
+    config = PlannerConfig(batch_size=gbs, comm_precision=slowest, **constraints)
+    return plan_tables(tables_for_benchmark(spec), profile, config).to_dict()
 
 
 # --------------------------------------------------------------------------- manifest
@@ -468,13 +483,16 @@ def _run_one(plan: RunSetPlan, index: int, seed: Seed, reporter: Reporter, best_
     config_path = plan.staging_dir / f"result_{index}.config.json"
     _write_atomic(config_path, _worker_config(plan, index, seed, staged, best_auc).to_json())
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    tables = plan.staging_dir / f"result_{index}.tables.bin"  # the SSD tier of this run, if any
+    def remove_tables() -> None:  # the SSD tier of this run, if any: one file, or one per shard of each rank
+        for path in plan.staging_dir.glob(f"result_{index}.tables.bin*"):
+            path.unlink(missing_ok=True)
+
     try:
         code = _follow_worker(
             worker_command(config_path, plan.world_size), stderr_path, lambda event: reporter.progress(index, event)
         )
     except KeyboardInterrupt:
-        tables.unlink(missing_ok=True)
+        remove_tables()
         kept = plan.staging_dir / f"result_{index}.interrupted-{stamp}.txt"
         _ensure_aborted(staged, "interrupted")
         os.replace(staged, kept)
@@ -483,7 +501,7 @@ def _run_one(plan: RunSetPlan, index: int, seed: Seed, reporter: Reporter, best_
             f"finished runs are in {plan.results_dir}; complete the set with the same command and --resume",
             ErrorCategory.INTERRUPTED,
         ) from None
-    tables.unlink(missing_ok=True)
+    remove_tables()
     if code != 0:
         failed = plan.staging_dir / f"result_{index}.failed-{stamp}.txt"
         _ensure_aborted(staged, f"worker exited with status {code}")

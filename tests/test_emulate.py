@@ -165,3 +165,36 @@ def test_a_rank_killed_mid_run_fails_the_run_in_one_line_and_its_log_ends_aborte
     [stop] = [r for r in records(failed) if r["key"] == "run_stop"]
     assert stop["metadata"]["status"] == "aborted"
     assert_no_rank_left(tmp_path)
+
+
+def test_sharded_plans_with_the_ssd_tier_place_the_set_tables_there_and_never_as_replicas(tmp_path):
+    def plan(**kw):
+        return plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile="zionex-8gpu", results_dir=tmp_path,
+                                          emulate=True, **kw))
+
+    auto = plan(embedding_tier="auto")  # the emulated node's memory holds the tiny tables: nothing on the SSD
+    assert auto.embedding_tier is None and "ssd" not in {
+        s["tier"] for t in auto.sharding_plan["tables"] for s in t["shards"]}
+    forced = plan(embedding_tier="auto", ssd_tables=(0, 5))  # table 0 (10 rows) would be data-parallel
+    tables = forced.sharding_plan["tables"]
+    for i in (0, 5):
+        assert tables[i]["sharding_type"] != "data_parallel" and {s["tier"] for s in tables[i]["shards"]} == {"ssd"}
+    assert forced.embedding_tier["ssd_tables"] == [0, 5] and forced.fingerprint != auto.fingerprint
+    assert forced.sharding_plan["config"]["ssd_cache_fraction"] == 0.05
+
+
+@pytest.mark.slow
+def test_an_emulated_sharded_run_trains_its_ssd_shards_behind_caches(tmp_path):
+    proc = harness("run", "--benchmark", str(FIXTURE), "--profile", "zionex-8gpu", "--emulate", "--runs", "1",
+                   "--embedding-tier", "ssd", "--ssd-tables", "3,5", "--cache-fraction", "0.1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "26 tables: 24 in HBM, 2 on the SSD tier (SSD shards behind an LRU cache of 0.1 of their rows)" in proc.stdout
+    [log] = (tmp_path / "results" / "reference" / "results").glob("zionex-8gpu-emulated/tiny_synthetic/result_0.txt")
+    recs = records(log)
+    assert [r for r in recs if r["key"] == "run_stop"][-1]["metadata"]["status"] == "success"
+    [cache] = [r["value"] for r in recs if r["key"] == "harness_embedding_cache"]
+    assert cache["ranks"] == 8 and cache["memory_tables"] == [t for t in range(26) if t not in (3, 5)]
+    assert cache["rows"] == 1000 + 2000 and cache["batches"] > 0 and 0 < cache["hit_rate"] <= 1
+    assert cache["table_tiers"][3] == "ssd" and cache["table_tiers"][5] == "ssd"
+    assert "lru cache of" in proc.stdout and "SSD read" in proc.stdout
+    assert not list((tmp_path / "results" / ".harness").glob("**/*.tables.bin*"))  # the ranks' files are gone

@@ -123,7 +123,7 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
     )
     if plan.sharding_plan is not None:
         _describe_sharding(plan)
-    if plan.tier_plan is not None:
+    if plan.tier_plan is not None or (plan.sharding_plan is not None and plan.request.embedding_tier != "memory"):
         _describe_tiers(plan)
     reporter = TerminalReporter()
     try:
@@ -183,16 +183,23 @@ def _describe_tiers(plan: RunSetPlan) -> None:
     from harness.hw_profiles.profiles import format_bytes
     from harness.runsets import table_tiers
 
-    tp = plan.tier_plan or {}
+    tp = plan.tier_plan or plan.sharding_plan or {}
     tiers = table_tiers(tp)
     where = [f"{tiers.count(t)} in {t.upper()}" for t in ("hbm", "ddr") if t in tiers]
-    if "ssd" in tiers:
-        where.append(f"{tiers.count('ssd')} on the SSD tier behind an {plan.request.cache_policy.upper()} cache of "
-                     f"{plan.request.cache_fraction:g} of their rows")
-    used, capacity = tp["ranks"][0]["storage_bytes"], tp["rank_capacity_bytes"]
+    split = [t for t in tiers if "+" in t]
+    on_ssd = tiers.count("ssd")
+    if on_ssd or split:
+        where.append(f"{on_ssd} on the SSD tier" + (f", {len(split)} split across tiers" if split else "")
+                     + f" (SSD shards behind an {plan.request.cache_policy.upper()} cache of "
+                     f"{plan.request.cache_fraction:g} of their rows)")
+    ranks = len(tp["ranks"])
+    used = {t: sum(r["storage_bytes"][t] for r in tp["ranks"]) for t in ("hbm", "ddr", "ssd")}
+    capacity = {t: ranks * c for t, c in tp["rank_capacity_bytes"].items()}
     room = ", ".join(f"{t.upper()} {format_bytes(used[t])} of {format_bytes(capacity[t])}"
                      for t in ("hbm", "ddr", "ssd") if capacity[t])
-    click.echo(f"tier plan {_short(tp.get('fingerprint', ''))}: {len(tiers)} tables: {', '.join(where)}; used: {room}")
+    over = f" over {ranks} ranks" if ranks > 1 else ""
+    click.echo(f"tier plan {_short(tp.get('fingerprint', ''))}: {len(tiers)} tables: {', '.join(where)}; "
+               f"used{over}: {room}")
 
 
 def _short(fingerprint: str) -> str:

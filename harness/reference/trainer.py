@@ -255,7 +255,7 @@ class Trainer:
         if self.device.type == "cuda":
             torch.use_deterministic_algorithms(True, warn_only=True)
         model = DLRM(self.spec.model_config(), sparse_optimizer=sparse, device=self.device)
-        if self.config.embedding_tier:
+        if self.config.embedding_tier and self.config.world_size == 1:  # sharded runs: per shard, see ShardedDLRM
             model.sparse_arch.embeddings = self._tiered(model.sparse_arch.embeddings, self.config.embedding_tier)
         if hp["opt_name"] == "adagrad":
             dense = torch.optim.Adagrad(

@@ -7,10 +7,12 @@ shards (:class:`~harness.reference.distributed.trainer.DistributedTrainer`). Bot
 trainers' own pieces (``_model``, ``_train_items``, ``_loss``), as ``Trainer.run`` does.
 
 JOB.json: ``{"out": DIR, "steps": N, "batch": GBS, "seed": S, "nodes": n, "per_node": a,
-"plans": {NAME: {"types": {TABLE_OR_*: SHARDING_TYPE_OR_LIST}, "comm": {...}}, ...}}`` (a list
-of types is given to the tables in turn: a mixed plan). For each plan, rank 0 writes
-``DIR/NAME.json`` (the global mean loss of each step, the plan's sharding types, the bytes
-sent) and ``DIR/NAME.pt`` (the whole tables after the last step).
+"plans": {NAME: {"types": {TABLE_OR_*: SHARDING_TYPE_OR_LIST}, "comm": {...}, "ssd": {...}}, ...}}``
+(a list of types is given to the tables in turn: a mixed plan; ``"ssd": {"cache_fraction": f,
+"policy": p}`` moves the shards of every table that is not data-parallel to the SSD tier of
+the same plan, behind caches). For each plan, rank 0 writes ``DIR/NAME.json`` (the global mean
+loss of each step, the plan's sharding types, the bytes sent, the caches' figures) and
+``DIR/NAME.pt`` (the whole tables after the last step).
 """
 
 from __future__ import annotations
@@ -32,12 +34,24 @@ from harness.reference.trainer import RunConfig, Trainer
 from harness.rules.specs import load_benchmark
 
 
-def run_config(job: dict, world: int, plan: dict | None, comm: dict) -> RunConfig:
+def run_config(job: dict, world: int, plan: dict | None, comm: dict, tier: dict | None = None) -> RunConfig:
     spec = load_benchmark("dlrm_synthetic")
     hp = dict(spec.reference_hyperparameters)
     hp["global_batch_size"] = job["batch"]
     return RunConfig.offline(spec.raw, hp, job["seed"], who="test", emulated=True, world_size=world,
-                             sharding_plan=plan, comm=comm)
+                             sharding_plan=plan, comm=comm, embedding_tier=tier)
+
+
+def on_ssd(plan: dict, ssd: dict, path: Path) -> tuple[dict, dict]:
+    """``plan`` with the shards of its tables that are not data-parallel on the SSD tier, and
+    the run config's tier setting."""
+    plan = json.loads(json.dumps(plan))
+    for table in plan["tables"]:
+        if table["sharding_type"] != "data_parallel":
+            for shard in table["shards"]:
+                shard["tier"] = "ssd"
+    return plan, {"tier": "ssd", "path": str(path), "cache_fraction": ssd["cache_fraction"],
+                  "policy": ssd.get("policy", "lru")}
 
 
 def make_plan(job: dict, constraint: dict, world: int) -> dict:
@@ -68,7 +82,10 @@ def main(job_path: str) -> None:
     rank = dist.get_rank() if world > 1 else 0
     for name, entry in job["plans"].items():
         plan = make_plan(job, entry.get("types", {}), world) if world > 1 else None
-        config = run_config(job, world, plan, entry.get("comm", {}))
+        tier = None
+        if entry.get("ssd") and plan is not None:
+            plan, tier = on_ssd(plan, entry["ssd"], out / f"{name}.tables.bin")
+        config = run_config(job, world, plan, entry.get("comm", {}), tier)
         if world > 1:
             from harness.reference.distributed.trainer import DistributedTrainer
 
@@ -92,11 +109,12 @@ def main(job_path: str) -> None:
         items.close()
         weight = model.sparse_arch.full_weight() if world > 1 else model.sparse_arch.embeddings.weight.detach()
         auc = trainer.evaluate(model, data) if job.get("auc") else None
+        cache = trainer.cache_report() if tier is not None else None  # type: ignore[attr-defined]
         if rank == 0:
             types = sorted({t["sharding_type"] for t in plan["tables"]}) if plan else ["unsharded"]
             stats = trainer.stats.to_dict() if world > 1 else {}  # type: ignore[attr-defined]
             (out / f"{name}.json").write_text(json.dumps(
-                {"losses": losses, "types": types, "auc": auc, "stats": stats, "world": world}
+                {"losses": losses, "types": types, "auc": auc, "stats": stats, "world": world, "cache": cache}
             ))
             torch.save(weight.clone(), out / f"{name}.pt")
     if world > 1:

@@ -19,6 +19,7 @@ from harness.errors import HarnessError
 from harness.reference.comm_codecs import Codec, wire_bytes
 from harness.reference.distributed.sharded import shardings_from_plan
 from harness.reference.planner.types import ShardingType
+from harness.rules.specs import load_benchmark
 
 DRIVER = Path(__file__).with_name("distributed_driver.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +73,28 @@ def test_every_sharding_type_follows_single_process_training(single, tmp_path, w
         # (Adagrad's first steps amplify rounding differences of 1e-7 in the dense
         # gradients to ~1e-4 in the weights; a lost update would be >= 1e-2)
         assert float((single["weight"] - got["weight"]).abs().max()) < 5e-3, plan
+
+
+@pytest.mark.slow
+def test_shards_on_the_ssd_tier_train_bit_for_bit_as_in_memory(tmp_path):
+    # the same mixed plan (every type but data-parallel) in memory and with every shard on the SSD
+    # tier behind 5% caches (at least one batch's rows each), LRU and LFU, on 2 ranks
+    mixed = [t for t in TYPES if t != "data_parallel"]
+    plans = {"memory": {"types": {"*": mixed}},
+             "ssd_lru": {"types": {"*": mixed}, "ssd": {"cache_fraction": 0.05, "policy": "lru"}},
+             "ssd_lfu": {"types": {"*": mixed}, "ssd": {"cache_fraction": 0.05, "policy": "lfu"}}}
+    results = run_driver(tmp_path, "ssd", 2, plans, steps=30, auc=True)
+    memory = results["memory"]
+    for name in ("ssd_lru", "ssd_lfu"):
+        got = results[name]
+        assert got["losses"] == memory["losses"], name  # bit for bit, every step
+        assert got["auc"] == memory["auc"] and torch.equal(got["weight"], memory["weight"]), name
+        cache = got["cache"]
+        all_rows = sum(load_benchmark("dlrm_synthetic").dataset["table_rows"])
+        assert cache["batches"] == 30 and cache["ranks"] == 2 and cache["memory_tables"] == []
+        assert cache["rows"] > all_rows  # every row on the SSD, those of column-wise tables once per shard
+        # the large shards did not fit their caches: rows went to the SSD and back
+        assert 0 < cache["hit_rate"] < 1 and cache["ssd_bytes_read"] > 0 and cache["ssd_bytes_written"] > 0
 
 
 @pytest.mark.slow

@@ -5,11 +5,11 @@ import torch
 from torch import nn
 
 from harness.reference.embeddings import (
-    distinct,
     FusedEmbeddingCollection,
     SparseOptimizerConfig,
     SparseOptimizerKind,
     coalesce,
+    distinct,
 )
 
 

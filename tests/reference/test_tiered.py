@@ -192,7 +192,7 @@ def test_harness_run_on_the_ssd_tier_logs_and_prints_the_cache(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     # half of the 3,100 rows would be 1,550, but one batch (1,024 ids per table) may need 1,000 + 1,024 + 100
     assert "lfu cache of 2,124 of 3,100 SSD rows (4,620 rows of 23 tables kept in memory): hit rate" in proc.stdout
-    assert "tables: 23 in DDR, 3 on the SSD tier behind an LFU cache of 0.5 of their rows; used: DDR" in proc.stdout
+    assert "tables: 23 in DDR, 3 on the SSD tier (SSD shards behind an LFU cache of 0.5 of their rows); used: DDR" in proc.stdout
     [log] = tmp_path.glob("results/reference/results/*/tiny_synthetic/result_0.txt")
     [report] = [json.loads(line.split(":::MLLOG ", 1)[1])["value"] for line in log.read_text().splitlines()
                 if '"harness_embedding_cache"' in line]
@@ -268,7 +268,7 @@ def test_harness_run_auto_trains_with_the_planners_placement_and_refuses_what_ca
 
     proc = run(500_000)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "tier plan " in proc.stdout and " in DDR, " in proc.stdout and " on the SSD tier behind an LRU cache" in proc.stdout
+    assert "tier plan " in proc.stdout and " in DDR, " in proc.stdout and " on the SSD tier (SSD shards behind an LRU cache" in proc.stdout
     [log] = tmp_path.glob("results/reference/results/*/tiny_synthetic/result_0.txt")
     [report] = [json.loads(line.split(":::MLLOG ", 1)[1])["value"] for line in log.read_text().splitlines()
                 if '"harness_embedding_cache"' in line]

@@ -21,6 +21,12 @@ one mechanism, as in torchrec's ``ShardedEmbeddingBagCollection``:
 Data-parallel tables are full replicas on every rank: looked up locally, their gradients
 summed over ranks (the all-reduce codec) and applied identically everywhere.
 
+**The SSD tier.** With ``ssd`` given, each shard the plan put on the SSD tier lives in a file
+behind a cache of its own (:class:`~harness.reference.tiered.CachedShard`): step 2 admits the
+rows a batch needs and looks them up in the cache's slots, step 4 updates those slots, so the
+arithmetic is unchanged (``tests/reference/test_distributed.py`` checks it bit for bit
+against the same plan in memory). The planner counts each cache in its rank's fastest tier.
+
 **Gradient scale.** Each rank's loss is the mean over its own samples and DDP averages the
 dense gradients, so the dense part sees the gradient of the global-batch mean. The
 embedding gradients are divided by the world size before they are sent, so the tables see
@@ -36,9 +42,11 @@ unsharded training averages over the whole row. Elementwise Adagrad and SGD are 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -60,7 +68,9 @@ from harness.reference.embeddings import (
     coalesce,
     sparse_update,
 )
+from harness.reference.planner.estimators import cache_floor
 from harness.reference.planner.types import ShardingType
+from harness.reference.tiered import CachedShard, CachePolicy, CacheStats
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,7 @@ class ShardSpec:
     rows: int
     col_offset: int
     cols: int
+    tier: str = "hbm"  # the planner's: "hbm", "ddr" or "ssd"
 
     @property
     def key(self) -> tuple[int, int, int]:
@@ -120,7 +131,8 @@ def shardings_from_plan(
             raise HarnessError(f"plan table {name}: unknown sharding type {entry.get('sharding_type')!r}") from None
         shards = tuple(
             sorted(
-                (ShardSpec(t, int(s["rank"]), int(s["row_offset"]), int(s["rows"]), int(s["col_offset"]), int(s["cols"]))
+                (ShardSpec(t, int(s["rank"]), int(s["row_offset"]), int(s["rows"]), int(s["col_offset"]), int(s["cols"]),
+                           str(s.get("tier", "hbm")))
                  for s in entry.get("shards", [])),
                 key=lambda s: (s.rank, s.row_offset, s.col_offset),
             )
@@ -241,10 +253,15 @@ class ShardedEmbeddingCollection(nn.Module):
         input_comm: the collectives of the input distribution (another process group, so
             that a batch's ids can travel while the previous step computes).
         codecs: the codec of each collective.
+        ssd: with the SSD tier: ``{"path": prefix of this rank's shard files, "cache_fraction",
+            "policy", "batch": the global batch}``; the shards the plan put on the SSD then
+            live in files behind caches (:class:`~harness.reference.tiered.CachedShard`) of
+            their rows' ``cache_fraction``, never fewer than one global batch can look up.
+            Without it every shard is in memory, whatever its tier in the plan.
     """
 
     def __init__(self, full: FusedEmbeddingCollection, shardings: Sequence[TableSharding], comm: Comm,
-                 input_comm: Comm, codecs: CommConfig):
+                 input_comm: Comm, codecs: CommConfig, ssd: dict[str, Any] | None = None):
         super().__init__()
         self.comm, self.input_comm, self.codecs = comm, input_comm, codecs
         self.rank, self.world_size = comm.rank, comm.world_size
@@ -269,13 +286,25 @@ class ShardedEmbeddingCollection(nn.Module):
 
         self._row_start = fused_start = (0, *itertools.accumulate(self.table_rows))  # each table's first fused row
         w, state = full.weight.detach(), full.optimizer_state
-        self._weights: list[torch.Tensor] = []
-        self._states: list[torch.Tensor] = []
+        if ssd is not None and any(s.tier == "ssd" for t in self.dp_tables for s in shardings[t].shards):
+            raise HarnessError("a data-parallel table on the SSD tier: replicas are kept in memory; plan it "
+                               "another way", ErrorCategory.NOT_IMPLEMENTED)
+        self._weights: list[torch.Tensor | None] = []
+        self._states: list[torch.Tensor | None] = []
+        self.cached: dict[int, CachedShard] = {}  # local shard index -> its rows on the SSD tier
         for i, s in enumerate(mine):
             lo = fused_start[s.table] + s.row_offset
             rows, cols = slice(lo, lo + s.rows), slice(s.col_offset, s.col_offset + s.cols)
-            self.register_buffer(f"shard{i}_weight", w[rows, cols].clone())
             st = state if state.numel() == 0 else (state[rows, cols] if state.dim() == 2 else state[rows])
+            if ssd is not None and s.tier == "ssd":
+                floor = cache_floor(s.rows, int(ssd["batch"]) * self.pooling[s.table])
+                slots = max(1, round(s.rows * float(ssd["cache_fraction"])), floor)
+                self.cached[i] = CachedShard(w[rows, cols], st, Path(f"{ssd['path']}.shard{i}.bin"), slots,
+                                             CachePolicy(ssd.get("policy", "lru")))
+                self._weights.append(None)
+                self._states.append(None)
+                continue
+            self.register_buffer(f"shard{i}_weight", w[rows, cols].clone())
             self.register_buffer(f"shard{i}_state", st.clone())
             self._weights.append(getattr(self, f"shard{i}_weight"))
             self._states.append(getattr(self, f"shard{i}_state"))
@@ -330,18 +359,47 @@ class ShardedEmbeddingCollection(nn.Module):
         for n in sizes:
             bounds.append(bounds[-1] + n)
         partials = []
-        for i, shard in enumerate(self.shards):
+        for i in range(len(self.shards)):
             k = keyed[self._key_index[i]]
+            weight, ids = self._lookup_rows(i, k.values)
             if k.one_per_sample:
-                partials.append(self._weights[i].index_select(0, k.values))
+                partials.append(weight.index_select(0, ids))
             else:
-                partials.append(torch.nn.functional.embedding_bag(k.values, self._weights[i], k.offsets, mode="sum"))
+                partials.append(torch.nn.functional.embedding_bag(ids, weight, k.offsets, mode="sum"))
         got = self.comm.all_to_all(self.encode_pooled(partials, bounds), self.pooled_sizes(sizes[me]), FORWARD)
         out = self.decode_pooled(got, sizes[me])
         if self.replica is not None:
             local = self.replica.global_ids(sparse.index_select(1, self._dp_columns))
             out[:, self.dp_tables] = self.replica._lookup(self.replica.weight.detach(), local)
         return out
+
+    def _lookup_rows(self, i: int, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A weight and indices into it that look up local shard ``i``'s rows ``ids``: the
+        shard's own weight; or, on the SSD tier, its cache's slots once the rows are resident
+        (or, for a batch larger than the cache, the rows read where they are)."""
+        cached = self.cached.get(i)
+        if cached is None:
+            return self._weights[i], ids  # type: ignore[return-value]
+        slots = cached.slots(ids)
+        if slots is not None:
+            return cached.weight, slots
+        if self.training and torch.is_grad_enabled():
+            raise HarnessError(f"a training batch looks up more distinct rows of a shard than its cache holds "
+                               f"({cached.cache.free_capacity})", ErrorCategory.BAD_INPUT)
+        return cached.current_rows(ids)
+
+    def cache_stats(self) -> tuple[CacheStats, int, int]:
+        """This rank's SSD shards: their caches' statistics summed, their rows, and their slots."""
+        total = CacheStats()
+        for c in self.cached.values():
+            for f in dataclasses.fields(CacheStats):
+                setattr(total, f.name, getattr(total, f.name) + getattr(c.cache.stats, f.name))
+        return (total, sum(c.store.rows for c in self.cached.values()),
+                sum(c.cache.free_capacity for c in self.cached.values()))
+
+    def flush(self) -> None:
+        for c in self.cached.values():
+            c.flush()
 
     def encode_pooled(self, partials: Sequence[torch.Tensor], bounds: Sequence[int]) -> list[torch.Tensor]:
         """Per destination rank ``q``, this rank's shards' pooled vectors of ``q``'s samples
@@ -399,7 +457,10 @@ class ShardedEmbeddingCollection(nn.Module):
                 bag = torch.repeat_interleave(torch.arange(k.lengths.numel(), device=grad.device), k.lengths)
                 per_id = pooled_grad.index_select(0, bag)
             rows, summed = coalesce(k.values, per_id)
-            sparse_update(self._weights[i], self._states[i], rows, summed, self.optimizer)
+            if i in self.cached:
+                self.cached[i].update(rows, summed, self.optimizer)
+            else:
+                sparse_update(self._weights[i], self._states[i], rows, summed, self.optimizer)  # type: ignore[arg-type]
         if self.replica is not None:
             self._replica_backward(sparse, grad[:, self.dp_tables])
 
@@ -425,9 +486,9 @@ class ShardedEmbeddingCollection(nn.Module):
         tensor: each weight is non-zero on one rank only, so the sum is exact)."""
         fused_start = self._row_start
         full = torch.zeros(fused_start[-1], self.dim, device=self._dummy.device)
-        for s, w in zip(self.shards, self._weights):
+        for i, (s, w) in enumerate(zip(self.shards, self._weights)):
             lo = fused_start[s.table] + s.row_offset
-            full[lo : lo + s.rows, s.col_offset : s.col_offset + s.cols] = w
+            full[lo : lo + s.rows, s.col_offset : s.col_offset + s.cols] = w if w is not None else self.cached[i].full_weight()
         if self.replica is not None and self.rank == 0:
             at = 0
             for t in self.dp_tables:

@@ -20,6 +20,7 @@ distribution (its all-to-alls run in the background, asynchronously).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import inspect
 import math
@@ -42,6 +43,7 @@ from harness.reference.distributed.comm import Comm, CommStats, ddp_comm_hook
 from harness.reference.distributed.sharded import InputDist, ShardedEmbeddingCollection, shardings_from_plan
 from harness.reference.mlperf_log import MLPerfLog
 from harness.reference.model import DLRM
+from harness.reference.tiered import CacheStats
 from harness.reference.trainer import RunConfig, Trainer, _prefetch, roc_auc
 
 PROCESS_GROUP_TIMEOUT = datetime.timedelta(seconds=300)
@@ -77,12 +79,12 @@ class ShardedDLRM(nn.Module):
     """
 
     def __init__(self, model: DLRM, plan: dict[str, Any], comms: tuple[Comm, Comm, Comm], codecs: CommConfig,
-                 device_ids: list[int] | None = None):
+                 device_ids: list[int] | None = None, ssd: dict[str, Any] | None = None):
         super().__init__()
         dense_comm, emb_comm, input_comm = comms
         emb = model.sparse_arch.embeddings
         shardings = shardings_from_plan(plan, emb.table_rows, emb.dim, emb_comm.world_size)
-        self.sparse_arch = ShardedEmbeddingCollection(emb, shardings, emb_comm, input_comm, codecs)
+        self.sparse_arch = ShardedEmbeddingCollection(emb, shardings, emb_comm, input_comm, codecs, ssd)
         self.dense = DistributedDataParallel(
             DenseTower(model), device_ids=device_ids, process_group=dense_comm.group, **_NO_BUFFER_SYNC
         )
@@ -164,6 +166,7 @@ class DistributedTrainer(Trainer):
             Comm(dist.new_group(backend=None), self.stats),
         )
         self._eval_plan: list[tuple[Batch, list[int]]] | None = None
+        self._sharded_tables: ShardedEmbeddingCollection | None = None  # with the SSD tier
         self._steps = 0  # training steps taken, logged with the communication statistics
 
     # ------------------------------------------------------------------ hooks
@@ -179,12 +182,53 @@ class DistributedTrainer(Trainer):
     def _log_run_stop(self, status: str, reason: str, epoch_num: float, throughput: float) -> None:
         super()._log_run_stop(status, reason, epoch_num, throughput)
         self.log.event("harness_comm_stats", {"rank": self.rank, "steps": self._steps, **self.stats.to_dict()})
+        final = not (reason == "interrupted" or reason.startswith("error: "))
+        if self._sharded_tables is not None and final:  # every rank is here: the caches' figures are summed
+            self.log.event("harness_embedding_cache", self.cache_report())
+
+    def cache_report(self) -> dict[str, Any]:
+        """The SSD shards' caches of every rank, summed (a collective: every rank calls it)."""
+        tables = self._sharded_tables
+        assert tables is not None
+        stats, rows, slots = tables.cache_stats()
+        fields = [f.name for f in dataclasses.fields(CacheStats)]
+        local = torch.tensor([getattr(stats, f) for f in fields] + [rows, slots], dtype=torch.float64)
+        dist.all_reduce(local)
+        total = CacheStats(**{f: int(v) for f, v in zip(fields, local.tolist())})
+        ssd_rows, cache_rows = int(local[-2]), int(local[-1])
+        steps = max(self._steps, 1)
+        tier = self.config.embedding_tier or {}
+        on_ssd = {s.table for shards in tables.shards_of for s in shards if s.tier == "ssd"}
+        memory = [t for t in range(len(tables.table_rows)) if t not in on_ssd]
+        return {
+            **total.to_dict("ssd"), "batches": self._steps,
+            "ssd_bytes_read_per_step": round(total.bytes_read / steps, 1),
+            "ssd_bytes_written_per_step": round(total.bytes_written / steps, 1),
+            # rows of the SSD shards of every rank (a column-sharded table's rows once per shard)
+            "policy": tier.get("policy", "lru"), "cache_rows": cache_rows, "rows": ssd_rows,
+            "memory_tables": memory, "memory_rows": sum(tables.table_rows[t] for t in memory),
+            "ranks": self.world_size, **{k: tier[k] for k in ("table_tiers", "tier_plan") if k in tier},
+        }
+
+    def _cache_progress(self) -> dict[str, float]:
+        if self._sharded_tables is None or not self._sharded_tables.cached:
+            return {}
+        return {"cache_hit_rate": self._sharded_tables.cache_stats()[0].hit_rate}  # this rank's
 
     # ------------------------------------------------------------------ pieces
     def _model(self) -> tuple[ShardedDLRM, torch.optim.Optimizer]:  # type: ignore[override]
         full, dense_opt = super()._model()
         device_ids = [self.device.index] if self.device.type == "cuda" else None
-        model = ShardedDLRM(full, self.config.sharding_plan or {}, self.comms, self.codecs, device_ids)
+        tier = self.config.embedding_tier
+        ssd = None
+        if tier:
+            if tier.get("tier") != "ssd" or self.device.type != "cpu":
+                raise HarnessError(f"embedding tier {tier.get('tier')!r} on {self.device.type}: only the SSD tier "
+                                   "behind a host-memory cache is implemented", ErrorCategory.NOT_IMPLEMENTED)
+            ssd = {"path": f"{tier['path']}.rank{self.rank}", "cache_fraction": tier["cache_fraction"],
+                   "policy": tier.get("policy", "lru"), "batch": int(self.hp["global_batch_size"])}
+        model = ShardedDLRM(full, self.config.sharding_plan or {}, self.comms, self.codecs, device_ids, ssd)
+        self._sharded_tables = model.sparse_arch if ssd is not None else None
         return model, dense_opt
 
     def _train_items(self, data: synthetic.SyntheticCriteo, order: synthetic.EpochOrder, gbs: int,

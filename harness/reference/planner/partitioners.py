@@ -25,6 +25,7 @@ from harness.reference.planner.types import (
     PlannerErrorType,
     Shard,
     ShardingOption,
+    ShardingType,
     ShardLoad,
     Storage,
     Tier,
@@ -74,11 +75,15 @@ class GreedyLptPartitioner:
         self._improve()
         return self._result()
 
-    def _allowed(self, table: str) -> list[int]:
+    def _allowed(self, table: str, sharding_type: ShardingType | None = None) -> list[int]:
         """The tiers (indices) that ``table``'s shards may live on: those with capacity, and
-        of those the ones its tier setting names."""
-        tiers = self.estimator.config.allowed_tiers(table)
-        return [i for i, c in enumerate(self._capacity) if c > 0 and (tiers is None or TIERS[i] in tiers)]
+        of those the ones its tier setting names. With an SSD cache, data-parallel replicas
+        are never on the SSD (as torchrec keeps them dense, uncached)."""
+        config = self.estimator.config
+        tiers = config.allowed_tiers(table)
+        no_ssd = config.ssd_cache_fraction > 0 and sharding_type is ShardingType.DATA_PARALLEL
+        return [i for i, c in enumerate(self._capacity)
+                if c > 0 and (tiers is None or TIERS[i] in tiers) and not (no_ssd and TIERS[i] is Tier.SSD)]
 
     def _target_tiers(self, options: list[ShardingOption]) -> dict[int, Tier]:
         """The fastest tier with room left in total, hottest options first."""
@@ -86,7 +91,7 @@ class GreedyLptPartitioner:
         budget = [int(c * world * _TARGET_FILL) for c in self._capacity]
         targets = {}
         for option in sorted(options, key=lambda o: -sum(s.lookup_bytes for s in o.shards) / max(o.storage_bytes, 1)):
-            usable = self._allowed(option.table.name)
+            usable = self._allowed(option.table.name, option.sharding_type)
             if not usable:
                 raise self._no_tier(option)
             index = next((i for i in usable if budget[i] >= option.storage_bytes), usable[-1] if usable else 0)
@@ -102,9 +107,9 @@ class GreedyLptPartitioner:
 
     # -- placement --------------------------------------------------------------------------
 
-    def _tier_order(self, target: Tier, table: str) -> list[int]:
+    def _tier_order(self, target: Tier, option: ShardingOption) -> list[int]:
         i = TIERS.index(target)
-        allowed = self._allowed(table)
+        allowed = self._allowed(option.table.name, option.sharding_type)
         return [j for j in [*range(i, len(TIERS)), *range(i - 1, -1, -1)] if j in allowed]
 
     def _cache_tier(self) -> int | None:
@@ -130,7 +135,7 @@ class GreedyLptPartitioner:
         return self.estimator.perf(load, tier).total
 
     def _place(self, option: ShardingOption, target: Tier) -> None:
-        order = self._tier_order(target, option.table.name)
+        order = self._tier_order(target, option)
         if option.placement is Placement.ANY:
             for load in option.shards:
                 self._place_single(option, load, order)

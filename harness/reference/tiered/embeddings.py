@@ -15,14 +15,21 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 from torch import nn
 
-from harness.reference.embeddings import FusedEmbeddingCollection, SparseOptimizerKind, distinct, sparse_update
+from harness.reference.embeddings import (
+    FusedEmbeddingCollection,
+    SparseOptimizerConfig,
+    SparseOptimizerKind,
+    distinct,
+    sparse_update,
+)
 from harness.reference.tiered.cache import CachePolicy, RowCache
-from harness.reference.tiered.store import RowStore
+from harness.reference.tiered.store import RowStore, SsdRows
 
 _CHUNK_ROWS = 1 << 16
 
@@ -172,3 +179,67 @@ def lookahead(batches: Iterator, collection: TieredEmbeddingCollection) -> Itera
         current = nxt
     if current is not None:
         yield current
+
+
+class CachedShard:
+    """One shard of a sharded table (sharded training) on the SSD tier, behind its own cache.
+
+    The shard's rows (weights, then optimizer state) move into an :class:`SsdRows` file at
+    ``path``; the lookups and the fused update of the sharded collection then work on the
+    cache's slots, as :class:`TieredEmbeddingCollection` does for whole tables: a batch's
+    distinct rows are admitted before its lookup (:meth:`slots`), and its update goes to
+    the same slots (:meth:`update`), so the arithmetic is the in-memory shard's, row for row.
+    A batch with more distinct rows than the cache holds (a large evaluation batch) reads
+    them where they are instead (:meth:`current_rows`), admitting nothing.
+
+    Args:
+        weight: the shard's ``rows x cols`` initial weights; ``state`` its optimizer state
+            (``rows x cols``, ``rows`` or empty).
+        cache_rows: slots of the cache (the caller makes it at least one batch's rows).
+    """
+
+    def __init__(self, weight: torch.Tensor, state: torch.Tensor, path: Path, cache_rows: int,
+                 policy: CachePolicy = CachePolicy.LRU):
+        rows, cols = weight.shape
+        state_2d = state.reshape(rows, -1) if state.numel() else weight.new_empty(rows, 0)
+        self.store = SsdRows(path, rows, cols, state_2d.shape[1], create=True)
+        for lo in range(0, rows, _CHUNK_ROWS):
+            hi = min(lo + _CHUNK_ROWS, rows)
+            self.store.write(torch.arange(lo, hi), torch.cat([weight[lo:hi], state_2d[lo:hi]], dim=1))
+        self.cache = RowCache(self.store, cache_rows, policy)
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.cache.weights
+
+    def slots(self, ids: torch.Tensor) -> torch.Tensor | None:
+        """The slots of ``ids`` (local rows, any shape) once their rows are resident; None when
+        they have more distinct rows than the cache holds."""
+        unique, inverse, counts = distinct(ids)
+        if unique.numel() > self.cache.free_capacity:
+            return None
+        return self.cache.admit(unique, counts=counts)[inverse]
+
+    def current_rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(weights of the distinct rows of ids, each id's index among them)``, wherever the
+        rows are; nothing is admitted."""
+        unique, inverse, _ = distinct(ids)
+        self.cache.drain()
+        values = self.store.read(unique)[:, : self.store.cols]
+        slots = self.cache.row_slot.index_select(0, unique)
+        resident = slots >= 0
+        values[resident] = self.cache.weights.index_select(0, slots[resident].long())
+        return values, inverse
+
+    def update(self, rows: torch.Tensor, grad: torch.Tensor, opt: SparseOptimizerConfig | None) -> None:
+        """The fused optimizer on the distinct local ``rows`` (resident since their lookup)."""
+        slots = self.cache.row_slot.index_select(0, rows).long()
+        sparse_update(self.cache.weights, self.cache.state, slots, grad, opt)
+        self.cache.mark_dirty(slots)
+
+    def full_weight(self) -> torch.Tensor:
+        values, _ = self.current_rows(torch.arange(self.store.rows))
+        return values
+
+    def flush(self) -> None:
+        self.cache.flush()
