@@ -199,6 +199,16 @@ class RowCache:
         outside = self._outside_pinned(rows)
         return rows if outside is None else rows[outside]
 
+    def current_weights(self, rows: torch.Tensor) -> torch.Tensor:
+        """The latest weights of ``rows``, wherever they are (a slot, or the store once the
+        write-backs in flight are done); nothing is admitted."""
+        self.drain()
+        values = self.store.read(rows)[:, : self.store.cols]
+        slots = self.row_slot.index_select(0, rows)
+        resident = slots >= 0
+        values[resident] = self.weights.index_select(0, slots[resident].long())
+        return values
+
     def slots_of(self, rows: torch.Tensor) -> torch.Tensor:
         """The slots (int64) of resident rows (any shape)."""
         return self.row_slot[rows].long()

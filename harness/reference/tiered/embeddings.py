@@ -103,12 +103,7 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
         """The latest weights of the distinct ``rows``, wherever they are; nothing is admitted."""
         if self._ahead is not None:  # the store's rows are not written while a read is in flight, but
             self._ahead[0].result()  # wait anyway: the next admit will find the read done
-        self.cache.drain()  # evicted rows written back first
-        values = self.store.read(rows)[:, : self.dim]
-        slots = self.cache.row_slot.index_select(0, rows)
-        resident = slots >= 0
-        values[resident] = self.weight.detach().index_select(0, slots[resident])
-        return values
+        return self.cache.current_weights(rows)
 
     def global_ids(self, sparse: torch.Tensor) -> torch.Tensor:
         """Make the batch's rows resident; its ids as slots of the cache."""
@@ -224,12 +219,7 @@ class CachedShard:
         """``(weights of the distinct rows of ids, each id's index among them)``, wherever the
         rows are; nothing is admitted."""
         unique, inverse, _ = distinct(ids)
-        self.cache.drain()
-        values = self.store.read(unique)[:, : self.store.cols]
-        slots = self.cache.row_slot.index_select(0, unique)
-        resident = slots >= 0
-        values[resident] = self.cache.weights.index_select(0, slots[resident].long())
-        return values, inverse
+        return self.cache.current_weights(unique), inverse
 
     def update(self, rows: torch.Tensor, grad: torch.Tensor, opt: SparseOptimizerConfig | None) -> None:
         """The fused optimizer on the distinct local ``rows`` (resident since their lookup)."""
@@ -238,8 +228,7 @@ class CachedShard:
         self.cache.mark_dirty(slots)
 
     def full_weight(self) -> torch.Tensor:
-        values, _ = self.current_rows(torch.arange(self.store.rows))
-        return values
+        return self.cache.current_weights(torch.arange(self.store.rows))
 
     def flush(self) -> None:
         self.cache.flush()
