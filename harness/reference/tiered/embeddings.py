@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from pathlib import Path
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 import torch
 from torch import nn
