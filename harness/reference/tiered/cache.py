@@ -4,20 +4,21 @@ As FBGEMM's cached table-batched embeddings (and Neo's HBM cache over host memor
 cache is a fixed set of *slots*, each holding one row (weights and optimizer state); the
 training step looks rows up, and updates them, in the slots only. Before a batch, its
 distinct rows are made resident (:meth:`RowCache.admit`): the missing ones are read from
-the backing store into free slots or into the slots of victims, which are written back
-first when they are dirty. So no update is ever lost: a row is either resident (its slot
-holds the latest values) or not (the store does), and :meth:`RowCache.flush` writes every
-dirty slot back (at the end of a run and at a checkpoint).
+the backing store into free slots or into the slots of victims, whose dirty rows are
+written back. So no update is ever lost: a row is either resident (its slot holds the
+latest values) or not (the store does, once the write-backs in flight are done), and
+:meth:`RowCache.flush` writes every dirty slot back (at the end of a run and at a checkpoint).
 
 Victims are never rows of the batch being admitted. LRU evicts the slot used longest ago;
-LFU the row looked up the fewest times since the run began (counted per row, resident or
-not, as FBGEMM's LFU cache does), the least recently used first among equals. Ties go to
-the lowest slot, so eviction, like everything here, is deterministic.
+LFU the row looked up the fewest times since the run began (every id counted, resident or
+not, as FBGEMM's LFU cache counts), the least recently used first among equals. Ties go to
+the lowest slot, so eviction, like everything here, is deterministic. The cache evicts
+ahead of need (:meth:`RowCache._victims`), from a free list.
 
 Reading the missing rows of the *next* batch can overlap the current step
-(:meth:`RowCache.missing` then :meth:`RowStore.read` in a background thread): during a step
-no row enters or leaves the cache, so the store's copy of a non-resident row cannot change
-while it is being read.
+(:meth:`RowCache.missing` then :meth:`RowStore.read` in a background thread, the same one
+that writes victims back, in order): during a step no row enters or leaves the cache, so
+the store's copy of a non-resident row cannot change while it is being read.
 """
 
 from __future__ import annotations
