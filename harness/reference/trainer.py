@@ -28,7 +28,11 @@ from harness.errors import ErrorCategory, HarnessError
 from harness.reference import synthetic
 from harness.reference.batches import Batch
 from harness.reference.comm_codecs import CommConfig
-from harness.reference.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig, SparseOptimizerKind
+from harness.reference.embeddings import (
+    FusedEmbeddingCollection,
+    SparseOptimizerConfig,
+    SparseOptimizerKind,
+)
 from harness.reference.mlperf_log import MLPerfLog
 from harness.reference.model import DLRM
 from harness.rules.specs import BenchmarkSpec, spec_from_dict
@@ -283,8 +287,13 @@ class Trainer:
     def _tiered(self, full: FusedEmbeddingCollection, tier: dict[str, Any]) -> FusedEmbeddingCollection:
         """``full``'s tables moved to the SSD tier (a file), behind a cache of a fraction of their rows;
         tables not in ``tier["ssd_tables"]`` (when given) stay in memory."""
-        from harness.reference.planner.estimators import cache_floor
-        from harness.reference.tiered import CachePolicy, SsdRows, TieredEmbeddingCollection, state_columns
+        from harness.reference.planner.estimators import cache_rows
+        from harness.reference.tiered import (
+            CachePolicy,
+            SsdRows,
+            TieredEmbeddingCollection,
+            state_columns,
+        )
 
         if tier.get("tier") != "ssd" or self.device.type != "cpu":
             raise HarnessError(
@@ -296,12 +305,10 @@ class Trainer:
         store = SsdRows(Path(tier["path"]), rows, full.dim, state_columns(full), create=not in_file)
         on_ssd = tier.get("ssd_tables")  # table indices; None: all
         memory = tuple(t for t in range(len(full.table_rows)) if on_ssd is not None and t not in on_ssd)
-        ssd_tables = [t for t in range(len(full.table_rows)) if t not in memory]
-        ssd_rows = sum(full.table_rows[t] for t in ssd_tables)
-        # the cache's share of the rows, and never fewer than one batch can look up (as the planner counts it)
-        batch = int(self.hp["global_batch_size"])
-        floor = sum(cache_floor(full.table_rows[t], batch * full.pooling[t]) for t in ssd_tables)
-        capacity = max(1, round(ssd_rows * float(tier["cache_fraction"])), floor)
+        # each SSD table's share of the cache, as the planner counts it
+        batch, fraction = int(self.hp["global_batch_size"]), float(tier["cache_fraction"])
+        capacity = sum(cache_rows(r, fraction, batch * full.pooling[t])
+                       for t, r in enumerate(full.table_rows) if t not in memory)
         self._tiered_tables = TieredEmbeddingCollection(
             full, store, capacity, CachePolicy(tier.get("policy", "lru")), memory_tables=memory, copy_rows=not in_file
         )

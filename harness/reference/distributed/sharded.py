@@ -42,7 +42,6 @@ unsharded training averages over the whole row. Elementwise Adagrad and SGD are 
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,7 +67,7 @@ from harness.reference.embeddings import (
     coalesce,
     sparse_update,
 )
-from harness.reference.planner.estimators import cache_floor
+from harness.reference.planner.estimators import cache_rows
 from harness.reference.planner.types import ShardingType
 from harness.reference.tiered import CachedShard, CachePolicy, CacheStats
 
@@ -297,8 +296,7 @@ class ShardedEmbeddingCollection(nn.Module):
             rows, cols = slice(lo, lo + s.rows), slice(s.col_offset, s.col_offset + s.cols)
             st = state if state.numel() == 0 else (state[rows, cols] if state.dim() == 2 else state[rows])
             if ssd is not None and s.tier == "ssd":
-                floor = cache_floor(s.rows, int(ssd["batch"]) * self.pooling[s.table])
-                slots = max(1, round(s.rows * float(ssd["cache_fraction"])), floor)
+                slots = cache_rows(s.rows, float(ssd["cache_fraction"]), int(ssd["batch"]) * self.pooling[s.table])
                 self.cached[i] = CachedShard(w[rows, cols], st, Path(f"{ssd['path']}.shard{i}.bin"), slots,
                                              CachePolicy(ssd.get("policy", "lru")))
                 self._weights.append(None)
@@ -390,16 +388,9 @@ class ShardedEmbeddingCollection(nn.Module):
 
     def cache_stats(self) -> tuple[CacheStats, int, int]:
         """This rank's SSD shards: their caches' statistics summed, their rows, and their slots."""
-        total = CacheStats()
-        for c in self.cached.values():
-            for f in dataclasses.fields(CacheStats):
-                setattr(total, f.name, getattr(total, f.name) + getattr(c.cache.stats, f.name))
-        return (total, sum(c.store.rows for c in self.cached.values()),
-                sum(c.cache.free_capacity for c in self.cached.values()))
-
-    def flush(self) -> None:
-        for c in self.cached.values():
-            c.flush()
+        caches = self.cached.values()
+        return (sum((c.cache.stats for c in caches), CacheStats()), sum(c.store.rows for c in caches),
+                sum(c.cache.free_capacity for c in caches))
 
     def encode_pooled(self, partials: Sequence[torch.Tensor], bounds: Sequence[int]) -> list[torch.Tensor]:
         """Per destination rank ``q``, this rank's shards' pooled vectors of ``q``'s samples

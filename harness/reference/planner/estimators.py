@@ -134,11 +134,11 @@ class Topology:
         return 2 * (w - 1) / w * nbytes / link
 
 
-def cache_floor(rows: int, ids_per_step: float) -> int:
-    """The fewest cache slots that hold every row one step can look up in a table (or shard)
-    of ``rows`` rows: ``min(rows, ids per step)``. A cache of the run's tables is sized to at
-    least the sum of these over its tables."""
-    return min(rows, math.ceil(ids_per_step))
+def cache_rows(rows: int, fraction: float, ids_per_step: float) -> int:
+    """The cache slots of a table (or shard) of ``rows`` rows on the SSD tier: ``fraction`` of
+    its rows, and never fewer than one step can look up (``min(rows, ids per step)``: a batch's
+    rows must be resident together). The planner counts these; the trainers make these."""
+    return max(1, math.ceil(rows * fraction), min(rows, math.ceil(ids_per_step)))
 
 
 class ShardEstimator:
@@ -191,7 +191,7 @@ class ShardEstimator:
         f = self.config.ssd_cache_fraction
         if f <= 0:
             return 0
-        rows = max(math.ceil(load.rows * f), cache_floor(load.rows, load.ids_per_step))
+        rows = cache_rows(load.rows, f, load.ids_per_step)
         return math.ceil(rows * load.storage_bytes / load.rows) + 4 * load.rows
 
     def perf(self, load: ShardLoad, tier: Tier) -> Perf:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
@@ -64,6 +64,9 @@ class CacheStats:
         """Of the distinct rows of each batch, the share already resident: what the cache
         saves in reads from the store (popular rows repeat within a batch, so this is lower)."""
         return self.unique_hits / self.unique_lookups if self.unique_lookups else 1.0
+
+    def __add__(self, other: CacheStats) -> CacheStats:
+        return CacheStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(CacheStats)})
 
     def to_dict(self, tier: str) -> dict[str, float]:
         per_batch = max(self.batches, 1)

@@ -31,8 +31,6 @@ from harness.reference.embeddings import (
 from harness.reference.tiered.cache import CachePolicy, RowCache
 from harness.reference.tiered.store import RowStore, SsdRows
 
-_CHUNK_ROWS = 1 << 16
-
 
 def state_columns(full: FusedEmbeddingCollection) -> int:
     """Optimizer-state values per row of ``full``'s optimizer."""
@@ -65,11 +63,7 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
         if store.rows != sum(full.table_rows) or store.cols != full.dim or store.state_cols != state_columns(full):
             raise ValueError("the store's shape does not match the tables")
         if copy_rows:
-            state = full.optimizer_state.reshape(full.weight.shape[0], -1)
-            for lo in range(0, store.rows, _CHUNK_ROWS):
-                hi = min(lo + _CHUNK_ROWS, store.rows)
-                rows = torch.arange(lo, hi)
-                store.write(rows, torch.cat([full.weight.detach()[lo:hi], state[lo:hi]], dim=1))
+            store.load(full.weight.detach(), full.optimizer_state.reshape(full.weight.shape[0], -1))
         self.store = store
         starts = (0, *itertools.accumulate(full.table_rows))
         # tables placed in the fast tier: their rows stay resident, the cache serves the others
@@ -198,9 +192,7 @@ class CachedShard:
         rows, cols = weight.shape
         state_2d = state.reshape(rows, -1) if state.numel() else weight.new_empty(rows, 0)
         self.store = SsdRows(path, rows, cols, state_2d.shape[1], create=True)
-        for lo in range(0, rows, _CHUNK_ROWS):
-            hi = min(lo + _CHUNK_ROWS, rows)
-            self.store.write(torch.arange(lo, hi), torch.cat([weight[lo:hi], state_2d[lo:hi]], dim=1))
+        self.store.load(weight, state_2d)
         self.cache = RowCache(self.store, cache_rows, policy)
 
     @property
@@ -229,6 +221,3 @@ class CachedShard:
 
     def full_weight(self) -> torch.Tensor:
         return self.cache.current_weights(torch.arange(self.store.rows))
-
-    def flush(self) -> None:
-        self.cache.flush()

@@ -40,6 +40,13 @@ class RowStore:
     def flush(self) -> None:
         """Make every write durable."""
 
+    def load(self, weight: torch.Tensor, state: torch.Tensor, chunk: int = 1 << 16) -> None:
+        """Write every row: ``weight`` (``rows x cols``) then ``state`` (``rows x state_cols``),
+        a chunk of rows at a time."""
+        for lo in range(0, self.rows, chunk):
+            hi = min(lo + chunk, self.rows)
+            self.write(torch.arange(lo, hi), torch.cat([weight[lo:hi], state[lo:hi]], dim=1))
+
 
 class MemoryRows(RowStore):
     """Rows in a tensor in memory."""
