@@ -51,17 +51,14 @@ import torch
 import torch.distributed as dist
 
 from harness.hw_profiles import load_profile
-from harness.reference import synthetic
 from harness.reference.comm_codecs import Codec
 from harness.reference.distributed.comm import BACKWARD, FORWARD, Comm, CommStats
+from harness.reference.distributed.session import DistributedSession
 from harness.reference.distributed.sharded import ShardedEmbeddingCollection
-from harness.reference.distributed.trainer import (
-    PROCESS_GROUP_TIMEOUT,
-    DistributedTrainer,
-)
+from harness.reference.distributed.trainer import PROCESS_GROUP_TIMEOUT
 from harness.reference.planner import PlannerConfig, ShardingType, plan_tables
 from harness.reference.planner.models import tables_for_benchmark
-from harness.reference.trainer import RunConfig
+from harness.reference.run_config import RunConfig
 from harness.rules.specs import BenchmarkSpec, load_benchmark
 
 BENCHMARK = "dlrm_synthetic"
@@ -159,27 +156,11 @@ def run_codec(spec: BenchmarkSpec, config: RunConfig, codec: Codec, steps: int, 
     """Train ``steps`` steps with ``codec`` on the embedding all-to-alls; measure; evaluate."""
     world = dist.get_world_size()
     gbs = int(config.hyperparameters["global_batch_size"])
-    trainer = DistributedTrainer(config)
-    model, dense_opt = trainer._model()
-    micro_s, wire_s = micro_all_to_all(model.sparse_arch, gbs // world, reps, warmup)
-
-    data = trainer._data()
-    order = synthetic.EpochOrder.from_seed(config.seed, spec.dataset["train_samples"])
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-    items = trainer._train_items(data, order, gbs, model)
-    done = 0
-    try:
-        for item in items:
-            trainer.train_step(model, dense_opt, loss_fn, item)
-            done += 1
-            if done == steps:
-                break
-    finally:
-        close = getattr(items, "close", None)
-        if close is not None:
-            close()
-    train_stats = trainer.stats.to_dict()  # before evaluate: its forward passes are all-to-alls too
-    auc = trainer.evaluate(model, data)
+    session = DistributedSession(config)
+    micro_s, wire_s = micro_all_to_all(session.embeddings, gbs // world, reps, warmup)
+    done = session.train(eval_at=[], until=steps, stop_at_target=False).steps
+    train_stats = session.comm_stats.to_dict()  # before evaluate: its forward passes are all-to-alls too
+    auc = session.evaluate()
 
     fwd, bwd = train_stats[FORWARD], train_stats[BACKWARD]
     if fwd["calls"] != done or bwd["calls"] != done:

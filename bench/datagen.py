@@ -11,14 +11,14 @@ rate to the training-alone rate: 1.0 means generation costs training nothing.
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 
 import torch
 
-from harness.reference import synthetic
-from harness.reference.embeddings import SparseOptimizerConfig
-from harness.reference.model import DLRM
-from harness.reference.trainer import _prefetch, synthetic_data
+from harness.reference.datasets import SyntheticDataset
+from harness.reference.run_config import RunConfig
+from harness.reference.session import TrainingSession
 from harness.rules.specs import load_benchmark
 
 
@@ -28,40 +28,25 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=40)
     args = ap.parse_args()
     spec = load_benchmark(args.benchmark)
-    hp = spec.reference_hyperparameters
-    gbs, lr = int(hp["global_batch_size"]), float(hp["opt_base_learning_rate"])
-    data = synthetic_data(spec)
-    order = synthetic.EpochOrder.from_seed(0, spec.dataset["train_samples"])
-
-    def batches(start: int):
-        it = synthetic.train_batches(data, order, gbs, start_batch=start)
-        return [next(it) for _ in range(args.batches)]
+    session = TrainingSession(RunConfig.offline(spec.raw, spec.reference_hyperparameters, 0, who="bench"))
+    data = session.dataset
+    assert isinstance(data, SyntheticDataset)
+    gbs, n = session.global_batch_size, args.batches
 
     t = time.perf_counter()
-    in_memory = batches(0)
-    gen_rate = args.batches * gbs / (time.perf_counter() - t)
-
-    model = DLRM(spec.model_config(), SparseOptimizerConfig(kind=spec.embedding_optimizer, learning_rate=lr))
-    opt = torch.optim.Adagrad(model.dense_parameters(), lr=lr, eps=1e-8)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-
-    def step(b) -> None:
-        opt.zero_grad(set_to_none=True)
-        loss_fn(model(b.dense, b.sparse), b.labels).backward()
-        opt.step()
+    in_memory = list(itertools.islice(data.train_batches(gbs, start=session.steps_per_epoch - n), n))
+    gen_rate = n * gbs / (time.perf_counter() - t)
 
     for b in in_memory[:3]:
-        step(b)
+        session.step(b)
     t = time.perf_counter()
     for b in in_memory:
-        step(b)
-    train_rate = args.batches * gbs / (time.perf_counter() - t)
+        session.step(b)
+    train_rate = n * gbs / (time.perf_counter() - t)
 
-    it = _prefetch(synthetic.train_batches(data, order, gbs, start_batch=args.batches))
     t = time.perf_counter()
-    for _ in range(args.batches):
-        step(next(it))
-    combined_rate = args.batches * gbs / (time.perf_counter() - t)
+    session.train(eval_at=[], until=session.step_count + n, stop_at_target=False)  # the session's own feed
+    combined_rate = n * gbs / (time.perf_counter() - t)
 
     print(f"benchmark {spec.name}: batch {gbs}, {torch.get_num_threads()} torch threads")
     print(f"generation alone (one thread):        {gen_rate:12,.0f} samples/s")

@@ -7,8 +7,9 @@
 Both models get the identical architecture, batch and (in-memory) data; a step is
 forward + backward + optimizer. The baseline is what a PyTorch user writes first: one
 ``nn.EmbeddingBag(sparse=True)`` per table and one ``torch.optim.Adagrad`` over every
-parameter. Ours is :class:`harness.reference.model.DLRM`: the tables fused into one weight
-and Adagrad fused into the embedding backward (see ``harness/reference/embeddings.py``).
+parameter. Ours is the engine's own step (:meth:`harness.reference.session.TrainingSession.step`
+on :class:`harness.reference.model.DLRM`): the tables fused into one weight and Adagrad fused
+into the embedding backward (see ``harness/reference/embeddings.py``).
 
 Timings alternate between the two models over several rounds and report the median, so
 both see the same machine noise; the last line is the ratio ours / baseline. Beside them it
@@ -26,8 +27,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness.reference.embeddings import SparseOptimizerConfig
-from harness.reference.model import DLRM, DLRMConfig, Interaction
+from harness.reference.batches import Batch
+from harness.reference.model import DLRMConfig, Interaction
+from harness.reference.run_config import RunConfig
+from harness.reference.session import TrainingSession
 
 MLPERF_POOLING = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1)
 MLPERF_ROWS = (40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10, 2209,
@@ -138,7 +141,7 @@ def _sync(device) -> None:
         torch.cuda.synchronize()
 
 
-def make_batches(cfg: DLRMConfig, batch_size: int, count: int, device) -> list[tuple]:
+def make_batches(cfg: DLRMConfig, batch_size: int, count: int, device) -> list[Batch]:
     g = torch.Generator().manual_seed(0)
     out = []
     for _ in range(count):
@@ -147,17 +150,36 @@ def make_batches(cfg: DLRMConfig, batch_size: int, count: int, device) -> list[t
             [torch.randint(0, r, (batch_size, p), generator=g) for r, p in zip(cfg.table_rows, cfg.pooling)], dim=1
         )
         labels = torch.randint(0, 2, (batch_size,), generator=g).float()
-        out.append((dense.to(device), sparse.to(device), labels.to(device)))
+        out.append(Batch(dense.to(device), sparse.to(device), labels.to(device), cfg.pooling))
     return out
+
+
+def bench_spec(bc: BenchConfig) -> tuple[dict, dict]:
+    """A benchmark spec and hyperparameters for the config, so that ours trains through the
+    engine (:class:`~harness.reference.session.TrainingSession`) as a run does."""
+    cfg = bc.model
+    raw = {
+        "name": "throughput_bench", "description": "bench/throughput.py", "ruleset": "6.0.0",
+        "dataset": {"kind": "synthetic", "seed": 0, "train_samples": bc.batch_size * 1000, "eval_samples": 1,
+                    "table_rows": list(cfg.table_rows), "pooling": list(cfg.pooling)},
+        "model": {"embedding_dim": cfg.embedding_dim, "bottom_mlp": list(cfg.bottom_mlp),
+                  "top_mlp": list(cfg.top_mlp), "interaction": cfg.interaction.value, "dcn_layers": cfg.dcn_layers,
+                  "dcn_rank": cfg.dcn_rank, "embedding_optimizer": "adagrad"},
+        "quality": {"metric": "AUC", "target": 0.99}, "eval": {"every_epoch_fraction": 1.0, "batch_size": 1},
+        "max_epochs": 1, "required_runs": 3, "max_non_converged_runs": 1, "tunable_hyperparameters": [],
+        "reference_hyperparameters": {"global_batch_size": bc.batch_size, "opt_name": "adagrad",
+                                      "opt_base_learning_rate": bc.lr, "opt_adagrad_epsilon": 1e-8,
+                                      "gradient_accumulation_steps": 1},
+    }
+    return raw, raw["reference_hyperparameters"]
 
 
 def stepper(model: nn.Module, optimizer: torch.optim.Optimizer):
     loss_fn = nn.BCEWithLogitsLoss()
 
-    def step(batch):
-        dense, sparse, labels = batch
+    def step(batch: Batch) -> None:
         optimizer.zero_grad(set_to_none=True)
-        loss_fn(model(dense, sparse), labels).backward()
+        loss_fn(model(batch.dense, batch.sparse), batch.labels).backward()
         optimizer.step()
 
     return step
@@ -195,9 +217,10 @@ def main() -> None:
           f"{sum(cfg.table_rows):,} rows x dim {cfg.embedding_dim}, pooling {sum(cfg.pooling)} ids/sample, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
 
+    session = TrainingSession(RunConfig.offline(
+        *bench_spec(bc), 0, who="bench", profile={"name": "bench", "device_type": device.type}))
+    ours_step = session.step  # the engine's own step: schedule, forward, fused backward, optimizers
     torch.manual_seed(0)
-    ours = DLRM(cfg, SparseOptimizerConfig(learning_rate=bc.lr), device=device)
-    ours_step = stepper(ours, torch.optim.Adagrad(ours.dense_parameters(), lr=bc.lr, eps=1e-8))
     base = BaselineDLRM(cfg, device)
     base_step = stepper(base, torch.optim.Adagrad(base.parameters(), lr=bc.lr, eps=1e-8))
 

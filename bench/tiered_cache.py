@@ -31,6 +31,7 @@ latency. Absolute figures on a shared 2-core machine are noise; the ratios are t
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -43,8 +44,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.reference import synthetic  # noqa: E402
-from harness.reference.trainer import RunConfig, Trainer  # noqa: E402
+from harness.reference.run_config import RunConfig  # noqa: E402
+from harness.reference.session import SessionHooks, TrainingSession  # noqa: E402
 from harness.rules.specs import load_benchmark  # noqa: E402
 
 
@@ -63,37 +64,37 @@ def best_static_hit_rate(rows: int, zipf: float, fraction: float) -> float:
     return float(weights[: round(rows * fraction)].sum() / weights.sum())
 
 
+class _Timing(SessionHooks):
+    """Starts the clock and snapshots the cache's counters after ``warmup`` steps."""
+
+    def __init__(self, warmup: int):
+        self.warmup = warmup
+        self.start: float | None = None
+        self.before: Any = None
+
+    def after_step(self, session: TrainingSession, loss: torch.Tensor) -> bool:
+        if session.step_count == self.warmup:
+            self.start = time.perf_counter()
+            stats = session.cache_stats()
+            self.before = dataclasses.replace(stats) if stats is not None else None
+        return False
+
+
 def measure(spec: dict[str, Any], batch: int, steps: int, warmup: int, tier: dict | None) -> dict[str, float]:
     hp = {**load_benchmark("dlrm_synthetic").reference_hyperparameters, "global_batch_size": batch}
-    config = RunConfig.offline(spec, hp, 1, who="bench", embedding_tier=tier)
-    t = Trainer(config)
-    model, dense_opt = t._model()
-    data = t._data()
-    order = synthetic.EpochOrder.from_seed(config.seed, spec["dataset"]["train_samples"])
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-    tables = t._tiered_tables
-    start = None
-    before: dict[str, int] = {}
-    for step, item in enumerate(t._train_items(data, order, batch, model)):
-        if step == warmup:
-            start = time.perf_counter()
-            if tables is not None:
-                s = tables.cache.stats
-                before = {"lookups": s.lookups, "hits": s.hits, "read": s.bytes_read, "written": s.bytes_written,
-                          "unique_lookups": s.unique_lookups, "unique_hits": s.unique_hits}
-        t.train_step(model, dense_opt, loss_fn, item)
-        if step + 1 == warmup + steps:
-            break
-    assert start is not None
-    elapsed = time.perf_counter() - start
+    session = TrainingSession(RunConfig.offline(spec, hp, 1, who="bench", embedding_tier=tier))
+    timing = _Timing(warmup)
+    session.train(timing, eval_at=[], until=warmup + steps, stop_at_target=False)
+    assert timing.start is not None
+    elapsed = time.perf_counter() - timing.start
     out = {"samples_per_s": steps * batch / elapsed}
-    if tables is not None:
-        s = tables.cache.stats
-        out["hit_rate"] = (s.hits - before["hits"]) / max(s.lookups - before["lookups"], 1)
-        out["unique_hit_rate"] = (s.unique_hits - before["unique_hits"]) / max(s.unique_lookups - before["unique_lookups"], 1)
-        out["read_mb_per_step"] = (s.bytes_read - before["read"]) / steps / 1e6
-        out["written_mb_per_step"] = (s.bytes_written - before["written"]) / steps / 1e6
-        tables.close()
+    s, b = session.cache_stats(), timing.before
+    if s is not None:
+        out["hit_rate"] = (s.hits - b.hits) / max(s.lookups - b.lookups, 1)
+        out["unique_hit_rate"] = (s.unique_hits - b.unique_hits) / max(s.unique_lookups - b.unique_lookups, 1)
+        out["read_mb_per_step"] = (s.bytes_read - b.bytes_read) / steps / 1e6
+        out["written_mb_per_step"] = (s.bytes_written - b.bytes_written) / steps / 1e6
+    session.close()
     return out
 
 

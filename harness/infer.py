@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import enum
 import json
-import math
 import pickle
 import queue
 import re
@@ -41,6 +40,8 @@ from harness.errors import ErrorCategory, HarnessError
 from harness.reference import synthetic
 from harness.reference.batches import NUM_DENSE
 from harness.reference.model import DLRM
+from harness.reference.run_config import RunConfig
+from harness.reference.session import SessionHooks, TrainingSession
 from harness.reference.tiered import (
     CachePolicy,
     CacheStats,
@@ -48,7 +49,6 @@ from harness.reference.tiered import (
     TieredEmbeddingCollection,
     state_columns,
 )
-from harness.reference.trainer import RunConfig, Trainer
 from harness.rules.specs import BenchmarkSpec
 
 DEFAULT_MODELS_DIR = Path("results") / ".harness" / "models"
@@ -356,43 +356,35 @@ def _read_state(model_path: Path) -> dict[str, torch.Tensor]:
         raise _not_a_model(model_path, err) from err
 
 
-def _trainer(spec: BenchmarkSpec, seed: int) -> Trainer:
-    return Trainer(RunConfig.offline(spec.raw, dict(spec.reference_hyperparameters), seed, who="harness-infer"))
+class _Progress(SessionHooks):
+    def __init__(self, progress: Callable[[str], None]):
+        self.progress = progress
+
+    def after_eval(self, session: TrainingSession, auc: float) -> bool:
+        self.progress(f"  step {session.step_count} (epoch {session.epoch_num:.3f}): AUC {auc:.5f}")
+        return False
 
 
 def _train(spec: BenchmarkSpec, seed: int, train_steps: int | None,
            progress: Callable[[str], None]) -> tuple[dict[str, torch.Tensor], int, float, float]:
-    """Train as the reference run does (same model, data order and optimizers); return the
-    inference state dict (no optimizer state), the steps taken, the epochs and the last AUC."""
-    t = _trainer(spec, seed)
-    model, dense_opt = t._model()
-    data = t._data()
-    gbs = int(t.hp["global_batch_size"])
-    train_samples = int(spec.dataset["train_samples"])
-    limit = math.floor(spec.max_epochs * (train_samples // gbs))
+    """Train as the reference run does (the same session: model, data order, optimizers,
+    schedule); return the inference state dict (no optimizer state), the steps taken, the
+    epochs and the last AUC."""
+    session = TrainingSession(RunConfig.offline(spec.raw, dict(spec.reference_hyperparameters), seed,
+                                                who="harness-infer"))
+    limit = session.step_limit()
     if train_steps is not None and train_steps > limit:
         raise HarnessError(f"--train-steps {train_steps}: {spec.name} trains at most {limit} steps "
-                           f"({spec.max_epochs:g} epoch of batch {gbs})", ErrorCategory.BAD_INPUT)
-    eval_at = set(t._eval_steps(train_samples // gbs)) if train_steps is None else {train_steps}
-    last = max(eval_at)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-    items = t._train_items(data, synthetic.EpochOrder.from_seed(seed, train_samples), gbs, model)
-    step, auc = 0, float("nan")
-    try:
-        for step, item in enumerate(items, start=1):
-            t.train_step(model, dense_opt, loss_fn, item)
-            if step in eval_at:
-                auc = t.evaluate(model, data)
-                progress(f"  step {step} (epoch {step * gbs / train_samples:.3f}): AUC {auc:.5f}")
-                if (train_steps is None and auc >= spec.target_auc) or step >= last:
-                    break
-    finally:
-        close = getattr(items, "close", None)
-        if close is not None:
-            close()
-    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                           f"({spec.max_epochs:g} epoch of batch {session.global_batch_size})", ErrorCategory.BAD_INPUT)
+    if train_steps is None:
+        outcome = session.train(_Progress(progress))
+    else:
+        outcome = session.train(_Progress(progress), eval_at=[train_steps], until=train_steps, stop_at_target=False)
+    auc = outcome.eval_accuracies[-1][1] if outcome.eval_accuracies else float("nan")
+    state = {k: v.detach().clone() for k, v in session.model.state_dict().items()}
     state["sparse_arch.embeddings.optimizer_state"] = torch.empty(0)  # inference tables carry none
-    return state, step, step * gbs / train_samples, auc
+    session.close()
+    return state, session.step_count, session.epoch_num, auc
 
 
 # ---------------------------------------------------------------------------------- the variants
@@ -715,13 +707,13 @@ class _Variant:
 def run_inference(config: InferConfig, *, progress: Callable[[str], None] = lambda _m: None) -> InferReport:
     """Train (or reuse) the benchmark's model, then serve it from memory and from the SSD tier
     under LoadGen, in each of the config's scenarios."""
-    from harness.reference.trainer import synthetic_data
+    from harness.reference.datasets import SyntheticDataset
     from harness.rules.specs import load_benchmark
 
     t_start = time.perf_counter()
     lg = loadgen()
     spec = load_benchmark(config.benchmark)
-    data = synthetic_data(spec)
+    data = SyntheticDataset(spec.dataset).generator
     model_dir = config.model_dir or default_model_dir(spec.name, config.seed, config.train_steps)
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)

@@ -39,7 +39,7 @@ from harness.hw_profiles import (
     write_system_description,
 )
 from harness.reference.mlperf_log import MLPerfLog, parse_records
-from harness.reference.trainer import RunConfig
+from harness.reference.run_config import RunConfig
 from harness.rules.fingerprint import fingerprint
 from harness.rules.results import RunSetStats, read_run_log, run_set_stats
 from harness.rules.scoring import RunTime, Score
@@ -81,6 +81,7 @@ class RunSetRequest:
     cache_fraction: float = 0.05
     cache_policy: str = "lru"
     ssd_tables: tuple[int, ...] | None = None  # set to the SSD tier (indices); with "ssd", None: all
+    data: Path | None = None  # the dataset's files (--data); None: the benchmark's generator
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,8 @@ class RunSetPlan:
     emulation_scale: float | None = None
     embedding_tier: dict[str, Any] | None = None  # {"tier", "cache_fraction", "policy", ...} when not in memory
     tier_plan: dict[str, Any] | None = None  # the planner's placement of a one-rank run's tables on tiers
+    data: dict[str, Any] | None = None  # the dataset's manifest (validated files); None: the generator
+    data_description: dict[str, Any] | None = None  # what the data is (format, layout, days, samples)
 
     @property
     def package_dir(self) -> Path:
@@ -170,8 +173,9 @@ class RunSetPlan:
         return self.results_dir / f"result_{index}.txt"
 
 
-def plan_run_set(request: RunSetRequest) -> RunSetPlan:
-    """Resolve the request; refuse what cannot be run honestly here."""
+def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | None = None) -> RunSetPlan:
+    """Resolve the request; refuse what cannot be run honestly here. ``progress`` hears of the
+    dataset's files as they are validated."""
     if request.division not in ("closed", "open"):
         raise HarnessError(f"division must be closed or open, not {request.division!r}")
     if request.status not in _LOG_STATUS:
@@ -198,13 +202,9 @@ def plan_run_set(request: RunSetRequest) -> RunSetPlan:
             ErrorCategory.NOT_IMPLEMENTED,
         )
     comm = _comm_codecs(request.comm, profile.world_size)
-    if spec.dataset["kind"] != "synthetic":
-        raise HarnessError(
-            f"benchmark {spec.name} trains on {spec.dataset['kind']} data; `harness run` trains on synthetic data "
-            "only so far (the Criteo readers exist in harness.reference.criteo but are not wired into runs yet)",
-            ErrorCategory.NOT_IMPLEMENTED,
-        )
     hyperparameters = effective_hyperparameters(spec, request.submitter, request.division)
+    data, data_description = _validated_dataset(spec, request.data, int(hyperparameters["global_batch_size"]),
+                                                progress)
     runs = request.runs if request.runs is not None else spec.required_runs
     if runs < 1:
         raise HarnessError("--runs must be at least 1")
@@ -216,6 +216,7 @@ def plan_run_set(request: RunSetRequest) -> RunSetPlan:
         **({"emulated": True} if request.emulate else {}),
         **({"comm": comm, "sharding_plan": sharding_plan["fingerprint"]} if sharding_plan else {}),
         **({"embedding_tier": embedding_tier} if embedding_tier else {}),
+        **({"data": _data_identity(data)} if data else {}),
     })
     return RunSetPlan(
         request=request,
@@ -233,7 +234,30 @@ def plan_run_set(request: RunSetRequest) -> RunSetPlan:
         emulation_scale=emulation_scale,
         embedding_tier=embedding_tier,
         tier_plan=tier_plan,
+        data=data,
+        data_description=data_description,
     )
+
+
+def _validated_dataset(spec: BenchmarkSpec, path: Path | None, batch_size: int,
+                       progress: Callable[[str], None] | None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """Open and validate the run's data once, before any run starts and before anything is
+    written: the files at ``path`` (every TSV line parsed, every npy header read; a missing,
+    short or malformed dataset is one line, exit 2), or the benchmark's generator. Returns the
+    manifest the runs reopen it from (None: the generator) and its description."""
+    from harness.reference.datasets import check_epoch, dataset_manifest, open_dataset
+
+    dataset = open_dataset(spec, path, progress=progress)
+    if dataset.train_samples // batch_size < 1:
+        raise HarnessError(f"global batch size {batch_size} exceeds the {dataset.train_samples} training samples")
+    if spec.max_epochs > 1:
+        check_epoch(dataset, 1)
+    return dataset_manifest(dataset), dataset.describe()
+
+
+def _data_identity(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What a result depends on of the data: its files and their sizes, not where they are."""
+    return {k: v for k, v in manifest.items() if k not in ("root", "path")}
 
 
 def _tier_constraints(request: RunSetRequest, spec: BenchmarkSpec, world_size: int) -> dict[str, Any] | None:
@@ -439,6 +463,7 @@ def _worker_config(plan: RunSetPlan, index: int, seed: Seed, log_path: Path, bes
             {**plan.embedding_tier, "path": str((plan.staging_dir / f"result_{index}.tables.bin").resolve())}
             if plan.embedding_tier else None
         ),
+        data=plan.data,
     )
 
 
@@ -544,9 +569,9 @@ def teacher_best_auc(spec: BenchmarkSpec) -> float | None:
     """The synthetic data's best achievable eval AUC, computed here, outside any timed run."""
     if spec.dataset["kind"] != "synthetic":
         return None
-    from harness.reference.trainer import synthetic_data
+    from harness.reference.datasets import SyntheticDataset
 
-    return synthetic_data(spec).best_auc()
+    return SyntheticDataset(spec.dataset).best_auc()
 
 
 def execute_run_set(plan: RunSetPlan, reporter: Reporter | None = None) -> RunSetOutcome:

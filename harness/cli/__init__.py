@@ -23,6 +23,7 @@ def cli() -> None:
 def _register() -> None:
     from harness.cli import borrow as _borrow
     from harness.cli import check as _check
+    from harness.cli import data as _dataset_cli
     from harness.cli import infer as _infer
     from harness.cli import leaderboard as _leaderboard
     from harness.cli import plan as _plan
@@ -40,6 +41,7 @@ def _register() -> None:
     cli.add_command(_check.check)
     cli.add_command(_rules.rules)
     cli.add_command(_infer.infer)
+    cli.add_command(_dataset_cli.data)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -465,7 +465,7 @@ def _svg(kind: str, benchmark: str, title: str, body: str, height: float, width:
             f'role="img" aria-label="{escape(title)}">{_tip(title)}{body}</svg>')
 
 
-def _no_data(frame: _Frame, message: str) -> str:
+def _empty_chart(frame: _Frame, message: str) -> str:
     return (f'<text class="no-data" x="{_n((frame.x0 + frame.x1) / 2)}" y="{_n((frame.y0 + frame.y1) / 2)}" '
             f'text-anchor="middle">{escape(message)}</text>')
 
@@ -525,7 +525,7 @@ def _time_chart(benchmark: str, entries: list[Entry], colours: dict[str, str]) -
     for i, entry in enumerate(drawn):
         body.append(_time_row(entry, x, frame.y0 + row * (i + 0.5), frame, colours[entry["system"]]))
     if not drawn:
-        body.append(_no_data(frame, "no scores or runs"))
+        body.append(_empty_chart(frame, "no scores or runs"))
     legend, legend_height = _legend([
         _LegendItem("score", _swatch_rect("#8c959f")),
         _LegendItem("one run", '<circle cx="8" cy="5" r="3.2" class="run-dot"/>'),
@@ -592,7 +592,7 @@ def _curves_chart(bench: dict[str, Any], entries: list[Entry], colours: dict[str
                     f'<text class="target-label" x="{_n(frame.x1 - 4)}" y="{_n(y(target) - 5)}" text-anchor="end">'
                     f"target {_auc(target)}</text>")
     if not curves:
-        body.append(_no_data(frame, "no evaluation points logged"))
+        body.append(_empty_chart(frame, "no evaluation points logged"))
     items = _system_legend((e for e, _, _ in curves), colours, _swatch_line)
     if target is not None:
         items.append(_LegendItem("target AUC", '<line x1="0" y1="5" x2="16" y2="5" class="target"/>'))
@@ -638,7 +638,7 @@ def _scaling_chart(benchmark: str, entries: list[Entry], colours: dict[str, str]
     for entry in drawn:
         body.append(_scaling_point(entry, x, y, colours[entry["system"]]))
     if not drawn:
-        body.append(_no_data(frame, "no entry has both accelerators and a score"))
+        body.append(_empty_chart(frame, "no entry has both accelerators and a score"))
     items = _system_legend(drawn, colours, lambda c: f'<circle cx="8" cy="5" r="4.5" fill="{c}"/>')
     if any(not e["ranked"] for e in drawn):
         items.append(_LegendItem("not ranked (hollow)",

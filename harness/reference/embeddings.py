@@ -15,6 +15,7 @@ the embeddings: gradient accumulation over several backward passes is not suppor
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections.abc import Sequence
@@ -120,6 +121,16 @@ def sparse_update(
         state.index_add_(0, rows, grad.pow(2).mean(dim=1))
         denom = state.index_select(0, rows).sqrt_().add_(opt.eps).unsqueeze(1)
     weight.index_add_(0, rows, grad.div_(denom).mul_(-opt.learning_rate))
+
+
+def set_learning_rate(owner: nn.Module, lr: float) -> None:
+    """Give ``owner``'s fused optimizer (its ``optimizer`` attribute) the rate ``lr``."""
+    opt = owner.optimizer
+    if opt is None:
+        raise HarnessError("embeddings built without an optimizer (inference tables) have no learning rate",
+                           ErrorCategory.BAD_INPUT)
+    if opt.learning_rate != lr:
+        owner.optimizer = dataclasses.replace(opt, learning_rate=float(lr))
 
 
 class _FusedLookup(torch.autograd.Function):
@@ -232,6 +243,10 @@ class FusedEmbeddingCollection(nn.Module):
 
     def _apply_update(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
         sparse_update(self.weight.data, self.optimizer_state, rows, grad, self.optimizer)
+
+    def set_learning_rate(self, lr: float) -> None:
+        """The fused optimizer's rate from the next update on (the learning-rate schedule's)."""
+        set_learning_rate(self, lr)
 
     def global_ids(self, sparse: torch.Tensor) -> torch.Tensor:
         """Per-table ids ``B x L`` -> rows of the fused weight ``B x L``."""

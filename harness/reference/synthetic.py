@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from harness.errors import ErrorCategory, HarnessError
+from harness.errors import HarnessError
 from harness.reference import counter_rng as rng
 from harness.reference.batches import NUM_DENSE, NUM_SPARSE, Batch
 
@@ -148,13 +148,19 @@ class SyntheticCriteo:
         return self.spec.pooling
 
     # ----------------------------------------------------------------- features
-    def _dense(self, idx: np.ndarray) -> np.ndarray:
-        """``N x 13`` float32 dense features of samples ``idx``."""
-        out = np.empty((idx.shape[0], NUM_DENSE), dtype=np.float32)
+    def dense_counts(self, idx: np.ndarray) -> np.ndarray:
+        """``N x 13`` int64 counts of samples ``idx``: Criteo's integer fields, before ``log(1 + x)``."""
+        idx = np.asarray(idx, dtype=np.int64)
+        out = np.empty((idx.shape[0], NUM_DENSE), dtype=np.int64)
         for k_i, scale in enumerate(DENSE_SCALES):
             u = rng.uniform(self._dense_keys[k_i], idx)
-            out[:, k_i] = np.log1p(np.floor(-np.log1p(-u) * scale))
+            out[:, k_i] = np.floor(-np.log1p(-u) * scale)
         return out
+
+    def _dense(self, idx: np.ndarray) -> np.ndarray:
+        """``N x 13`` float32 dense features of samples ``idx``: ``log(1 + count)``, computed in
+        float64 (the counts are exact in it) and rounded once, as a Criteo TSV reader does."""
+        return np.log1p(self.dense_counts(idx).astype(np.float64)).astype(np.float32)
 
     def _all_ids(self, idx: np.ndarray) -> np.ndarray:
         """``N x L`` int64 ids of all features side by side (feature ``f`` has ``pooling[f]`` columns)."""
@@ -242,54 +248,3 @@ class SyntheticCriteo:
         labels = np.concatenate([self.samples(c).labels.numpy() for c in np.array_split(idx, max(1, idx.size // 65536))])
         probs = np.concatenate([self.probabilities(c) for c in np.array_split(idx, max(1, idx.size // 65536))])
         return float(roc_auc_score(labels, probs))
-
-
-@dataclass(frozen=True)
-class EpochOrder:
-    """A seeded bijective shuffle of the training indices: position ``t`` -> sample index.
-
-    ``(a * t + b) mod N`` with ``gcd(a, N) = 1`` is a permutation of ``0 .. N - 1`` that any
-    rank can evaluate for its own positions without materialising it.
-    """
-
-    samples: int
-    a: int
-    b: int
-
-    @classmethod
-    def from_seed(cls, seed: int, samples: int) -> EpochOrder:
-        k = rng.key(seed, _S_PERM - 1)
-        b = int(rng.bits(k, np.array([1], dtype=np.uint64))[0] % np.uint64(samples))
-        return cls(samples=samples, a=_coprime_multiplier(k, samples), b=b)
-
-    def indices(self, positions: np.ndarray) -> np.ndarray:
-        return (np.asarray(positions, dtype=np.int64) * self.a + self.b) % self.samples
-
-
-def train_batches(
-    data: SyntheticCriteo,
-    order: EpochOrder,
-    global_batch_size: int,
-    *,
-    rank: int = 0,
-    world_size: int = 1,
-    start_batch: int = 0,
-) -> Iterator[Batch]:
-    """This rank's slice of each global batch of one epoch (the last partial batch dropped)."""
-    if global_batch_size % world_size:
-        raise HarnessError(
-            f"global batch size {global_batch_size} is not divisible by the world size {world_size}",
-            ErrorCategory.BAD_INPUT,
-        )
-    local = global_batch_size // world_size
-    for b in range(start_batch, data.spec.train_samples // global_batch_size):
-        lo = b * global_batch_size + rank * local
-        yield data.samples(order.indices(np.arange(lo, lo + local)))
-
-
-def eval_batches(data: SyntheticCriteo, batch_size: int, *, rank: int = 0, world_size: int = 1) -> Iterator[Batch]:
-    """This rank's share of the whole eval split, in batches (every sample exactly once)."""
-    idx = data.eval_indices()
-    mine = np.array_split(idx, world_size)[rank]
-    for lo in range(0, mine.size, batch_size):
-        yield data.samples(mine[lo : lo + batch_size])

@@ -14,6 +14,7 @@ from compliance.schemas import validate
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference.embeddings import SparseOptimizerKind
 from harness.reference.model import DLRMConfig, Interaction
+from harness.rules.hyperparameters import check_hyperparameters
 
 _DIR = resources.files("harness.rules").joinpath("benchmarks")
 
@@ -40,6 +41,12 @@ class BenchmarkSpec:
     @property
     def dataset(self) -> dict[str, Any]:
         return self.raw["dataset"]
+
+    @property
+    def data_formats(self) -> tuple[str, ...]:
+        """The file formats ``harness run --data`` accepts (``criteo-tsv``, ``mlperf-npy``); empty:
+        the benchmark trains on its generator only."""
+        return tuple(self.dataset.get("formats", ()))
 
     @property
     def target_auc(self) -> float:
@@ -101,6 +108,7 @@ def spec_from_dict(raw: Any, *, what: str) -> BenchmarkSpec:
     validate(raw, "benchmark", what=what)
     spec = BenchmarkSpec(raw=raw)
     spec.model_config()  # raises a HarnessError for an inconsistent architecture
+    check_hyperparameters(spec.reference_hyperparameters, what=what)
     return spec
 
 

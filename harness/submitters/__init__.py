@@ -14,6 +14,7 @@ import yaml
 
 from compliance.schemas import validate
 from harness.errors import ErrorCategory, HarnessError
+from harness.rules.hyperparameters import check_hyperparameters
 from harness.rules.specs import BenchmarkSpec
 
 
@@ -65,4 +66,6 @@ def effective_hyperparameters(spec: BenchmarkSpec, submitter: str, division: str
                 f"{', '.join(sorted(spec.tunable_hyperparameters))} may differ from the reference",
                 ErrorCategory.BAD_INPUT,
             )
-    return {**hp, **changes}
+    merged = {**hp, **changes}
+    check_hyperparameters(merged, what=f"submitter config {submitter}/{spec.name}.yaml")
+    return merged

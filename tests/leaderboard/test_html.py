@@ -325,7 +325,7 @@ def test_no_user_value_becomes_markup_anywhere(board: dict[str, Any], payload: s
     assert len(doc.find("tr", "entry")) == 9
 
 
-def test_the_script_is_a_constant_that_carries_no_data(page: str, board: dict[str, Any]) -> None:
+def test_the_script_is_a_constant_that_carries_nothing_of_the_board(page: str, board: dict[str, Any]) -> None:
     other = render_html(_hostile(board, "</script><script>alert(2)</script>"))
     (script,) = parse(page).find("script")
     (other_script,) = parse(other).find("script")

@@ -1,10 +1,10 @@
 """Train the default benchmark's model for a few steps under given sharding plans; record the loss.
 
 ``python tests/reference/distributed_driver.py JOB.json`` trains in one process (the
-unsharded :class:`~harness.reference.trainer.Trainer`); under
+unsharded :class:`~harness.reference.session.TrainingSession`); under
 ``python -m torch.distributed.run --nproc_per_node W ... JOB.json`` each rank trains its
-shards (:class:`~harness.reference.distributed.trainer.DistributedTrainer`). Both use the
-trainers' own pieces (``_model``, ``_train_items``, ``_loss``), as ``Trainer.run`` does.
+shards (:class:`~harness.reference.distributed.session.DistributedSession`). Both train with
+the session's own loop, as ``Trainer.run`` does.
 
 JOB.json: ``{"out": DIR, "steps": N, "batch": GBS, "seed": S, "nodes": n, "per_node": a,
 "plans": {NAME: {"types": {TABLE_OR_*: SHARDING_TYPE_OR_LIST}, "comm": {...}, "ssd": {...}}, ...}}``
@@ -27,10 +27,10 @@ import torch
 import torch.distributed as dist
 
 from harness.hw_profiles import load_profile
-from harness.reference import synthetic
 from harness.reference.planner import PlannerConfig, ShardingType, plan_tables
 from harness.reference.planner.models import tables_for_benchmark
-from harness.reference.trainer import RunConfig, Trainer
+from harness.reference.run_config import RunConfig
+from harness.reference.session import SessionHooks, open_session
 from harness.rules.specs import load_benchmark
 
 
@@ -72,6 +72,20 @@ def make_plan(job: dict, constraint: dict, world: int) -> dict:
     return plan.to_dict()
 
 
+class LossRecorder(SessionHooks):
+    """The global mean loss of every step (a collective on every rank of a sharded run)."""
+
+    def __init__(self, world: int):
+        self.world, self.losses = world, []
+
+    def after_step(self, session, loss: torch.Tensor) -> bool:
+        total = loss.double().reshape(1) / self.world
+        if self.world > 1:
+            dist.all_reduce(total)
+        self.losses.append(float(total[0]))
+        return False
+
+
 def main(job_path: str) -> None:
     job = json.loads(Path(job_path).read_text())
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -86,35 +100,17 @@ def main(job_path: str) -> None:
         if entry.get("ssd") and plan is not None:
             plan, tier = on_ssd(plan, entry["ssd"], out / f"{name}.tables.bin")
         config = run_config(job, world, plan, entry.get("comm", {}), tier)
-        if world > 1:
-            from harness.reference.distributed.trainer import DistributedTrainer
-
-            trainer: Trainer = DistributedTrainer(config)
-        else:
-            trainer = Trainer(config)
-        model, dense_opt = trainer._model()
-        data = trainer._data()
-        order = synthetic.EpochOrder.from_seed(config.seed, config.benchmark["dataset"]["train_samples"])
-        loss_fn = torch.nn.BCEWithLogitsLoss()
-        items = trainer._train_items(data, order, job["batch"], model)
-        losses = []
-        for step, item in enumerate(items):
-            loss = trainer.train_step(model, dense_opt, loss_fn, item)
-            total = loss.double().reshape(1) / world
-            if world > 1:
-                dist.all_reduce(total)
-            losses.append(float(total[0]))
-            if step + 1 == job["steps"]:
-                break
-        items.close()
-        weight = model.sparse_arch.full_weight() if world > 1 else model.sparse_arch.embeddings.weight.detach()
-        auc = trainer.evaluate(model, data) if job.get("auc") else None
-        cache = trainer.cache_report() if tier is not None else None  # type: ignore[attr-defined]
+        session = open_session(config)
+        losses = LossRecorder(world)
+        session.train(losses, eval_at=[], until=job["steps"], stop_at_target=False)
+        weight = session.full_weight() if world > 1 else session.model.sparse_arch.embeddings.weight.detach()
+        auc = session.evaluate() if job.get("auc") else None
+        cache = session.cache_report() if tier is not None else None
         if rank == 0:
             types = sorted({t["sharding_type"] for t in plan["tables"]}) if plan else ["unsharded"]
-            stats = trainer.stats.to_dict() if world > 1 else {}  # type: ignore[attr-defined]
+            stats = session.comm_stats.to_dict() if world > 1 else {}  # type: ignore[attr-defined]
             (out / f"{name}.json").write_text(json.dumps(
-                {"losses": losses, "types": types, "auc": auc, "stats": stats, "world": world, "cache": cache}
+                {"losses": losses.losses, "types": types, "auc": auc, "stats": stats, "world": world, "cache": cache}
             ))
             torch.save(weight.clone(), out / f"{name}.pt")
     if world > 1:

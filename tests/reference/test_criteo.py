@@ -1,4 +1,6 @@
-"""Tests for the real Criteo readers, on small files written in the real formats."""
+"""The Criteo readers' low level, on small files written in the real formats: TSV parsing and its
+errors, the categorical convention, the buffer plan, and the npy/npz headers and checks.
+(The datasets built on them: tests/reference/test_criteo_datasets.py.)"""
 
 from __future__ import annotations
 
@@ -14,31 +16,16 @@ from harness.errors import ErrorCategory, HarnessError
 from harness.reference import criteo
 from harness.reference.criteo import (
     MLPERF_MULTI_HOT_SIZES,
-    Criteo1TB,
-    CriteoTsv,
+    BufferPlan,
+    CriteoTsvDataset,
+    MlperfNpyDataset,
+    buffer_plan,
     categorical_id,
+    find_layout,
+    read_tsv_file,
 )
 
 ROWS = [1000, 37, 5, 2**40] + [97] * 22  # includes a tiny and a huge table
-
-# ----------------------------------------------------------------------------- helpers
-
-M64 = (1 << 64) - 1
-
-
-def sm64(x: int) -> int:
-    """SplitMix64's finaliser, written independently of the module under test."""
-    x = (x + 0x9E3779B97F4A7C15) & M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
-    return x ^ (x >> 31)
-
-
-def expected_id(s: str, f: int, rows: int, seed: int = 0) -> int:
-    salt = sm64((sm64(seed & M64) + f) & M64)
-    value = int(s, 16) if s else 0
-    return sm64((sm64(value ^ salt) + len(s)) & M64) % rows
-
 
 CATS_A = [
     "68fd1e64", "80e26c9b", "fb936136", "7b4723c4", "25c83c98", "7e0ccccf", "de7995b8",
@@ -52,14 +39,17 @@ CATS_B = [
 ]  # fmt: skip
 
 
+def expected_id(s: str, rows: int) -> int:
+    """The convention, written independently: the hex string as an integer, modulo the rows."""
+    return (int(s, 16) if s else 0) % rows
+
+
 def tsv_line(label: str, ints: list[str], cats: list[str]) -> str:
     assert len(ints) == 13 and len(cats) == 26
     return "\t".join([label, *ints, *cats])
 
 
-LINE_A = tsv_line(
-    "0", ["1", "1", "5", "0", "1382", "4", "15", "2", "181", "1", "2", "", "2"], CATS_A
-)
+LINE_A = tsv_line("0", ["1", "1", "5", "0", "1382", "4", "15", "2", "181", "1", "2", "", "2"], CATS_A)
 LINE_B = tsv_line("1", ["", "-2", "", "", "", "", "", "", "", "", "", "", "7"], CATS_B)
 
 
@@ -71,20 +61,22 @@ def numbered(i: int) -> str:
 
 def write_tsv(path: Path, lines: list[str], *, gz: bool = False) -> Path:
     data = ("\n".join(lines) + "\n").encode()
-    if gz:
-        path.write_bytes(gzip.compress(data))
-    else:
-        path.write_bytes(data)
+    path.write_bytes(gzip.compress(data) if gz else data)
     return path
 
 
-def collect(batches) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    bs = list(batches)
-    return (
-        torch.cat([b.dense for b in bs]),
-        torch.cat([b.sparse for b in bs]),
-        torch.cat([b.labels for b in bs]),
-    )
+def read_all(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    parts = list(read_tsv_file(path))
+    return (np.concatenate([p.dense for p in parts]), np.concatenate([p.raw for p in parts]),
+            np.concatenate([p.labels for p in parts]))
+
+
+def terabyte(root: Path, train: list[str], *, gz: bool = False) -> CriteoTsvDataset:
+    """A two-day Terabyte folder: ``train`` as day 0, one line of eval day."""
+    root.mkdir(exist_ok=True)
+    write_tsv(root / ("day_0.gz" if gz else "day_0"), train, gz=gz)
+    write_tsv(root / "day_1", [numbered(0)])
+    return CriteoTsvDataset.scan(find_layout(root), ROWS)
 
 
 def bad_input(fn) -> HarnessError:
@@ -94,135 +86,99 @@ def bad_input(fn) -> HarnessError:
     return info.value
 
 
-# ----------------------------------------------------------------------------- TSV
+# ----------------------------------------------------------------------------- categorical ids
 
 
-def test_tsv_decodes_dense_labels_and_hashed_ids(tmp_path: Path) -> None:
-    path = write_tsv(tmp_path / "day_0", [LINE_A, LINE_B])
-    [batch] = list(CriteoTsv([path], ROWS, hash_seed=5).batches(8))
+def test_categorical_id_is_the_hex_value_modulo_the_rows() -> None:
+    assert categorical_id("68fd1e64", 0, 1000) == 0x68FD1E64 % 1000 == 852
+    assert categorical_id("", 3, 1000) == 0 == categorical_id("00000000", 3, 1000) == categorical_id("0", 3, 7)
+    assert categorical_id("0B153874", 1, 2**62) == categorical_id("0b153874", 1, 2**62) == 0x0B153874
+    assert categorical_id("f" * 16, 2, 10**9) == (2**64 - 1) % 10**9
+    assert categorical_id("ffffffff", 25, 2**31) == 2**31 - 1
+    # the feature does not change the id (the table's rows do)
+    assert categorical_id("80e26c9b", 4, 97) == categorical_id("80e26c9b", 20, 97) == 0x80E26C9B % 97
+    for value, feature, rows in [("xyz", 0, 10), ("1" * 17, 0, 10), ("12", 26, 10), ("12", 0, 0)]:
+        bad_input(lambda: categorical_id(value, feature, rows))
 
+
+def test_tsv_decodes_dense_labels_and_reduces_ids(tmp_path: Path) -> None:
+    data = terabyte(tmp_path, [LINE_A, LINE_B])
+    [batch] = list(data.train_batches(2))
     assert batch.size == 2 and batch.pooling == (1,) * 26
     assert batch.dense.dtype == torch.float32 and batch.dense.shape == (2, 13)
     assert batch.sparse.dtype == torch.int64 and batch.sparse.shape == (2, 26)
-    assert batch.labels.dtype == torch.float32
-    assert batch.labels.tolist() == [0.0, 1.0]
+    assert batch.labels.dtype == torch.float32 and batch.labels.tolist() == [0.0, 1.0]
 
     counts_a = [1, 1, 5, 0, 1382, 4, 15, 2, 181, 1, 2, 0, 2]
     counts_b = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7]  # empty -> 0, -2 clamps to 0
     want = np.log1p(np.array([counts_a, counts_b], np.float64)).astype(np.float32)
-    np.testing.assert_allclose(batch.dense.numpy(), want, rtol=1e-6)
-
+    np.testing.assert_array_equal(batch.dense.numpy(), want)  # float64 log1p, rounded once
     for row, cats in enumerate([CATS_A, CATS_B]):
         got = batch.sparse[row].tolist()
-        assert got == [expected_id(s, f, ROWS[f], seed=5) for f, s in enumerate(cats)]
-        assert got == [categorical_id(s, f, ROWS[f], seed=5) for f, s in enumerate(cats)]
-        assert all(0 <= v < ROWS[f] for f, v in enumerate(got))
+        assert got == [expected_id(s, ROWS[f]) for f, s in enumerate(cats)]
+        assert got == [categorical_id(s, f, ROWS[f]) for f, s in enumerate(cats)]
+    assert batch.sparse[0, 3].item() == 0x7B4723C4  # the huge table keeps the value itself
 
 
-def test_hash_is_stable_seeded_and_distinguishes_the_empty_string() -> None:
-    # Pinned values: a change here silently re-maps every trained embedding.
-    assert categorical_id("68fd1e64", 0, 1000) == expected_id("68fd1e64", 0, 1000)
-    big = 2**62
-    assert categorical_id("", 3, big) != categorical_id("00000000", 3, big)
-    assert categorical_id("", 3, big) != categorical_id("0", 3, big)
-    # Hex is case-insensitive; the feature index and the seed both change the id.
-    assert categorical_id("0B153874", 1, big) == categorical_id("0b153874", 1, big)
-    assert categorical_id("0b153874", 1, big) != categorical_id("0b153874", 2, big)
-    assert categorical_id("0b153874", 1, big) != categorical_id("0b153874", 1, big, seed=1)
-    with pytest.raises(HarnessError):
-        categorical_id("xyz", 0, 10)
-
-
-def test_hash_golden_values() -> None:
-    # Pure integer mixing, so independent of Python's hash randomisation; pinned because a
-    # change would silently re-map every trained embedding row.
-    values = ["68fd1e64", "", "ffffffff"]
-    assert [categorical_id(s, f, 2**31) for f, s in enumerate(values)] == [
-        1738165644, 589547829, 870626970,
-    ]
-    assert [categorical_id(s, f, 2**31, seed=12345) for f, s in enumerate(values)] == [
-        1286788422, 1524497984, 881071766,
-    ]
+def test_raw_values_are_the_hex_integers(tmp_path: Path) -> None:
+    _, raw, _ = read_all(write_tsv(tmp_path / "x", [LINE_A, LINE_B]))
+    assert raw.dtype == np.uint64
+    assert raw[0].tolist() == [expected_id(s, 2**64) for s in CATS_A]
+    assert raw[1].tolist() == [expected_id(s, 2**64) for s in CATS_B]
 
 
 def test_gzip_reads_the_same_as_plain(tmp_path: Path) -> None:
     lines = [numbered(i) for i in range(7)]
-    plain = write_tsv(tmp_path / "day_0.tsv", lines)
-    packed = write_tsv(tmp_path / "day_0.tsv.gz", lines, gz=True)
-    a = collect(CriteoTsv([plain], ROWS).batches(3))
-    b = collect(CriteoTsv([packed], ROWS).batches(3))
+    a = read_all(write_tsv(tmp_path / "day_0.tsv", lines))
+    b = read_all(write_tsv(tmp_path / "day_0.tsv.gz", lines, gz=True))
     for x, y in zip(a, b):
-        assert torch.equal(x, y)
+        np.testing.assert_array_equal(x, y)
     assert a[0][:, 0].tolist() == pytest.approx([math.log1p(i) for i in range(7)])
 
 
 def test_crlf_and_missing_final_newline(tmp_path: Path) -> None:
     path = tmp_path / "win.tsv"
-    path.write_bytes((LINE_A + "\r\n" + LINE_B).encode())
-    dense, sparse, labels = collect(CriteoTsv([path], ROWS).batches(4))
+    path.write_bytes((LINE_A + "\r\n" + LINE_B + "\r").encode())
+    _, raw, labels = read_all(path)
     assert labels.tolist() == [0.0, 1.0]
-    assert sparse[0, 25].item() == expected_id(CATS_A[25], 25, ROWS[25])
+    assert raw[0, 25] == int(CATS_A[25], 16) and raw[1, 25] == 0
+    path.write_bytes((LINE_A + "\n" + LINE_B).encode())
+    assert read_all(path)[2].tolist() == [0.0, 1.0]
 
 
-def test_batches_span_files_and_drop_last(tmp_path: Path) -> None:
-    first = write_tsv(tmp_path / "day_0", [numbered(i) for i in range(4)])
-    second = write_tsv(tmp_path / "day_1.gz", [numbered(i) for i in range(4, 10)], gz=True)
-    reader = CriteoTsv([first, second], ROWS)
-
-    batches = list(reader.batches(3))
-    assert [b.size for b in batches] == [3, 3, 3, 1]
-    order = torch.cat([b.dense[:, 0] for b in batches])
-    assert torch.allclose(order, torch.log1p(torch.arange(10, dtype=torch.float32)))
-    assert [b.size for b in reader.batches(3, drop_last=True)] == [3, 3, 3]
-    assert [b.size for b in reader.batches(5, drop_last=True)] == [5, 5]
+def tiny_plan(read_bytes: int, lines_per_chunk: int):
+    per_line = criteo._PARSE_BYTES_PER_LINE + criteo._PARSE_BYTES_PER_TEXT_BYTE * 300
+    plan = BufferPlan(budget_bytes=0, batch_bytes=0, read_bytes=read_bytes, parse_bytes=lines_per_chunk * per_line)
+    return lambda *args, **kwargs: plan
 
 
-@pytest.mark.parametrize("batch_size", [1, 3, 4])
-def test_tsv_rank_sharding_is_round_robin_over_whole_batches(
-    tmp_path: Path, batch_size: int
-) -> None:
-    first = write_tsv(tmp_path / "a.tsv", [numbered(i) for i in range(6)])
-    second = write_tsv(tmp_path / "b.tsv.gz", [numbered(i) for i in range(6, 11)], gz=True)
-    reader = CriteoTsv([first, second], ROWS, hash_seed=3)
-
-    full = list(reader.batches(batch_size))
-    rank0 = list(reader.batches(batch_size, rank=0, world_size=2))
-    rank1 = list(reader.batches(batch_size, rank=1, world_size=2))
-    assert len(rank0) + len(rank1) == len(full)
-    for k, batch in enumerate(full):
-        mine = (rank0 if k % 2 == 0 else rank1)[k // 2]
-        assert torch.equal(mine.dense, batch.dense)
-        assert torch.equal(mine.sparse, batch.sparse)
-        assert torch.equal(mine.labels, batch.labels)
-
-
-def test_small_read_blocks_and_parse_chunks_change_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_small_read_blocks_and_parse_chunks_change_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     lines = [numbered(i) for i in range(23)]
-    first = write_tsv(tmp_path / "a.tsv", lines[:11])
-    second = write_tsv(tmp_path / "b.tsv.gz", lines[11:], gz=True)
-    reader = CriteoTsv([first, second], ROWS)
-    want = [collect(reader.batches(3, rank=r, world_size=2)) for r in range(2)]
-
-    # Lines now straddle read blocks, and parsing flushes every couple of batches.
-    monkeypatch.setattr(criteo, "_READ_BYTES", 97)
-    monkeypatch.setattr(criteo, "_PARSE_CHUNK_LINES", 5)
-    for r in range(2):
-        got = collect(reader.batches(3, rank=r, world_size=2))
-        assert all(torch.equal(x, y) for x, y in zip(got, want[r]))
+    plain = write_tsv(tmp_path / "a.tsv", lines)
+    packed = write_tsv(tmp_path / "b.tsv.gz", lines, gz=True)
+    want = read_all(plain)
+    chunks = []
+    # Lines now straddle read blocks (a line is ~280 bytes), and a chunk holds two lines.
+    monkeypatch.setattr(criteo, "buffer_plan", tiny_plan(397, 2))
+    for path in (plain, packed):
+        parts = list(read_tsv_file(path))
+        chunks.append([p.size for p in parts])
+        got = (np.concatenate([p.dense for p in parts]), np.concatenate([p.raw for p in parts]),
+               np.concatenate([p.labels for p in parts]))
+        for x, y in zip(got, want):
+            np.testing.assert_array_equal(x, y)
+    assert max(chunks[0]) <= 2 and sum(chunks[0]) == 23
 
     bad = write_tsv(tmp_path / "c.tsv.gz", lines[:13] + [_replace(lines[13], 20, "g")], gz=True)
-    err = bad_input(lambda: list(CriteoTsv([first, bad], ROWS).batches(2)))
-    assert "c.tsv.gz:14: categorical feature 6 (field 21)" in str(err)
+    err = bad_input(lambda: list(read_tsv_file(bad)))
+    assert f"{bad}:14: categorical feature 6 (field 21)" in str(err)
 
 
-def test_missing_tsv_is_not_found(tmp_path: Path) -> None:
-    missing = tmp_path / "day_7.gz"
-    with pytest.raises(HarnessError) as info:
-        CriteoTsv([missing], ROWS)
-    assert info.value.category is ErrorCategory.NOT_FOUND
-    assert str(missing) in str(info.value)
+def test_a_line_longer_than_the_read_block_is_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_tsv(tmp_path / "day_0", [numbered(0), "1" * 5000])
+    monkeypatch.setattr(criteo, "buffer_plan", tiny_plan(1024, 2))
+    err = bad_input(lambda: list(read_tsv_file(path)))
+    assert str(err) == f"{path}:2: no line end within 1024 bytes (not a Criteo TSV line)"
 
 
 def _replace(line: str, index: int, value: str) -> str:
@@ -232,13 +188,10 @@ def _replace(line: str, index: int, value: str) -> str:
 
 
 MALFORMED = {
-    "too few fields": (
-        "\t".join(LINE_A.split("\t")[:39]),
-        "expected 40 tab-separated fields, found 39",
-    ),
+    "too few fields": ("\t".join(LINE_A.split("\t")[:39]), "expected 40 tab-separated fields, found 39"),
     "too many fields": (LINE_A + "\t", "expected 40 tab-separated fields, found 41"),
     "blank line": ("", "expected 40 tab-separated fields, found 1"),
-    "fractional count": (_replace(LINE_A, 3, "1.5"), "integer feature 2 (field 4)"),
+    "fractional count": (_replace(LINE_A, 3, "1.5"), "integer feature 2 (field 4) is not an integer: '1.5'"),
     "word as count": (_replace(LINE_A, 13, "abc"), "integer feature 12 (field 14)"),
     "lone minus": (_replace(LINE_A, 1, "-"), "integer feature 0 (field 2)"),
     "label 2": (_replace(LINE_A, 0, "2"), "label must be 0 or 1, found '2'"),
@@ -252,57 +205,75 @@ MALFORMED = {
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_malformed_line_names_file_and_line(tmp_path: Path, case: str, gz: bool) -> None:
     bad_line, detail = MALFORMED[case]
-    good = write_tsv(tmp_path / "day_0.tsv", [numbered(i) for i in range(5)])
-    lines = [numbered(i) for i in range(16)] + [bad_line] + [numbered(99)]
-    name = "day_1.tsv.gz" if gz else "day_1.tsv"
-    bad = write_tsv(tmp_path / name, lines, gz=gz)
-    reader = CriteoTsv([good, bad], ROWS)
-    err = bad_input(lambda: list(reader.batches(4)))
-    assert f"{name}:17: " in str(err)
+    write_tsv(tmp_path / "day_0", [numbered(i) for i in range(5)])
+    name = "day_1.gz" if gz else "day_1"
+    write_tsv(tmp_path / name, [numbered(i) for i in range(16)] + [bad_line] + [numbered(99)], gz=gz)
+    err = bad_input(lambda: CriteoTsvDataset.scan(find_layout(tmp_path), ROWS))
+    assert str(err).startswith(f"{tmp_path / name}:17: ")
     assert detail in str(err)
 
 
 def test_first_malformed_line_is_reported(tmp_path: Path) -> None:
     lines = [numbered(0), _replace(numbered(1), 5, "x"), numbered(2), "short\tline"]
     path = write_tsv(tmp_path / "day_2", lines)
-    err = bad_input(lambda: list(CriteoTsv([path], ROWS).batches(100)))
-    assert "day_2:2: integer feature 4" in str(err)
+    err = bad_input(lambda: list(read_tsv_file(path)))
+    assert f"{path}:2: integer feature 4" in str(err)
+
+
+def test_partial_reading_yields_the_lines_before_a_malformed_one(tmp_path: Path) -> None:
+    path = write_tsv(tmp_path / "day_0", [numbered(i) for i in range(5)] + ["1\t2"] + [numbered(9)])
+    seen = []
+    with pytest.raises(criteo.MalformedLine) as info:
+        for parsed in read_tsv_file(path, partial=True):
+            seen.append(parsed.size)
+    assert sum(seen) == 5 and info.value.index == 5
+    assert str(info.value) == f"{path}:6: expected 40 tab-separated fields, found 2"
 
 
 def test_corrupt_gzip_is_bad_input(tmp_path: Path) -> None:
     path = tmp_path / "day_0.gz"
     whole = gzip.compress(("\n".join(numbered(i) for i in range(50)) + "\n").encode())
     path.write_bytes(whole[:60])
-    err = bad_input(lambda: list(CriteoTsv([path], ROWS).batches(8)))
-    assert "day_0.gz" in str(err)
+    err = bad_input(lambda: list(read_tsv_file(path)))
+    assert str(path) in str(err) and "cannot read" in str(err)
 
 
 def test_bad_arguments_are_bad_input(tmp_path: Path) -> None:
-    path = write_tsv(tmp_path / "d", [LINE_A])
-    bad_input(lambda: CriteoTsv([path], ROWS[:25]))
-    bad_input(lambda: CriteoTsv([path], [0] + ROWS[1:]))
-    reader = CriteoTsv([path], ROWS)
-    bad_input(lambda: list(reader.batches(0)))
-    bad_input(lambda: list(reader.batches(2, rank=2, world_size=2)))
+    data = terabyte(tmp_path, [LINE_A, LINE_B])
+    bad_input(lambda: CriteoTsvDataset.scan(find_layout(tmp_path), ROWS[:25]))
+    bad_input(lambda: CriteoTsvDataset.scan(find_layout(tmp_path), [0] + ROWS[1:]))
+    bad_input(lambda: data.train_batches(0))
+    bad_input(lambda: data.train_batches(2, rank=2, world_size=2))
+    bad_input(lambda: data.train_batches(3, rank=0, world_size=2))
+    bad_input(lambda: data.eval_batches(0))
+    bad_input(lambda: data.train_batches(2, epoch=-1).__next__())
 
 
-# ----------------------------------------------------------------------------- 1TB
+# ----------------------------------------------------------------------------- the buffer plan
+
+
+def test_buffer_plan_divides_the_budget_and_refuses_one_too_small() -> None:
+    plan = buffer_plan(64 << 20, batch_samples=55296)
+    assert plan.batch_bytes == 55296 * (13 * 4 + 26 * 8 + 4)
+    assert plan.batch_bytes + plan.read_bytes * criteo._READ_COST + plan.parse_bytes <= 64 << 20
+    assert plan.read_bytes >= 1 << 20 and plan.chunk_text_bytes >= 1 << 20
+    err = bad_input(lambda: buffer_plan(8 << 20, batch_samples=55296))
+    need = plan.batch_bytes + criteo._min_work_bytes()
+    assert str(err) == (f"the TSV reader's buffer of 8.0 MiB cannot hold a batch of 55296 samples being assembled "
+                        f"(13.9 MiB) plus a read block and a parse chunk: it needs at least {need / 2**20:.1f} MiB "
+                        f"({need} bytes)")
+    assert buffer_plan(need, batch_samples=55296).read_bytes >= criteo._MIN_READ_BYTES
+
+
+# ----------------------------------------------------------------------------- npy layout
 
 ONE_TB_ROWS = [50] * 26
 ONE_TB_ROWS[3] = 7
 
 
-def write_day(
-    root: Path,
-    day: int,
-    n: int,
-    rng: np.random.Generator,
-    *,
-    multi_hot: bool = False,
-    pooling=MLPERF_MULTI_HOT_SIZES,
-    compressed: bool = False,
-    labels_2d: bool = True,
-) -> dict[str, np.ndarray]:
+def write_day(root: Path, day: int, n: int, rng: np.random.Generator, *, multi_hot: bool = False,
+              pooling=MLPERF_MULTI_HOT_SIZES, compressed: bool = False,
+              labels_2d: bool = True) -> dict[str, np.ndarray]:
     """Write one day as MLPerf's scripts do; return what was written."""
     dense = np.log(rng.integers(0, 1000, (n, 13)) + 3, dtype=np.float32)
     labels = rng.integers(0, 2, n).astype(np.int32)
@@ -310,11 +281,8 @@ def write_day(
     np.save(root / f"day_{day}_labels.npy", labels.reshape(-1, 1) if labels_2d else labels)
     out = {"dense": dense, "labels": labels}
     if multi_hot:
-        feats = {
-            str(f): rng.integers(0, 120, (n, p)).astype(np.int32) for f, p in enumerate(pooling)
-        }
-        save = np.savez_compressed if compressed else np.savez
-        save(root / f"day_{day}_sparse_multi_hot.npz", **feats)
+        feats = {str(f): rng.integers(0, 120, (n, p)).astype(np.int32) for f, p in enumerate(pooling)}
+        (np.savez_compressed if compressed else np.savez)(root / f"day_{day}_sparse_multi_hot.npz", **feats)
         out.update(feats)
     else:
         sparse = rng.integers(0, 120, (n, 26)).astype(np.int32)
@@ -323,147 +291,142 @@ def write_day(
     return out
 
 
+def npy(root: Path) -> MlperfNpyDataset:
+    return MlperfNpyDataset.scan(find_layout(root), ONE_TB_ROWS)
+
+
+def collect(batches) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    bs = list(batches)
+    return torch.cat([b.dense for b in bs]), torch.cat([b.sparse for b in bs]), torch.cat([b.labels for b in bs])
+
+
 def test_one_hot_days_decode_and_reduce_ids(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     d0 = write_day(tmp_path, 0, 5, rng)
     d1 = write_day(tmp_path, 1, 4, rng, labels_2d=False)
-    data = Criteo1TB(tmp_path, [0, 1], ONE_TB_ROWS, multi_hot=False)
-    assert data.num_samples == 9 and data.pooling == (1,) * 26
+    d2 = write_day(tmp_path, 2, 3, rng)
+    data = npy(tmp_path)
+    assert (data.train_samples, data.eval_samples, data.pooling) == (9, 2, (1,) * 26)
 
-    batches = list(data.batches(4))
-    assert [b.size for b in batches] == [4, 4, 1]
+    batches = list(data.train_batches(4))
+    assert [b.size for b in batches] == [4, 4]  # a batch spans days 0 and 1; the partial one is dropped
     dense, sparse, labels = collect(batches)
     # Dense values are already log(x + 3) in MLPerf's files: passed through, not re-logged.
-    np.testing.assert_array_equal(dense.numpy(), np.concatenate([d0["dense"], d1["dense"]]))
-    raw = np.concatenate([d0["sparse"], d1["sparse"]]).astype(np.int64)
+    np.testing.assert_array_equal(dense.numpy(), np.concatenate([d0["dense"], d1["dense"]])[:8])
+    raw = np.concatenate([d0["sparse"], d1["sparse"]])[:8].astype(np.int64)
     assert (raw >= np.array(ONE_TB_ROWS)).any()  # the test exercises the reduction
     np.testing.assert_array_equal(sparse.numpy(), raw % np.array(ONE_TB_ROWS))
     assert sparse.dtype == torch.int64 and labels.dtype == torch.float32
-    assert labels.tolist() == np.concatenate([d0["labels"], d1["labels"]]).tolist()
+    assert labels.tolist() == np.concatenate([d0["labels"], d1["labels"]])[:8].tolist()
+    _, _, eval_labels = collect(data.eval_batches(8))
+    assert eval_labels.tolist() == d2["labels"][:2].tolist()
 
 
-@pytest.mark.parametrize("compressed", [False, True], ids=["savez", "savez_compressed"])
-def test_multi_hot_pooling_and_layout(tmp_path: Path, compressed: bool) -> None:
+def test_multi_hot_pooling_and_layout(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
-    days = [
-        write_day(tmp_path, d, n, rng, multi_hot=True, compressed=compressed)
-        for d, n in [(0, 3), (1, 4)]
-    ]
-    data = Criteo1TB(tmp_path, [0, 1], ONE_TB_ROWS, multi_hot=True)
-    assert data.pooling == MLPERF_MULTI_HOT_SIZES
+    days = [write_day(tmp_path, d, n, rng, multi_hot=True) for d, n in [(0, 3), (1, 4), (2, 2)]]
+    data = npy(tmp_path)
+    assert data.layout.layout == "multi-hot" and data.pooling == MLPERF_MULTI_HOT_SIZES
 
-    batches = list(data.batches(2))
-    assert [b.size for b in batches] == [2, 2, 2, 1]
+    batches = list(data.train_batches(2))
+    assert [b.size for b in batches] == [2, 2, 2]
     width = sum(MLPERF_MULTI_HOT_SIZES)
     for b in batches:
         assert b.sparse.shape == (b.size, width) and b.pooling == MLPERF_MULTI_HOT_SIZES
     _, sparse, _ = collect(batches)
     offsets = np.cumsum((0,) + MLPERF_MULTI_HOT_SIZES)
     for f in range(26):
-        want = np.concatenate([d[str(f)] for d in days]).astype(np.int64) % ONE_TB_ROWS[f]
+        want = np.concatenate([d[str(f)] for d in days[:2]])[:6].astype(np.int64) % ONE_TB_ROWS[f]
         np.testing.assert_array_equal(sparse[:, offsets[f] : offsets[f + 1]].numpy(), want)
 
 
-def test_multi_hot_npz_written_by_savez_is_memory_mapped(tmp_path: Path) -> None:
+def test_npz_members_are_memory_mapped_and_compressed_ones_refused(tmp_path: Path) -> None:
     ids = np.arange(40, dtype=np.int32).reshape(10, 4)
     np.savez(tmp_path / "x.npz", **{"0": ids, "1": ids[:, :1]})
-    mapped = criteo._npz_member(tmp_path / "x.npz", "0")
+    members = criteo.npz_arrays(tmp_path / "x.npz")
+    mapped = members["0"].open(tmp_path)
     assert isinstance(mapped, np.memmap)
     np.testing.assert_array_equal(mapped, ids)
-    np.testing.assert_array_equal(criteo._npz_member(tmp_path / "x.npz", "1"), ids[:, :1])
+    np.testing.assert_array_equal(members["1"].open(tmp_path), ids[:, :1])
+    np.savez_compressed(tmp_path / "y.npz", **{"0": ids})
+    err = bad_input(lambda: criteo.npz_arrays(tmp_path / "y.npz"))
+    assert "array '0' is compressed" in str(err) and "numpy.savez" in str(err)
 
 
-@pytest.mark.parametrize("multi_hot", [False, True])
-@pytest.mark.parametrize("drop_last", [False, True])
-def test_1tb_rank_sharding_union_is_the_single_rank_stream(
-    tmp_path: Path, multi_hot: bool, drop_last: bool
-) -> None:
-    rng = np.random.default_rng(2)
-    pooling = (2,) * 26
-    for d, n in [(0, 5), (1, 0), (2, 6)]:
-        write_day(tmp_path, d, n, rng, multi_hot=multi_hot, pooling=pooling)
-    data = Criteo1TB(tmp_path, [0, 1, 2], ONE_TB_ROWS, multi_hot=multi_hot)
-    full = list(data.batches(2, drop_last=drop_last))
-    assert [b.size for b in full] == ([2] * 5 if drop_last else [2] * 5 + [1])
-    shards = [list(data.batches(2, rank=r, world_size=3, drop_last=drop_last)) for r in range(3)]
-    assert sum(len(s) for s in shards) == len(full)
-    for k, batch in enumerate(full):
-        mine = shards[k % 3][k // 3]
-        assert torch.equal(mine.dense, batch.dense)
-        assert torch.equal(mine.sparse, batch.sparse)
-        assert torch.equal(mine.labels, batch.labels)
-
-
-def test_1tb_row_count_mismatch_names_both_files(tmp_path: Path) -> None:
+def test_npy_row_count_mismatch_names_both_files(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     write_day(tmp_path, 3, 5, rng)
     np.save(tmp_path / "day_3_sparse.npy", np.zeros((4, 26), np.int32))
-    err = bad_input(lambda: Criteo1TB(tmp_path, [3], ONE_TB_ROWS, multi_hot=False))
-    assert str(err) == "day_3_sparse.npy: 4 rows but day_3_dense.npy has 5"
+    err = bad_input(lambda: criteo.npy_day(tmp_path, 3, multi_hot=False))
+    assert str(err) == f"{tmp_path / 'day_3_sparse.npy'}: 4 rows but day_3_dense.npy has 5"
 
     np.save(tmp_path / "day_3_sparse.npy", np.zeros((5, 26), np.int32))
     np.save(tmp_path / "day_3_labels.npy", np.zeros((6, 1), np.int32))
-    err = bad_input(lambda: Criteo1TB(tmp_path, [3], ONE_TB_ROWS, multi_hot=False))
-    assert str(err) == "day_3_labels.npy: 6 rows but day_3_dense.npy has 5"
+    err = bad_input(lambda: criteo.npy_day(tmp_path, 3, multi_hot=False))
+    assert str(err) == f"{tmp_path / 'day_3_labels.npy'}: 6 rows but day_3_dense.npy has 5"
 
 
-def test_1tb_shape_and_dtype_errors_name_the_file(tmp_path: Path) -> None:
+def test_npy_shape_dtype_and_truncation_errors_name_the_file(tmp_path: Path) -> None:
     rng = np.random.default_rng(4)
     write_day(tmp_path, 0, 5, rng)
-    open_day = lambda: Criteo1TB(tmp_path, [0], ONE_TB_ROWS, multi_hot=False)  # noqa: E731
+    write_day(tmp_path, 1, 2, rng)
+
+    def day0() -> str:
+        return str(bad_input(lambda: criteo.npy_day(tmp_path, 0, multi_hot=False)))
 
     np.save(tmp_path / "day_0_sparse.npy", np.zeros((5, 25), np.int32))
-    assert "day_0_sparse.npy: expected shape N x 26" in str(bad_input(open_day))
+    assert "day_0_sparse.npy: expected shape N x 26" in day0()
     np.save(tmp_path / "day_0_sparse.npy", np.zeros((5, 26), np.float32))
-    assert "day_0_sparse.npy: expected integer ids" in str(bad_input(open_day))
+    assert "day_0_sparse.npy: expected integer ids" in day0()
     np.save(tmp_path / "day_0_sparse.npy", np.zeros((5, 26), np.int64))
 
     np.save(tmp_path / "day_0_dense.npy", np.zeros((5, 13), np.int32))
-    assert "day_0_dense.npy: expected floating point" in str(bad_input(open_day))
+    assert "day_0_dense.npy: expected floating point" in day0()
     np.save(tmp_path / "day_0_dense.npy", np.zeros((5, 12), np.float32))
-    assert "day_0_dense.npy: expected shape N x 13" in str(bad_input(open_day))
+    assert "day_0_dense.npy: expected shape N x 13" in day0()
     np.save(tmp_path / "day_0_dense.npy", np.zeros((5, 13), np.float32))
+    whole = (tmp_path / "day_0_dense.npy").read_bytes()
+    (tmp_path / "day_0_dense.npy").write_bytes(whole[:-8])
+    assert "day_0_dense.npy: truncated" in day0()
+    (tmp_path / "day_0_dense.npy").write_bytes(whole)
 
     np.save(tmp_path / "day_0_labels.npy", np.zeros((5, 2), np.int32))
-    assert "day_0_labels.npy: expected shape N or N x 1" in str(bad_input(open_day))
+    assert "day_0_labels.npy: expected shape N or N x 1" in day0()
     (tmp_path / "day_0_labels.npy").write_bytes(b"not numpy at all")
-    assert "day_0_labels.npy" in str(bad_input(open_day))
+    assert "day_0_labels.npy: not a readable .npy file" in day0()
 
     np.save(tmp_path / "day_0_labels.npy", np.array([0, 1, 2, 0, 1], np.int32))
-    data = open_day()
-    err = bad_input(lambda: list(data.batches(2)))
-    assert "day_0_labels.npy: row 2: label" in str(err)
+    data = npy(tmp_path)  # values are checked as they are read
+    err = bad_input(lambda: list(data.train_batches(2)))
+    assert str(err) == f"{tmp_path / 'day_0_labels.npy'}: row 2: label 2 is not 0 or 1"
 
 
-def test_1tb_missing_files_are_not_found(tmp_path: Path) -> None:
+def test_npy_missing_files_are_not_found(tmp_path: Path) -> None:
     rng = np.random.default_rng(5)
     write_day(tmp_path, 0, 3, rng)  # one-hot only: no multi-hot npz
-    for multi_hot, missing in [(False, "day_1_dense.npy"), (True, "day_0_sparse_multi_hot.npz")]:
-        days = [0, 1] if not multi_hot else [0]
+    for d, multi_hot, missing in [(1, False, "day_1_dense.npy"), (0, True, "day_0_sparse_multi_hot.npz")]:
         with pytest.raises(HarnessError) as info:
-            Criteo1TB(tmp_path, days, ONE_TB_ROWS, multi_hot=multi_hot)
+            criteo.npy_day(tmp_path, d, multi_hot=multi_hot)
         assert info.value.category is ErrorCategory.NOT_FOUND
-        assert missing in str(info.value)
-    with pytest.raises(HarnessError) as info:
-        Criteo1TB(tmp_path / "nowhere", [0], ONE_TB_ROWS, multi_hot=False)
-    assert info.value.category is ErrorCategory.NOT_FOUND
+        assert str(info.value) == f"{tmp_path / missing}: no such file"
 
 
 def test_multi_hot_key_and_pooling_errors(tmp_path: Path) -> None:
     rng = np.random.default_rng(6)
     write_day(tmp_path, 0, 3, rng, multi_hot=True)
     write_day(tmp_path, 1, 3, rng, multi_hot=True, pooling=(1,) * 26)
-    err = bad_input(lambda: Criteo1TB(tmp_path, [0, 1], ONE_TB_ROWS, multi_hot=True))
-    assert str(err).startswith("day_1_sparse_multi_hot.npz: feature 0 has 1 ids per sample")
+    err = bad_input(lambda: npy(tmp_path))
+    assert str(err).startswith(f"{tmp_path / 'day_1_sparse_multi_hot.npz'}: feature 0 has 1 ids per sample "
+                               "but day_0_sparse_multi_hot.npz has 3")
 
     feats = {str(f): np.zeros((3, 1), np.int32) for f in range(26) if f != 7}
     np.savez(tmp_path / "day_2_sparse_multi_hot.npz", **feats)
     np.save(tmp_path / "day_2_dense.npy", np.zeros((3, 13), np.float32))
     np.save(tmp_path / "day_2_labels.npy", np.zeros((3, 1), np.int32))
-    err = bad_input(lambda: Criteo1TB(tmp_path, [2], ONE_TB_ROWS, multi_hot=True))
+    err = bad_input(lambda: criteo.npy_day(tmp_path, 2, multi_hot=True))
     assert "day_2_sparse_multi_hot.npz: no array '7'" in str(err)
 
     feats["7"] = np.zeros((2, 1), np.int32)
     np.savez(tmp_path / "day_2_sparse_multi_hot.npz", **feats)
-    err = bad_input(lambda: Criteo1TB(tmp_path, [2], ONE_TB_ROWS, multi_hot=True))
+    err = bad_input(lambda: criteo.npy_day(tmp_path, 2, multi_hot=True))
     assert "day_2_sparse_multi_hot.npz: array '7' has 2 rows but day_2_dense.npy has 3" in str(err)

@@ -113,9 +113,12 @@ def test_quantized_communication_is_deterministic_and_counted(tmp_path):
     assert first["quantized"]["losses"] == again["quantized"]["losses"]
     assert first["quantized"]["auc"] == again["quantized"]["auc"] is not None
     assert torch.equal(first["quantized"]["weight"], again["quantized"]["weight"])
-    # the codecs are really applied: quantized training is close to, but not exactly, fp32 training
-    gap = max(abs(a - b) for a, b in zip(first["fp32"]["losses"], first["quantized"]["losses"]))
-    assert 0 < gap < 0.05
+    # the codecs are really applied: quantized training is close to, but not exactly, fp32 training.
+    # Relative to the loss: the third step's loss spikes to ~5 (Adagrad's first steps are as long as
+    # the learning rate in every coordinate) in either precision, and a bound in absolute terms
+    # would measure the spike rather than the codecs
+    gap = max(abs(a - b) / a for a, b in zip(first["fp32"]["losses"], first["quantized"]["losses"]))
+    assert 0 < gap < 0.03
     fp32, fp16 = first["fp32"]["stats"], first["fp16"]["stats"]
     for kind in ("forward_all_to_all", "backward_all_to_all", "dense_all_reduce", "replica_all_reduce"):
         assert fp32[kind]["bytes"] > 0

@@ -8,8 +8,8 @@ import torch.distributed as dist
 
 from harness.reference.comm_codecs import CommConfig
 from harness.reference.distributed.comm import Comm, CommStats
+from harness.reference.distributed.session import pipelined
 from harness.reference.distributed.sharded import InputDist, ShardedEmbeddingCollection, shardings_from_plan
-from harness.reference.distributed.trainer import pipelined
 from harness.reference.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
 from harness.reference.synthetic import Batch
 

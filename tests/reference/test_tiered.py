@@ -13,9 +13,9 @@ import torch
 import yaml
 
 from harness.errors import HarnessError
-from harness.reference import synthetic
+from harness.reference.run_config import RunConfig
+from harness.reference.session import SessionHooks, TrainingSession
 from harness.reference.tiered import CachePolicy, MemoryRows, RowCache, SsdRows
-from harness.reference.trainer import RunConfig, Trainer
 from harness.rules.specs import load_benchmark, spec_from_dict
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_benchmark.yaml"
@@ -131,36 +131,38 @@ def big_table_spec() -> dict:
     return spec
 
 
-def trainer(tmp_path: Path, tier: dict | None) -> Trainer:
+def session(tmp_path: Path, tier: dict | None) -> TrainingSession:
     spec = big_table_spec()
     hp = dict(spec_from_dict(spec, what="test spec").reference_hyperparameters, global_batch_size=BATCH)
-    return Trainer(RunConfig.offline(spec, hp, 3, who="test", embedding_tier=tier))
+    return TrainingSession(RunConfig.offline(spec, hp, 3, who="test", embedding_tier=tier))
 
 
-def train(t: Trainer) -> tuple[list[float], list[float], torch.Tensor]:
-    """STEPS steps as ``Trainer.run`` takes them, evaluating at 100 and 200: losses, AUCs, final tables."""
-    model, dense_opt = t._model()
-    data = t._data()
-    order = synthetic.EpochOrder.from_seed(t.config.seed, t.spec.dataset["train_samples"])
-    loss_fn = torch.nn.BCEWithLogitsLoss()
-    losses, aucs = [], []
-    for step, item in enumerate(t._train_items(data, order, BATCH, model), start=1):
-        losses.append(t.train_step(model, dense_opt, loss_fn, item).item())
-        if step % 100 == 0:
-            aucs.append(t.evaluate(model, data))
-    emb = model.sparse_arch.embeddings
-    weights = emb.full_weight() if t._tiered_tables is not None else emb.weight.detach().clone()
-    return losses, aucs, weights
+class Losses(SessionHooks):
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+
+    def after_step(self, session, loss) -> bool:
+        self.losses.append(loss.item())
+        return False
+
+
+def train(s: TrainingSession) -> tuple[list[float], list[float], torch.Tensor]:
+    """STEPS steps through the session's loop, evaluating at 100 and 200: losses, AUCs, final tables."""
+    hooks = Losses()
+    outcome = s.train(hooks, eval_at=[100, 200], stop_at_target=False)
+    emb = s.model.sparse_arch.embeddings
+    weights = emb.full_weight() if s.tables_in_store else emb.weight.detach().clone()
+    return hooks.losses, [auc for _, auc in outcome.eval_accuracies], weights
 
 
 @pytest.fixture(scope="module")
 def in_memory(tmp_path_factory) -> tuple[list[float], list[float], torch.Tensor]:
-    return train(trainer(tmp_path_factory.mktemp("memory"), None))
+    return train(session(tmp_path_factory.mktemp("memory"), None))
 
 
 @pytest.mark.parametrize(("policy", "ssd_tables"), [("lru", None), ("lfu", None), ("lru", list(range(0, 26, 2)))])
 def test_training_on_the_ssd_tier_behind_a_5_percent_cache_is_bit_identical(in_memory, tmp_path, policy, ssd_tables):
-    t = trainer(tmp_path, {"tier": "ssd", "path": str(tmp_path / "tables.bin"), "cache_fraction": 0.05,
+    t = session(tmp_path, {"tier": "ssd", "path": str(tmp_path / "tables.bin"), "cache_fraction": 0.05,
                            "policy": policy, "ssd_tables": ssd_tables})
     losses, aucs, weights = train(t)
     assert len(losses) == STEPS and len(aucs) == 2
@@ -173,14 +175,13 @@ def test_training_on_the_ssd_tier_behind_a_5_percent_cache_is_bit_identical(in_m
     assert report["cache_rows"] == on_ssd * 2_000 and report["batches"] >= STEPS
     assert 0 < report["hit_rate"] < 1 and report["ssd_bytes_read"] > 0 and report["ssd_bytes_written"] > 0
     # the rows of almost every batch were read while the previous step computed
-    assert t._tiered_tables.read_ahead_batches >= STEPS - 2
-    t._tiered_tables.close()
+    assert report["read_ahead_batches"] >= STEPS - 2
+    t.close()
 
 
 def test_an_unknown_tier_is_refused(tmp_path):
-    t = trainer(tmp_path, {"tier": "tape", "path": str(tmp_path / "x"), "cache_fraction": 0.1})
     with pytest.raises(HarnessError, match="only the SSD tier"):
-        t._model()
+        session(tmp_path, {"tier": "tape", "path": str(tmp_path / "x"), "cache_fraction": 0.1})
 
 
 def test_harness_run_on_the_ssd_tier_logs_and_prints_the_cache(tmp_path):

@@ -1,12 +1,14 @@
 """The trainer in-process on a tiny benchmark: MLPerf events, eval cadence, stop conditions."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 import yaml
 
 from harness.reference.mlperf_log import parse_records
-from harness.reference.trainer import RunConfig, Trainer, run_from_config
+from harness.reference.session import TrainingSession
+from harness.reference.trainer import RunConfig, run_from_config
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "tiny_benchmark.yaml"
 
@@ -25,10 +27,11 @@ def config(tmp_path, *, target=None, seed=3, **spec_changes) -> RunConfig:
 
 
 def test_eval_cadence_is_every_fraction_of_the_epoch(tmp_path):
-    trainer = Trainer(config(tmp_path), log=None)  # type: ignore[arg-type]
-    assert trainer._eval_steps(32) == [8, 16, 24, 32]
-    steps = trainer._eval_steps(512)
-    assert len(steps) == 4 and steps[-1] == 512
+    cfg = config(tmp_path)
+    assert TrainingSession(cfg).eval_steps() == [8, 16, 24, 32]  # 32,768 samples, batch 1,024
+    steps = TrainingSession(dataclasses.replace(cfg, hyperparameters={**cfg.hyperparameters,
+                                                                      "global_batch_size": 64})).eval_steps()
+    assert steps == [128, 256, 384, 512]
 
 
 def test_run_to_the_epoch_limit_is_aborted_with_every_eval_logged(tmp_path):
@@ -64,7 +67,7 @@ def test_same_seed_same_curve_bit_for_bit(tmp_path):
     assert c.eval_accuracies != a.eval_accuracies
 
 
-def test_run_start_comes_before_the_first_touch_of_the_data(tmp_path, monkeypatch):
+def test_run_start_comes_before_any_sample_is_made(tmp_path, monkeypatch):
     from harness.reference import synthetic
 
     cfg = config(tmp_path, target=0.99)
@@ -101,8 +104,6 @@ def test_interrupt_ends_the_log_aborted(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device (none in CI)")
 def test_one_gpu_run_is_deterministic(tmp_path):
-    import dataclasses
-
     runs = []
     for name in ("a", "b"):
         cfg = dataclasses.replace(config(tmp_path, target=0.99, seed=5), profile={"device_type": "cuda"},

@@ -65,6 +65,7 @@ from harness.reference.distributed.comm import (
 from harness.reference.embeddings import (
     FusedEmbeddingCollection,
     coalesce,
+    set_learning_rate,
     sparse_update,
 )
 from harness.reference.planner.estimators import cache_rows
@@ -327,6 +328,10 @@ class ShardedEmbeddingCollection(nn.Module):
                 persistent=False,
             )
         self._dummy = torch.zeros(0, requires_grad=True, device=w.device)
+
+    def set_learning_rate(self, lr: float) -> None:
+        """The fused optimizer's rate (of every shard and the replicas) from the next update on."""
+        set_learning_rate(self, lr)
 
     # ------------------------------------------------------------------ input
     def bucket(self, sparse: torch.Tensor, key: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:

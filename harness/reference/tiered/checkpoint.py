@@ -4,16 +4,16 @@ A checkpoint at step ``s``:
 
 1. flushes the cache (every dirty row written back, the file ``fsync``-ed): the working
    table file is then exactly the tables at step ``s``;
-2. copies that file to ``tables-<s>.bin`` and saves the dense model and optimizer
-   (``dense-<s>.pt``), each written to a temporary name, ``fsync``-ed, and renamed;
+2. copies that file to ``tables-<s>.bin`` and saves the rest of the session's state (step,
+   dense model, optimizer: ``dense-<s>.pt``), each written to a temporary name, ``fsync``-ed, and renamed;
 3. writes the manifest ``checkpoint.json`` (step, files, their SHA-256) the same way. The
    rename of the manifest is the commit: before it the previous checkpoint is the latest,
    after it the new one, and a crash in between leaves at most a stray temporary file.
 
 After the checkpoint, training goes on writing evicted rows into the *working* file, never
-into the checkpoint's copy. Resuming (:func:`restore_tables`, :func:`restore_dense`) verifies both checksums (a corrupted
+into the checkpoint's copy. Resuming (:func:`restore_tables`, :func:`restore_state`) verifies both checksums (a corrupted
 or truncated checkpoint is one clear error), copies the checkpoint's tables back into the
-working file and loads the dense state; training then continues from step ``s`` with a
+working file and loads the rest of the session's state; training then continues from step ``s`` with a
 cold cache, which changes nothing in the arithmetic (``tests/reference/test_tiered_resume.py``
 kills training with ``SIGKILL`` at random points, resumes, and gets the uninterrupted run's
 tables, checksum for checksum).
@@ -38,6 +38,8 @@ from typing import Any
 import torch
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.reference.run_config import RunConfig
+from harness.reference.session import SessionHooks, TrainingSession
 
 MANIFEST = "checkpoint.json"
 _CHUNK = 1 << 22
@@ -68,24 +70,18 @@ def _durable_copy(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
-def dense_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Everything but the embedding tables (which live in their file)."""
-    return {
-        "model": {k: v for k, v in model.state_dict().items() if not k.startswith("sparse_arch.")},
-        "optimizer": optimizer.state_dict(),
-    }
-
-
-def save(directory: Path, step: int, tables: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
-    """Checkpoint at ``step`` (see the module docstring for the order of writes)."""
+def save(directory: Path, session: TrainingSession) -> None:
+    """Checkpoint ``session`` (a :class:`~harness.reference.session.TrainingSession` with its
+    tables on the SSD tier) at its current step (see the module docstring for the order of writes)."""
+    step = session.step_count
     directory.mkdir(parents=True, exist_ok=True)
-    tables.flush()
+    session.flush()
     tables_file = directory / f"tables-{step}.bin"
     dense_file = directory / f"dense-{step}.pt"
-    _durable_copy(tables.store.path, tables_file)
+    _durable_copy(session.table_file, tables_file)
     tmp = dense_file.with_name(f".{dense_file.name}.tmp")
     with open(tmp, "wb") as f:
-        torch.save(dense_state(model, optimizer), f)
+        torch.save(session.state_dict(), f)  # everything but the tables, which are in their file
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, dense_file)
@@ -136,22 +132,28 @@ def restore_tables(directory: Path, working_tables: Path) -> dict[str, Any] | No
     return manifest
 
 
-def restore_dense(directory: Path, manifest: dict[str, Any], model: torch.nn.Module,
-                  optimizer: torch.optim.Optimizer) -> None:
-    """Load the checkpoint's dense model and optimizer state (verified by :func:`restore_tables`)."""
-    state = torch.load(directory / manifest["dense"], weights_only=True)
-    missing, unexpected = model.load_state_dict(state["model"], strict=False)
-    if unexpected or any(not k.startswith("sparse_arch.") for k in missing):
-        raise HarnessError(f"checkpoint {directory}: its model does not match this run's", ErrorCategory.BAD_INPUT)
-    optimizer.load_state_dict(state["optimizer"])
+def restore_state(directory: Path, manifest: dict[str, Any], session: TrainingSession) -> None:
+    """Continue ``session`` from the checkpoint's state (verified by :func:`restore_tables`)."""
+    session.load_state_dict(torch.load(directory / manifest["dense"], weights_only=True))
+
+
+class _Checkpoints(SessionHooks):
+    """The job's hooks: a line per step, a checkpoint every ``every`` steps."""
+
+    def __init__(self, directory: Path, every: int):
+        self.directory, self.every = directory, every
+
+    def after_step(self, session: TrainingSession, loss: torch.Tensor) -> bool:
+        print(f"step {session.step_count}", flush=True)
+        if session.step_count % self.every == 0:
+            print(f"checkpoint {session.step_count} begin", flush=True)
+            save(self.directory, session)
+            print(f"checkpoint {session.step_count} end", flush=True)
+        return False
 
 
 def main(job_path: str) -> int:
     """The resumable training job of the module docstring."""
-    from harness.reference import synthetic
-    from harness.reference.tiered import lookahead
-    from harness.reference.trainer import RunConfig, Trainer
-
     job = json.loads(Path(job_path).read_text())
     ckpt, work = Path(job["checkpoints"]), Path(job["tables"])
     config = RunConfig.from_json(json.dumps(job["run_config"]))
@@ -159,36 +161,16 @@ def main(job_path: str) -> int:
     manifest = restore_tables(ckpt, work)
     if manifest is not None:  # the working file holds the checkpoint's rows: train on them, cache cold
         config = dataclasses.replace(config, embedding_tier={**(config.embedding_tier or {}), "rows_in_file": True})
-    trainer = Trainer(config)
-    model, optimizer = trainer._model()  # without a checkpoint, writes the initial tables into the working file
-    tables = trainer._tiered_tables
-    start = 0
+    session = TrainingSession(config)  # without a checkpoint, writes the initial tables into the working file
     if manifest is not None:
-        restore_dense(ckpt, manifest, model, optimizer)
-        start = int(manifest["step"])
-    data = trainer._data()
-    gbs = int(config.hyperparameters["global_batch_size"])
-    order = synthetic.EpochOrder.from_seed(config.seed, config.benchmark["dataset"]["train_samples"])
-    batches = synthetic.train_batches(data, order, gbs, start_batch=start)
-    loss_fn = torch.nn.BCEWithLogitsLoss()
+        restore_state(ckpt, manifest, session)
+    start = session.step_count
     print(f"resumed {start}" if start else "started", flush=True)
-    step = start
-    for batch in lookahead(batches, tables):
-        optimizer.zero_grad(set_to_none=True)
-        loss_fn(model(batch.dense, batch.sparse), batch.labels).backward()
-        optimizer.step()
-        step += 1
-        print(f"step {step}", flush=True)
-        if step % job["every"] == 0:
-            print(f"checkpoint {step} begin", flush=True)
-            save(ckpt, step, tables, model, optimizer)
-            print(f"checkpoint {step} end", flush=True)
-        if step == job["steps"]:
-            break
-    tables.flush()
-    (Path(job["result"])).write_text(json.dumps({"steps": step, "tables_sha256": file_sha256(work),
+    session.train(_Checkpoints(ckpt, job["every"]), eval_at=[], until=job["steps"], stop_at_target=False)
+    session.flush()
+    (Path(job["result"])).write_text(json.dumps({"steps": session.step_count, "tables_sha256": file_sha256(work),
                                                  "resumed_from": start}))
-    tables.close()
+    session.close()
     return 0
 
 

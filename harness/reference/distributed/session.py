@@ -1,0 +1,303 @@
+"""The training engine of one rank of a sharded run (launched by torchrun).
+
+:class:`ShardedDLRM` is the DLRM with its tables sharded as the run's plan says
+(:mod:`harness.reference.distributed.sharded`) and its dense part (bottom MLP, interaction,
+top MLP) data-parallel under ``DistributedDataParallel``, whose gradient all-reduce goes
+through :func:`harness.reference.distributed.comm.ddp_comm_hook` (codec and byte count).
+
+:class:`DistributedSession` is :class:`~harness.reference.session.TrainingSession` with three
+things changed: each rank trains on its slice of every global batch (every dataset gives any
+rank's slice, :mod:`harness.reference.datasets`), the next batch's ids are distributed while
+the current step computes (:class:`Pipeline`), and evaluation gathers every rank's scores to
+rank 0, which computes the AUC and broadcasts it, so every rank stops at the same step.
+
+Three process groups keep unrelated collectives apart: the default group for DDP, one for
+the forward and backward all-to-alls and the replicas' all-reduce, one for the input
+distribution (its all-to-alls run in the background, asynchronously).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import os
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from harness.errors import ErrorCategory, HarnessError
+from harness.reference.batches import NUM_DENSE, Batch
+from harness.reference.comm_codecs import CommConfig
+from harness.reference.datasets import Dataset
+from harness.reference.distributed.comm import Comm, CommStats, ddp_comm_hook
+from harness.reference.distributed.sharded import InputDist, ShardedEmbeddingCollection, shardings_from_plan
+from harness.reference.model import DLRM
+from harness.reference.run_config import RunConfig
+from harness.reference.session import Feed, TrainingSession, prefetch, roc_auc
+from harness.reference.tiered import CacheStats
+
+# the dense part's buffers are constants: no broadcast before each forward (torch >= 2.13 renamed the option)
+_NO_BUFFER_SYNC = (
+    {"forward_sync_buffers": False}
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
+    else {"broadcast_buffers": False}
+)
+
+
+class DenseTower(nn.Module):
+    """The dense part of the DLRM: bottom MLP, interaction and top MLP (data-parallel)."""
+
+    def __init__(self, model: DLRM):
+        super().__init__()
+        self.dense_arch, self.interaction, self.over_arch = model.dense_arch, model.interaction, model.over_arch
+
+    def forward(self, dense: torch.Tensor, pooled: torch.Tensor) -> torch.Tensor:
+        return self.over_arch(self.interaction(self.dense_arch(dense), pooled))
+
+
+class ShardedDLRM(nn.Module):
+    """The DLRM with sharded tables and a DDP dense part.
+
+    Args:
+        model: the unsharded model as built from the seed on every rank (its tables are
+            copied into this rank's shards; its dense modules are reused).
+        plan: the sharding plan (``Plan.to_dict()``).
+        comms: the dense (DDP), embedding and input collectives.
+        codecs: the codec of each collective.
+        device_ids: DDP's device ids (``None`` on the CPU).
+    """
+
+    def __init__(self, model: DLRM, plan: dict[str, Any], comms: tuple[Comm, Comm, Comm], codecs: CommConfig,
+                 device_ids: list[int] | None = None, ssd: dict[str, Any] | None = None):
+        super().__init__()
+        dense_comm, emb_comm, input_comm = comms
+        emb = model.sparse_arch.embeddings
+        shardings = shardings_from_plan(plan, emb.table_rows, emb.dim, emb_comm.world_size)
+        self.sparse_arch = ShardedEmbeddingCollection(emb, shardings, emb_comm, input_comm, codecs, ssd)
+        self.dense = DistributedDataParallel(
+            DenseTower(model), device_ids=device_ids, process_group=dense_comm.group, **_NO_BUFFER_SYNC
+        )
+        self.dense.register_comm_hook((dense_comm, codecs.allreduce), ddp_comm_hook)
+
+    def distribute(self, sparse: torch.Tensor, sizes: list[int] | None = None) -> InputDist:
+        return self.sparse_arch.distribute(sparse, sizes)
+
+    def forward(self, dense: torch.Tensor, ids: InputDist) -> torch.Tensor:
+        return self.dense(dense, self.sparse_arch(ids))
+
+
+class Pipeline:
+    """Each batch with its ids distribution, started ahead of time.
+
+    When batch ``n`` is handed out, the ids of ``n + 1`` are on their way and the lengths of
+    ``n + 2`` have been sent: the all-to-alls of the input distribution run (asynchronously,
+    on their own process group) while step ``n`` computes. Every rank issues the same
+    collectives in the same order, so stopping early at the same step on every rank is safe:
+    :meth:`close` waits for what is in flight. After an error or an interrupt the ranks may
+    have stopped at different steps, and waiting could block on a collective another rank
+    never issues: :meth:`abandon` stops without waiting (the process then exits).
+    """
+
+    def __init__(self, model: Any, batches: Iterator[Batch]):
+        self._owner, self._batches = model, batches
+        self._window: deque[tuple[Batch, InputDist]] = deque()
+        self._handed: list[tuple[Batch, InputDist]] = []  # the last item handed out
+
+    def __iter__(self) -> Iterator[tuple[Batch, InputDist]]:
+        window, handed = self._window, self._handed
+        for batch in self._batches:
+            window.append((batch, self._owner.distribute(batch.sparse)))
+            if len(window) >= 2:
+                window[-2][1].start_ids()
+            if len(window) == 3:
+                handed[:] = [window.popleft()]
+                yield handed[0]
+        while window:
+            window[0][1].start_ids()
+            handed[:] = [window.popleft()]
+            yield handed[0]
+
+    def close(self) -> None:
+        for _, ids in [*self._handed, *self._window]:
+            ids.start_ids()
+            ids.wait()
+        self.abandon()
+
+    def abandon(self) -> None:
+        self._handed.clear()
+        self._window.clear()
+
+
+def pipelined(model: Any, batches: Iterator[Batch]) -> Pipeline:
+    """The batches with their ids distribution started ahead of time (see :class:`Pipeline`)."""
+    return Pipeline(model, batches)
+
+
+class DistributedSession(TrainingSession):
+    """The session of one rank of a sharded run (see the module docstring); every rank makes one,
+    inside the run's process group, and they take every step and evaluation together."""
+
+    def __init__(self, config: RunConfig, *, dataset: Dataset | None = None):
+        if config.sharding_plan is None:
+            raise HarnessError("a distributed run needs a sharding plan in its run config", ErrorCategory.BAD_INPUT)
+        self.codecs = CommConfig.from_names(config.comm)
+        self.comm_stats = CommStats()
+        self._eval_plan: list[tuple[Batch, list[int]]] | None = None
+        super().__init__(config, dataset=dataset)
+
+    def _placement(self) -> tuple[int, int]:
+        return dist.get_rank(), dist.get_world_size()
+
+    def _device(self) -> torch.device:
+        if self.config.profile.get("device_type") == "cuda" and not self.config.emulated:
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+            return device
+        return torch.device("cpu")
+
+    def _build(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        self.comms = (
+            Comm(None, self.comm_stats),
+            Comm(dist.new_group(backend=None), self.comm_stats),
+            Comm(dist.new_group(backend=None), self.comm_stats),
+        )
+        full = self._unsharded()
+        dense_params = full.dense_parameters()
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        tier = self.config.embedding_tier
+        ssd = None
+        if tier:
+            if tier.get("tier") != "ssd" or self.device.type != "cpu":
+                raise HarnessError(f"embedding tier {tier.get('tier')!r} on {self.device.type}: only the SSD tier "
+                                   "behind a host-memory cache is implemented", ErrorCategory.NOT_IMPLEMENTED)
+            ssd = {"path": f"{tier['path']}.rank{self.rank}", "cache_fraction": tier["cache_fraction"],
+                   "policy": tier.get("policy", "lru"), "batch": self.global_batch_size}
+        model = ShardedDLRM(full, self.config.sharding_plan or {}, self.comms, self.codecs, device_ids, ssd)
+        self._tiered = None  # the sharded collection keeps its SSD shards' caches itself
+        self._ssd_shards = ssd is not None
+        return model, self._dense_optimizer(dense_params)
+
+    def _embeddings(self) -> Any:
+        return self.model.sparse_arch
+
+    @property
+    def embeddings(self) -> ShardedEmbeddingCollection:
+        """This rank's shards and the collectives that make them act as the whole tables."""
+        return self.model.sparse_arch
+
+    # ------------------------------------------------------------------ data and steps
+    def batches(self, *, start: int | None = None, until: int | None = None) -> Feed:
+        start = self.step_count if start is None else start
+        until = self.step_limit() if until is None else until
+        source = prefetch(self._train_batches(start, until))
+        pipeline = pipelined(self.model, (self._on_device(b) for b in source))
+
+        def close() -> None:
+            pipeline.close()
+            source.close()
+
+        def abandon() -> None:
+            pipeline.abandon()
+            source.close()
+
+        return Feed(pipeline, close=close, abandon=abandon)
+
+    def _loss(self, item: Any) -> torch.Tensor:
+        if isinstance(item, Batch):  # not distributed ahead of time: its ids travel now
+            item = (item, self.model.distribute(item.sparse))
+        batch, ids = item
+        return self._loss_fn(self.model(batch.dense, ids), batch.labels)
+
+    # ------------------------------------------------------------------ evaluation
+    def _eval_batches(self) -> list[tuple[Batch, list[int]]]:
+        """This rank's eval batches with every rank's batch size; ranks with fewer samples get
+        empty batches at the end, so that all take part in every step's collectives."""
+        per_rank = [len(a) for a in np.array_split(np.arange(self.dataset.eval_samples), self.world_size)]
+        local = max(1, math.ceil(self.spec.eval_batch_size / self.world_size))
+        steps = math.ceil(max(per_rank) / local)
+        mine = list(self.dataset.eval_batches(local, rank=self.rank, world_size=self.world_size))
+        out = []
+        width = int(sum(self.dataset.pooling))
+        for j in range(steps):
+            sizes = [min(max(n - j * local, 0), local) for n in per_rank]
+            if j < len(mine):
+                batch = self._on_device(mine[j])
+            else:
+                batch = Batch(torch.zeros(0, NUM_DENSE, device=self.device),
+                              torch.zeros(0, width, dtype=torch.int64, device=self.device),
+                              torch.zeros(0, device=self.device), tuple(self.dataset.pooling))
+            out.append((batch, sizes))
+        return out
+
+    @torch.no_grad()
+    def evaluate(self, batches: Iterable[Batch] | None = None) -> float:
+        """AUC over the whole eval split: scores gathered to rank 0, its AUC broadcast (every
+        rank calls it; a sharded evaluation of other batches is not implemented)."""
+        if batches is not None:
+            raise HarnessError("a sharded session evaluates its eval split only", ErrorCategory.NOT_IMPLEMENTED)
+        if self._eval_plan is None:
+            self._eval_plan = self._eval_batches()
+        self.model.eval()
+        scores, labels = [], []
+        try:
+            for batch, sizes in self._eval_plan:
+                logits = self.model(batch.dense, self.model.distribute(batch.sparse, sizes))
+                scores.append(torch.sigmoid(logits).double().cpu())
+                labels.append(batch.labels.cpu())
+        finally:
+            self.model.train()
+        mine = (torch.cat(scores).numpy(), torch.cat(labels).numpy())
+        gathered: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
+        dist.gather_object(mine, gathered, dst=0)
+        auc = torch.zeros(1, dtype=torch.float64)
+        if self.rank == 0:
+            assert gathered is not None
+            auc[0] = roc_auc(np.concatenate([g[1] for g in gathered]), np.concatenate([g[0] for g in gathered]))
+        dist.broadcast(auc, src=0)
+        return float(auc[0])
+
+    # ------------------------------------------------------------------ state and caches
+    def full_weight(self) -> torch.Tensor:
+        """The whole unsharded tables, on every rank (a collective: for tests and small tables)."""
+        return self.model.sparse_arch.full_weight()
+
+    def cache_report(self) -> dict[str, Any] | None:
+        """The SSD shards' caches of every rank, summed (a collective: every rank calls it);
+        None when no shard is on the SSD tier."""
+        if not self._ssd_shards:
+            return None
+        tables = self.model.sparse_arch
+        stats, rows, slots = tables.cache_stats()
+        fields = [f.name for f in dataclasses.fields(CacheStats)]
+        local = torch.tensor([getattr(stats, f) for f in fields] + [rows, slots], dtype=torch.float64)
+        dist.all_reduce(local)
+        total = CacheStats(**{f: int(v) for f, v in zip(fields, local.tolist())})
+        ssd_rows, cache_rows = int(local[-2]), int(local[-1])
+        steps = max(self.step_count, 1)
+        tier = self.config.embedding_tier or {}
+        on_ssd = {s.table for shards in tables.shards_of for s in shards if s.tier == "ssd"}
+        memory = [t for t in range(len(tables.table_rows)) if t not in on_ssd]
+        return {
+            **total.to_dict("ssd"), "batches": self.step_count,
+            "ssd_bytes_read_per_step": round(total.bytes_read / steps, 1),
+            "ssd_bytes_written_per_step": round(total.bytes_written / steps, 1),
+            # rows of the SSD shards of every rank (a column-sharded table's rows once per shard)
+            "policy": tier.get("policy", "lru"), "cache_rows": cache_rows, "rows": ssd_rows,
+            "memory_tables": memory, "memory_rows": sum(tables.table_rows[t] for t in memory),
+            "ranks": self.world_size, **{k: tier[k] for k in ("table_tiers", "tier_plan") if k in tier},
+        }
+
+    def cache_hit_rate(self) -> float | None:
+        if not self._ssd_shards or not self.model.sparse_arch.cached:
+            return None
+        return self.model.sparse_arch.cache_stats()[0].hit_rate  # this rank's
+
+    def cache_stats(self) -> Any:
+        return self.model.sparse_arch.cache_stats()[0] if self._ssd_shards else None

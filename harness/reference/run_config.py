@@ -1,0 +1,61 @@
+"""Everything one training run depends on, as plain JSON: it crosses the process boundary from
+the run set (``harness run``) to the worker processes (torch-free, so the run set's side can
+build it without the training stack)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything one run depends on, as plain JSON (it crosses a process boundary)."""
+
+    benchmark: dict[str, Any]
+    hyperparameters: dict[str, Any]
+    profile: dict[str, Any]
+    seed: int
+    seed_source: str
+    submitter: str
+    division: str
+    status: str
+    platform: str
+    log_path: str
+    fingerprint: str
+    config_filename: str
+    emulated: bool = False
+    run_index: int = 0
+    progress: bool = False
+    threads: int | None = None
+    extra_log: dict[str, Any] = field(default_factory=dict)
+    world_size: int = 1
+    sharding_plan: dict[str, Any] | None = None  # Plan.to_dict(), for world_size > 1
+    comm: dict[str, str] = field(default_factory=dict)  # codec per collective: forward, backward, allreduce
+    # the tables' tier: {"tier": "ssd", "path": file, "cache_fraction": 0.05, "policy": "lru", "ssd_tables": [..]
+    # or None (all), "rows_in_file": True when the file already holds the rows}; None: memory
+    embedding_tier: dict[str, Any] | None = None
+    # the dataset's manifest (harness.reference.datasets.dataset_manifest: its files, already
+    # validated by the run set); None: the benchmark's own generator
+    data: dict[str, Any] | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunConfig:
+        return cls(**json.loads(text))
+
+    @classmethod
+    def offline(cls, benchmark: dict[str, Any], hyperparameters: dict[str, Any], seed: int, *,
+                who: str = "harness", **fields: Any) -> RunConfig:
+        """A config for training outside a run set (``harness infer``, benches, tests): no log,
+        the local CPU unless ``profile`` says otherwise, a chosen seed; ``fields`` set the rest."""
+        return cls(**{
+            "benchmark": benchmark, "hyperparameters": hyperparameters, "seed": seed, "seed_source": "user",
+            "profile": {"name": "local", "device_type": "cpu"}, "submitter": who, "division": "closed",
+            "status": "research", "platform": who, "log_path": os.devnull, "fingerprint": who,
+            "config_filename": f"{who}.yaml", **fields,
+        })

@@ -1,0 +1,86 @@
+"""The learning-rate schedule of MLPerf's DLRM references: linear warmup, then polynomial decay.
+
+Both references use one policy (``LRPolicyScheduler`` in facebookresearch/dlrm's
+``dlrm_s_pytorch.py``, MLPerf ``dlrm`` v0.7-v2.1, and in mlcommons/training's
+``recommendation_v2/torchrec_dlrm/dlrm_main.py``, ``dlrm_dcnv2``), a torch ``LRScheduler``
+stepped after every optimizer step. The rate of the optimizer step ``s`` (0-based) is its
+``get_lr()`` at ``c = s + 1`` (the scheduler's ``_step_count``; its constructor already took
+one step), with ``W`` warmup steps, decay from step ``S`` for ``D`` steps, power ``p``::
+
+    c < W:              base * (1 - (W - c) / W)                  (linear warmup)
+    S <= c < S + D:     max(1e-7, base * ((D - (c - S)) / D) ** p)   (polynomial decay)
+    otherwise, D > 0:   the last rate set above (frozen: between warmup and decay, and after decay)
+    otherwise:          base
+
+Two consequences of the reference worth knowing: between warmup and decay the rate stays at
+the last warmup rate ``base * (W - 1) / W``, not ``base``; and after the decay it stays at
+``base * (1 / D) ** p``. Where the reference has no "last rate" yet (no warmup, decay starting
+after step 1, in which case its scheduler fails with an ``AttributeError``), this one uses
+``base``. A decay that starts before the warmup ends is refused at load time
+(:func:`harness.rules.hyperparameters.check_hyperparameters`), as the reference refuses it.
+
+Adagrad's own ``lr_decay`` (``opt_adagrad_learning_rate_decay``) divides the scheduled rate by
+``1 + s * lr_decay`` at step ``s``, as ``torch.optim.Adagrad`` does for the dense parameters;
+:meth:`LearningRatePolicy.sparse` applies the same to the fused embedding optimizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from harness.rules.hyperparameters import schedule_values
+
+MIN_DECAY_LR = 1e-7  # the references' floor during the decay
+
+
+@dataclass(frozen=True)
+class LearningRatePolicy:
+    base: float
+    warmup_steps: int = 0
+    decay_start_step: int = 0
+    decay_steps: int = 0
+    decay_power: float = 2.0
+    adagrad_lr_decay: float = 0.0
+
+    @classmethod
+    def from_hyperparameters(cls, hp: Mapping[str, Any]) -> LearningRatePolicy:
+        v = schedule_values(hp)
+        return cls(base=v["base_learning_rate"], warmup_steps=v["warmup_steps"],
+                   decay_start_step=v["decay_start_step"], decay_steps=v["decay_steps"],
+                   decay_power=v["decay_power"], adagrad_lr_decay=v["adagrad_lr_decay"])
+
+    @property
+    def constant(self) -> bool:
+        return self.warmup_steps <= 1 and self.decay_steps == 0
+
+    def _warmup(self, c: int) -> float:
+        w = self.warmup_steps
+        return self.base * (1.0 - (w - c) / w)
+
+    def _decay(self, c: int) -> float:
+        d = self.decay_steps
+        return max(MIN_DECAY_LR, self.base * ((d - (c - self.decay_start_step)) / d) ** self.decay_power)
+
+    def at(self, step: int) -> float:
+        """The scheduled rate of optimizer step ``step`` (0-based)."""
+        c = step + 1
+        w, s, d = self.warmup_steps, self.decay_start_step, self.decay_steps
+        if c < w:
+            return self._warmup(c)
+        if s <= c < s + d:
+            return self._decay(c)
+        if d > 0:
+            if c >= s + d:
+                return self._decay(s + d - 1)
+            return self._warmup(w - 1) if w >= 2 else self.base
+        return self.base
+
+    def dense(self, step: int) -> float:
+        """The rate set on the dense optimizer (torch's Adagrad applies its ``lr_decay`` itself)."""
+        return self.at(step)
+
+    def sparse(self, step: int) -> float:
+        """The rate of the fused embedding optimizer, Adagrad's ``lr_decay`` included."""
+        return self.at(step) / (1.0 + step * self.adagrad_lr_decay)

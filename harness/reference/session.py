@@ -1,0 +1,535 @@
+"""The training engine: one :class:`TrainingSession` per training, and the only training loop.
+
+A session builds the benchmark's model and its two optimizers (the dense one, a torch
+optimizer; the embeddings', fused into their backward pass) from the run's seed, opens the
+run's data, and then trains: :meth:`TrainingSession.step` takes one optimizer step,
+:meth:`~TrainingSession.evaluate` gives the AUC of the eval split, and
+:meth:`~TrainingSession.train` is the loop that everything training runs (MLPerf runs through
+:class:`harness.reference.trainer.Trainer`, ``harness infer``, the checkpointed job, the
+benches): epoch after epoch in the datasets' order (:mod:`harness.reference.datasets`),
+evaluating at the benchmark's cadence, stopping at the target, the epoch limit or a step
+count, and telling a :class:`SessionHooks` about each event. Logging is the hooks' business:
+the session logs nothing.
+
+Every logged hyperparameter is applied here: the learning-rate schedule
+(:mod:`harness.reference.schedules`) sets both optimizers' rates before every step, Adagrad's
+epsilon, initial accumulator and ``lr_decay`` go to both, and what the engine does not implement
+was refused when the spec was loaded (:mod:`harness.rules.hyperparameters`).
+
+:class:`harness.reference.distributed.session.DistributedSession` is the same engine for one
+rank of a sharded run.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.errors import ErrorCategory, HarnessError
+from harness.reference.batches import Batch
+from harness.reference.datasets import Dataset, check_epoch, open_dataset
+from harness.reference.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig, SparseOptimizerKind
+from harness.reference.model import DLRM
+from harness.reference.run_config import RunConfig
+from harness.reference.schedules import LearningRatePolicy
+from harness.rules.specs import BenchmarkSpec, spec_from_dict
+
+# The eval split is kept in memory after its first evaluation when it is at most this large
+# (the synthetic benchmarks' are tens of MB); a larger one (Criteo 1TB's 89M samples) is read
+# again at every evaluation.
+EVAL_CACHE_BYTES = 1 << 30
+
+
+def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    """scikit-learn's ``roc_auc_score``, imported on first use: only the rank that computes the
+    AUC pays for importing scikit-learn (a second per process; :meth:`Trainer.run` imports it
+    during init, outside the timed region)."""
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(labels, scores))
+
+
+class Prefetcher:
+    """Batches made in a background thread, ``depth`` ahead of the consumer.
+
+    :meth:`close` stops the thread and waits for it (it never waits on anything but the data
+    source), so that no thread is left making batches when a session ends or the process exits.
+    """
+
+    _DONE = object()
+
+    def __init__(self, batches: Iterator[Batch], depth: int = 2):
+        self._q: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._produce, args=(batches,), name="harness-prefetch", daemon=True)
+        self._thread.start()
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _produce(self, batches: Iterator[Batch]) -> None:
+        try:
+            for b in batches:
+                if not self._put(b):
+                    break
+            else:
+                self._put(self._DONE)
+        except BaseException as err:  # handed to the consumer, which re-raises it
+            self._put(err)
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+
+    def __iter__(self) -> Iterator[Batch]:
+        try:
+            while True:
+                item = self._q.get()
+                if item is self._DONE:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        while True:  # unblock a producer waiting for room
+            try:
+                self._q.get_nowait()
+            except queue.Empty:
+                break
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=60)
+
+
+def prefetch(batches: Iterator[Batch], depth: int = 2) -> Prefetcher:
+    """Produce batches in a background thread, ``depth`` ahead of the consumer."""
+    return Prefetcher(batches, depth)
+
+
+class SessionHooks:
+    """What :meth:`TrainingSession.train` tells about its events; ``True`` from
+    :meth:`after_step` or :meth:`after_eval` stops the training there."""
+
+    def after_step(self, session: TrainingSession, loss: torch.Tensor) -> bool:
+        return False
+
+    def before_eval(self, session: TrainingSession) -> None:
+        pass
+
+    def after_eval(self, session: TrainingSession, auc: float) -> bool:
+        return False
+
+    def epoch_boundary(self, session: TrainingSession, finished_epoch: int) -> None:
+        """Epoch ``finished_epoch`` ended and the next one starts (not called at the end of training)."""
+
+
+@dataclass
+class TrainOutcome:
+    status: str  # "success" (the target was reached) | "aborted"
+    reason: str
+    steps: int  # optimizer steps taken in all, by this session
+    eval_accuracies: list[tuple[float, float]] = field(default_factory=list)  # (epoch_num, auc)
+
+
+class Feed:
+    """The training items of a range of steps, made ahead of time; :meth:`close` ends it cleanly
+    (waiting for what is in flight), :meth:`abandon` after an error or an interrupt."""
+
+    def __init__(self, items: Iterable[Any], *, close: Callable[[], None] | None = None,
+                 abandon: Callable[[], None] | None = None):
+        self._items = items
+        self._close, self._abandon = close, abandon
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._items)
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
+
+    def abandon(self) -> None:
+        if self._abandon is not None:
+            self._abandon()
+
+
+class TrainingSession:
+    """Trains the reference DLRM of one run (one process; see the module docstring).
+
+    Args:
+        config: the run (benchmark, hyperparameters, seed, profile, data, tier).
+        dataset: the data, when the caller opened it already; by default the config's
+            (``config.data``, a manifest) or the benchmark's generator.
+    """
+
+    def __init__(self, config: RunConfig, *, dataset: Dataset | None = None):
+        self.config = config
+        self.spec: BenchmarkSpec = spec_from_dict(config.benchmark, what="benchmark of the run config")
+        self.hyperparameters: dict[str, Any] = dict(config.hyperparameters)
+        self.rank, self.world_size = self._placement()
+        self.device = self._device()
+        self.dataset: Dataset = dataset if dataset is not None else open_dataset(
+            self.spec, None if config.data is None else config.data["root"], manifest=config.data)
+        self.global_batch_size = int(self.hyperparameters["global_batch_size"])
+        self.steps_per_epoch = self.dataset.train_samples // self.global_batch_size
+        if self.steps_per_epoch < 1:
+            raise HarnessError(f"global batch size {self.global_batch_size} exceeds the "
+                               f"{self.dataset.train_samples} training samples", ErrorCategory.BAD_INPUT)
+        self.schedule = LearningRatePolicy.from_hyperparameters(self.hyperparameters)
+        self._step = 0
+        self._rates: tuple[float, float] | None = None  # (dense, sparse) rates currently set
+        self._eval_cache: list[Any] | None = None
+        self._loss_fn = torch.nn.BCEWithLogitsLoss()
+        self.model, self.dense_optimizer = self._build()
+
+    # ------------------------------------------------------------------ building
+    def _placement(self) -> tuple[int, int]:
+        return 0, 1
+
+    def _device(self) -> torch.device:
+        """One process, one device: the profile's accelerator when it has one (a profile is only
+        run where its hardware is present, unless emulated), else the CPU."""
+        on_gpu = self.config.profile.get("device_type") == "cuda" and not self.config.emulated
+        return torch.device("cuda" if on_gpu else "cpu")
+
+    def _sparse_optimizer(self) -> SparseOptimizerConfig:
+        hp = self.hyperparameters
+        lr = self.schedule.sparse(0)
+        if hp["opt_name"] == "adagrad":
+            return SparseOptimizerConfig(
+                kind=self.spec.embedding_optimizer, learning_rate=lr,
+                eps=float(hp.get("opt_adagrad_epsilon", 1e-8)),
+                initial_accumulator_value=float(hp.get("opt_adagrad_initial_accumulator_value", 0.0)),
+            )
+        return SparseOptimizerConfig(kind=SparseOptimizerKind.SGD, learning_rate=lr)
+
+    def _dense_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+        hp = self.hyperparameters
+        lr = self.schedule.dense(0)
+        if hp["opt_name"] == "adagrad":
+            return torch.optim.Adagrad(
+                params, lr=lr, lr_decay=float(hp.get("opt_adagrad_learning_rate_decay", 0.0)),
+                initial_accumulator_value=float(hp.get("opt_adagrad_initial_accumulator_value", 0.0)),
+                eps=float(hp.get("opt_adagrad_epsilon", 1e-8)),
+            )
+        return torch.optim.SGD(params, lr=lr)
+
+    def _unsharded(self) -> DLRM:
+        """The model as built from the seed (every rank of a sharded run builds the same)."""
+        torch.manual_seed(self.config.seed)
+        if self.device.type == "cuda":
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        return DLRM(self.spec.model_config(), sparse_optimizer=self._sparse_optimizer(), device=self.device)
+
+    def _build(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        model = self._unsharded()
+        self._tiered = None
+        if self.config.embedding_tier:
+            self._tiered = self._tier_tables(model.sparse_arch.embeddings, self.config.embedding_tier)
+            model.sparse_arch.embeddings = self._tiered
+        return model, self._dense_optimizer(model.dense_parameters())
+
+    def _tier_tables(self, full: FusedEmbeddingCollection, tier: dict[str, Any]) -> Any:
+        """``full``'s tables moved to the SSD tier (a file), behind a cache of a fraction of their
+        rows; tables not in ``tier["ssd_tables"]`` (when given) stay in memory."""
+        from harness.reference.planner.estimators import cache_rows
+        from harness.reference.tiered import CachePolicy, SsdRows, TieredEmbeddingCollection, state_columns
+
+        if tier.get("tier") != "ssd" or self.device.type != "cpu":
+            raise HarnessError(
+                f"embedding tier {tier.get('tier')!r} on {self.device.type}: only the SSD tier behind a host-memory "
+                "cache is implemented", ErrorCategory.NOT_IMPLEMENTED,
+            )
+        in_file = bool(tier.get("rows_in_file"))  # resuming: the file already holds the rows
+        store = SsdRows(Path(tier["path"]), sum(full.table_rows), full.dim, state_columns(full), create=not in_file)
+        on_ssd = tier.get("ssd_tables")  # table indices; None: all
+        memory = tuple(t for t in range(len(full.table_rows)) if on_ssd is not None and t not in on_ssd)
+        # each SSD table's share of the cache, as the planner counts it
+        fraction = float(tier["cache_fraction"])
+        capacity = sum(cache_rows(r, fraction, self.global_batch_size * full.pooling[t])
+                       for t, r in enumerate(full.table_rows) if t not in memory)
+        return TieredEmbeddingCollection(full, store, capacity, CachePolicy(tier.get("policy", "lru")),
+                                         memory_tables=memory, copy_rows=not in_file)
+
+    # ------------------------------------------------------------------ where training is
+    @property
+    def step_count(self) -> int:
+        """Optimizer steps taken (the global step: a resumed session continues the count)."""
+        return self._step
+
+    @property
+    def epoch_num(self) -> float:
+        """Epochs of training samples seen, MLPerf's ``epoch_num``."""
+        return self._step * self.global_batch_size / self.dataset.train_samples
+
+    @property
+    def learning_rate(self) -> float:
+        """The dense optimizer's rate of the last step taken (the schedule's first before any)."""
+        return self.schedule.dense(max(self._step - 1, 0))
+
+    def step_limit(self) -> int:
+        """The last step the epoch limit allows."""
+        return int(math.floor(self.spec.max_epochs * self.steps_per_epoch + 1e-9))
+
+    def eval_steps(self) -> list[int]:
+        """The steps after which to evaluate: every ``fraction`` of an epoch, up to the limit."""
+        fraction, limit = self.spec.eval_every_epoch_fraction, self.spec.max_epochs
+        count = int(math.floor(limit / fraction + 1e-9))
+        spe = self.steps_per_epoch
+        steps = sorted({max(1, round(k * fraction * spe)) for k in range(1, count + 1)})
+        last = self.step_limit()
+        steps = [s for s in steps if s <= last]
+        if not steps or steps[-1] != last:
+            steps.append(last)
+        return steps
+
+    # ------------------------------------------------------------------ data
+    def _on_device(self, batch: Batch) -> Batch:
+        if self.device.type == "cpu":
+            return batch
+        return Batch(
+            dense=batch.dense.to(self.device, non_blocking=True),
+            sparse=batch.sparse.to(self.device, non_blocking=True),
+            labels=batch.labels.to(self.device, non_blocking=True),
+            pooling=batch.pooling,
+        )
+
+    def _train_batches(self, start: int, stop: int) -> Iterator[Batch]:
+        """This rank's batches of global steps ``start .. stop - 1``, epoch after epoch."""
+        spe, step = self.steps_per_epoch, start
+        while step < stop:
+            epoch, k = divmod(step, spe)
+            check_epoch(self.dataset, epoch)
+            batches = self.dataset.train_batches(self.global_batch_size, epoch=epoch, seed=self.config.seed,
+                                                 rank=self.rank, world_size=self.world_size, start=k)
+            made = step
+            try:
+                for batch in batches:
+                    yield batch
+                    step += 1
+                    if step >= stop or step % spe == 0:
+                        break
+            finally:
+                close = getattr(batches, "close", None)
+                if close is not None:
+                    close()
+            if step == made:
+                raise HarnessError(f"the dataset gave no batch for step {step} (epoch {epoch})", ErrorCategory.BAD_INPUT)
+
+    def batches(self, *, start: int | None = None, until: int | None = None) -> Feed:
+        """The training items of steps ``start`` (default: the next) to ``until`` (default: the
+        epoch limit), made in a background thread ahead of the steps that consume them (and,
+        with tables on the SSD tier, each batch's rows read while the step before computes)."""
+        start = self._step if start is None else start
+        until = self.step_limit() if until is None else until
+        source = prefetch(self._train_batches(start, until))
+        items: Iterator[Any] = (self._on_device(b) for b in source)
+        if self._tiered is not None:
+            from harness.reference.tiered import lookahead
+
+            items = lookahead(items, self._tiered)
+        return Feed(items, close=source.close, abandon=source.close)
+
+    # ------------------------------------------------------------------ one step
+    def _apply_learning_rate(self, step: int) -> None:
+        rates = (self.schedule.dense(step), self.schedule.sparse(step))
+        if rates == self._rates:
+            return
+        for group in self.dense_optimizer.param_groups:
+            group["lr"] = rates[0]
+        self._embeddings().set_learning_rate(rates[1])
+        self._rates = rates
+
+    def _embeddings(self) -> Any:
+        return self.model.sparse_arch.embeddings
+
+    def _loss(self, item: Any) -> torch.Tensor:
+        return self._loss_fn(self.model(item.dense, item.sparse), item.labels)
+
+    def step(self, item: Any) -> torch.Tensor:
+        """One optimizer step on one item of :meth:`batches` (or a plain :class:`Batch` on the
+        session's device): the schedule's rates, forward, backward (which updates the
+        embeddings), the dense optimizer's step. Returns the loss, detached."""
+        self._apply_learning_rate(self._step)
+        self.dense_optimizer.zero_grad(set_to_none=True)
+        loss = self._loss(item)
+        loss.backward()
+        self.dense_optimizer.step()
+        self._step += 1
+        return loss.detach()
+
+    # ------------------------------------------------------------------ evaluation
+    def _eval_split_bytes(self) -> int:
+        per_sample = 4 * 13 + 8 * sum(self.dataset.pooling) + 4
+        return self.dataset.eval_samples * per_sample
+
+    def _eval_items(self) -> Iterable[Any]:
+        """The eval split, read at the first evaluation (inside the timed region, as MLPerf's
+        references read it) and kept in memory after it when it is small enough."""
+        if self._eval_cache is not None:
+            return self._eval_cache
+        items = (self._on_device(b) for b in prefetch(self.dataset.eval_batches(self.spec.eval_batch_size)))
+        if self._eval_split_bytes() > EVAL_CACHE_BYTES:
+            return items  # read to the end by the evaluation, which ends its thread
+        self._eval_cache = list(items)
+        return self._eval_cache
+
+    @torch.no_grad()
+    def evaluate(self, batches: Iterable[Batch] | None = None) -> float:
+        """AUC (scikit-learn's ``roc_auc_score``) over the eval split, or over ``batches``."""
+        items = self._eval_items() if batches is None else (self._on_device(b) for b in batches)
+        self.model.eval()
+        try:
+            scores, labels = [], []
+            for b in items:
+                scores.append(torch.sigmoid(self.model(b.dense, b.sparse)).double().cpu().numpy())
+                labels.append(b.labels.cpu().numpy())
+        finally:
+            self.model.train()
+        return roc_auc(np.concatenate(labels), np.concatenate(scores))
+
+    # ------------------------------------------------------------------ the loop
+    def train(self, hooks: SessionHooks | None = None, *, eval_at: Iterable[int] | None = None,
+              until: int | None = None, stop_at_target: bool = True) -> TrainOutcome:
+        """Train from the next step to ``until`` (default: the epoch limit), evaluating after the
+        steps ``eval_at`` (default: the benchmark's cadence) and, with ``stop_at_target``,
+        stopping with ``success`` at the first evaluation that reaches the target AUC.
+
+        An error or an interrupt abandons the data in flight and propagates; the session can
+        then only be closed.
+        """
+        hooks = hooks or SessionHooks()
+        last = self.step_limit() if until is None else min(until, self.step_limit())
+        evals = {s for s in (self.eval_steps() if eval_at is None else eval_at) if self._step < s <= last}
+        reason = "epoch limit reached without reaching the target" if until is None else f"{last} steps taken"
+        outcome = TrainOutcome("aborted", reason, self._step)
+        if self._step >= last:
+            return outcome
+        feed = self.batches(until=last)
+        clean = False
+        try:
+            for item in feed:
+                loss = self.step(item)
+                if hooks.after_step(self, loss):
+                    outcome.reason = f"stopped after step {self._step}"
+                    break
+                if self._step in evals:
+                    hooks.before_eval(self)
+                    auc = self.evaluate()
+                    outcome.eval_accuracies.append((self.epoch_num, auc))
+                    stop = hooks.after_eval(self, auc)
+                    if stop_at_target and auc >= self.spec.target_auc:
+                        outcome.status = "success"
+                        outcome.reason = f"AUC {auc:.5f} reached the target {self.spec.target_auc}"
+                        break
+                    if stop:
+                        outcome.reason = f"stopped after the evaluation at step {self._step}"
+                        break
+                if self._step >= last:
+                    break
+                if self._step % self.steps_per_epoch == 0:
+                    hooks.epoch_boundary(self, self._step // self.steps_per_epoch - 1)
+            clean = True
+        finally:
+            outcome.steps = self._step
+            if clean:
+                feed.close()  # what is in flight finishes (every rank stops at the same step)
+            else:
+                feed.abandon()  # other ranks may be elsewhere: waiting on them could hang
+        return outcome
+
+    # ------------------------------------------------------------------ state
+    @property
+    def tables_in_store(self) -> bool:
+        """Whether the embedding rows live in a file (the SSD tier) rather than in the model."""
+        return self._tiered is not None
+
+    @property
+    def table_file(self) -> Path | None:
+        """The SSD tier's file of the tables (None when they are in memory)."""
+        return None if self._tiered is None else Path(self._tiered.store.path)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The step, the model and the dense optimizer's state; with the tables on the SSD tier,
+        everything but the tables (which are in :attr:`table_file`, after :meth:`flush`)."""
+        model = self.model.state_dict()
+        if self.tables_in_store:
+            model = {k: v for k, v in model.items() if not k.startswith("sparse_arch.")}
+        return {"step": self._step, "model": model, "dense_optimizer": self.dense_optimizer.state_dict(),
+                "tables_in_store": self.tables_in_store}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from :meth:`state_dict`'s ``state`` (the same benchmark and hyperparameters)."""
+        try:
+            if bool(state["tables_in_store"]) != self.tables_in_store:
+                raise ValueError("the state's tables are " + ("in a file" if state["tables_in_store"] else "in it"))
+            missing, unexpected = self.model.load_state_dict(state["model"], strict=False)
+            if unexpected or any(not (self.tables_in_store and k.startswith("sparse_arch.")) for k in missing):
+                raise ValueError(f"missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}")
+            self.dense_optimizer.load_state_dict(state["dense_optimizer"])
+            self._step = int(state["step"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as err:
+            raise HarnessError(f"the saved training state does not match this session's model ({err})",
+                               ErrorCategory.BAD_INPUT) from None
+        self._rates = None
+
+    # ------------------------------------------------------------------ the tables' cache
+    def cache_report(self) -> dict[str, Any] | None:
+        """Hit rate and bytes moved per tier of the tables' cache (training lookups); None when
+        the tables are in memory."""
+        tables = self._tiered
+        if tables is None:
+            return None
+        cache = tables.cache
+        memory_rows = cache.capacity - cache.free_capacity
+        tier = self.config.embedding_tier or {}
+        placement = {k: tier[k] for k in ("table_tiers", "tier_plan") if k in tier}  # the planner's, when planned
+        return {**cache.stats.to_dict(tables.store.tier), "policy": cache.policy.value,
+                "cache_rows": cache.free_capacity, "rows": tables.store.rows - memory_rows,
+                "memory_tables": list(tables.memory_tables), "memory_rows": memory_rows,
+                "read_ahead_batches": tables.read_ahead_batches, **placement}
+
+    def cache_hit_rate(self) -> float | None:
+        """This rank's cache hit rate so far (None when the tables are in memory)."""
+        return None if self._tiered is None else self._tiered.cache.stats.hit_rate
+
+    def cache_stats(self) -> Any:
+        """The cache's counters (:class:`~harness.reference.tiered.CacheStats`), None in memory."""
+        return None if self._tiered is None else self._tiered.cache.stats
+
+    def flush(self) -> None:
+        """Every update of tables on the SSD tier written back, durably (a no-op in memory)."""
+        if self._tiered is not None:
+            self._tiered.flush()
+
+    def close(self) -> None:
+        """Flush and release the tables' file and threads (after the run's clock has stopped)."""
+        if self._tiered is not None:
+            self._tiered.flush()
+            self._tiered.close()
+
+
+def open_session(config: RunConfig, *, dataset: Dataset | None = None) -> TrainingSession:
+    """The session of one rank: a :class:`TrainingSession`, or for a sharded run (launched by
+    torchrun, inside its process group) a ``DistributedSession``."""
+    if config.world_size == 1:
+        return TrainingSession(config, dataset=dataset)
+    from harness.reference.distributed.session import DistributedSession
+
+    return DistributedSession(config, dataset=dataset)

@@ -1,0 +1,139 @@
+"""The hyperparameters the reference engine implements: a closed vocabulary, checked at load time.
+
+Every hyperparameter a benchmark spec or a submitter config names is logged by every run
+(MLPerf's ``opt_*`` keys), so every one must be a value the run applies. A key outside this
+vocabulary, or a value the engine does not implement, is refused when the spec or config is
+loaded, in one line; nothing is logged that the run did not do.
+
+Two naming families of MLPerf's logs name the same learning-rate schedule: ``dlrm`` (v0.7-v2.1:
+``lr_decay_start_steps``, ``sgd_opt_learning_rate_decay_steps``,
+``sgd_opt_learning_rate_decay_poly_power``) and ``dlrm_dcnv2`` (``opt_learning_rate_decay_start_step``,
+``opt_learning_rate_decay_steps``); both give :func:`schedule_values`, the schedule
+:mod:`harness.reference.schedules` applies (both MLPerf references use the same policy).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from harness.errors import ErrorCategory, HarnessError
+
+
+def _int_at_least(low: int) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        ok = isinstance(v, int) and not isinstance(v, bool) or (isinstance(v, float) and v.is_integer())
+        return None if ok and v >= low else f"must be an integer >= {low}"
+    return check
+
+
+def _number(low: float, *, open_low: bool = False) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return "must be a number"
+        if v < low or (open_low and v == low):
+            return f"must be {'>' if open_low else '>='} {low:g}"
+        return None
+    return check
+
+
+def _one_of(*values: Any) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        return None if v in values else f"must be one of {', '.join(map(repr, values))}"
+    return check
+
+
+def _only(value: Any, why: str) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        return None if v == value else f"only {value!r} is implemented ({why})"
+    return check
+
+
+@dataclass(frozen=True)
+class Hyperparameter:
+    key: str
+    meaning: str
+    check: Callable[[Any], str | None]
+    adagrad_only: bool = False
+
+
+VOCABULARY: dict[str, Hyperparameter] = {h.key: h for h in (
+    Hyperparameter("global_batch_size", "samples per optimizer step, over all ranks", _int_at_least(1)),
+    Hyperparameter("opt_name", "the optimizer of the dense and the embedding parameters", _one_of("adagrad", "sgd")),
+    Hyperparameter("opt_base_learning_rate", "the learning rate before the schedule", _number(0, open_low=True)),
+    Hyperparameter("sgd_opt_base_learning_rate", "dlrm's name of the same base learning rate",
+                   _number(0, open_low=True)),
+    Hyperparameter("opt_adagrad_learning_rate_decay", "Adagrad's lr / (1 + (t - 1) * decay), dense and sparse",
+                   _number(0), adagrad_only=True),
+    Hyperparameter("opt_weight_decay", "L2 weight decay",
+                   _only(0, "torch's sparse Adagrad and the fused embedding optimizer have no weight decay")),
+    Hyperparameter("opt_adagrad_initial_accumulator_value", "Adagrad's initial accumulator", _number(0),
+                   adagrad_only=True),
+    Hyperparameter("opt_adagrad_epsilon", "Adagrad's epsilon", _number(0, open_low=True), adagrad_only=True),
+    Hyperparameter("opt_learning_rate_warmup_steps", "steps of linear warmup", _int_at_least(0)),
+    Hyperparameter("opt_learning_rate_decay_start_step", "the step the polynomial decay starts at",
+                   _int_at_least(0)),
+    Hyperparameter("lr_decay_start_steps", "dlrm's name of the decay's first step", _int_at_least(0)),
+    Hyperparameter("opt_learning_rate_decay_steps", "steps of polynomial decay", _int_at_least(0)),
+    Hyperparameter("sgd_opt_learning_rate_decay_steps", "dlrm's name of the decay's steps", _int_at_least(0)),
+    Hyperparameter("sgd_opt_learning_rate_decay_poly_power", "the decay's power (2 in both MLPerf references)",
+                   _number(0, open_low=True)),
+    Hyperparameter("gradient_accumulation_steps", "micro-batches per optimizer step",
+                   _only(1, "the embedding optimizer is fused into the backward pass, so every backward is "
+                            "a step")),
+)}
+
+_ALIASES = (  # (dcnv2's name, dlrm's name) of one value
+    ("opt_base_learning_rate", "sgd_opt_base_learning_rate"),
+    ("opt_learning_rate_decay_start_step", "lr_decay_start_steps"),
+    ("opt_learning_rate_decay_steps", "sgd_opt_learning_rate_decay_steps"),
+)
+
+
+def check_hyperparameters(hp: Mapping[str, Any], *, what: str) -> None:
+    """Refuse, in one line, a hyperparameter the engine does not implement as given.
+
+    Raises:
+        HarnessError: BAD_INPUT naming ``what``, the key and why.
+    """
+    for key in sorted(hp):
+        entry = VOCABULARY.get(key)
+        if entry is None:
+            raise HarnessError(
+                f"{what}: hyperparameter {key!r} is not implemented by the reference engine, so a log could not "
+                f"truthfully state it; the engine implements: {', '.join(sorted(VOCABULARY))}",
+                ErrorCategory.BAD_INPUT,
+            )
+        problem = entry.check(hp[key])
+        if problem:
+            raise HarnessError(f"{what}: {key} = {hp[key]!r}: {problem}", ErrorCategory.BAD_INPUT)
+        if entry.adagrad_only and hp.get("opt_name") != "adagrad":
+            raise HarnessError(f"{what}: {key} applies to Adagrad, but opt_name is {hp.get('opt_name')!r}",
+                               ErrorCategory.BAD_INPUT)
+    for a, b in _ALIASES:
+        if a in hp and b in hp and float(hp[a]) != float(hp[b]):
+            raise HarnessError(f"{what}: {a} = {hp[a]!r} and {b} = {hp[b]!r} name the same value but differ",
+                               ErrorCategory.BAD_INPUT)
+    s = schedule_values(hp)
+    if s["decay_steps"] and s["decay_start_step"] < s["warmup_steps"]:
+        raise HarnessError(
+            f"{what}: the learning-rate decay starts at step {s['decay_start_step']}, before the "
+            f"{s['warmup_steps']} warmup steps end (MLPerf's reference refuses this too)", ErrorCategory.BAD_INPUT,
+        )
+
+
+def schedule_values(hp: Mapping[str, Any]) -> dict[str, Any]:
+    """The learning-rate schedule the hyperparameters give, under either naming family."""
+    def first(*keys: str, default: Any = 0) -> Any:
+        return next((hp[k] for k in keys if k in hp), default)
+
+    return {
+        "base_learning_rate": float(first("opt_base_learning_rate", "sgd_opt_base_learning_rate")),
+        "warmup_steps": int(first("opt_learning_rate_warmup_steps")),
+        "decay_start_step": int(first("opt_learning_rate_decay_start_step", "lr_decay_start_steps")),
+        "decay_steps": int(first("opt_learning_rate_decay_steps", "sgd_opt_learning_rate_decay_steps")),
+        "decay_power": float(first("sgd_opt_learning_rate_decay_poly_power", default=2)),
+        "adagrad_lr_decay": float(first("opt_adagrad_learning_rate_decay")),
+    }

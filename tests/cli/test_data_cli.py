@@ -1,0 +1,147 @@
+"""``harness data export`` and ``harness data inspect`` through the real entry point, on real
+files: an exported tiny benchmark inspected (its counts, label rates and distinct values against
+the generator's), malformed TSV and npy records (named, exit 2), and the inspector's estimates."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.cli import main
+from harness.reference.data_inspect import DistinctCounter, format_report, inspect_dataset
+from harness.reference.datasets import SyntheticDataset
+from harness.rules.specs import load_benchmark
+
+FIXTURE = str(Path(__file__).resolve().parents[1] / "fixtures" / "tiny_benchmark.yaml")
+TINY = load_benchmark(FIXTURE)
+N, E = 32768, 8192
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def truth() -> dict:
+    """What the tiny export holds, from the generator: labels and distinct ids per feature."""
+    gen = SyntheticDataset(TINY.dataset).generator
+    batch = gen.samples(np.arange(N + 2 * E))
+    labels = batch.labels.numpy()
+    return {"labels": labels, "distinct": [len(np.unique(batch.sparse[:, f].numpy())) for f in range(26)]}
+
+
+@pytest.mark.parametrize("fmt,extra", [("criteo-tsv", []), ("criteo-tsv", ["--gzip"]), ("mlperf-npy", [])])
+def test_export_then_inspect(tmp_path: Path, capsys, truth, fmt: str, extra: list[str]) -> None:
+    out = tmp_path / "tiny"
+    code, stdout, stderr = run(capsys, "data", "export", "--benchmark", FIXTURE, "--format", fmt, "--days", "4",
+                               *extra, str(out))
+    assert code == 0, stderr
+    lines = stdout.splitlines()
+    assert lines[0] == f"exporting tiny_synthetic as {fmt} in 4 days (49152 samples) to {out}"
+    assert lines[1] == "  day_0: 10923 samples (train), 10923 of 49152 written"
+    assert lines[-1].startswith(f"wrote {len(list(out.iterdir()))} files, ")
+    assert lines[-1].endswith(f"MiB, to {out}: 32768 train samples in days 0-2, 8192 eval samples in the first "
+                              "half of day 3")
+
+    code, stdout, _ = run(capsys, "data", "inspect", "--json", str(out))
+    assert code == 0
+    report = json.loads(stdout)
+    assert (report["format"], report["well_formed"], report["malformed"]) == (fmt, True, None)
+    assert [d["samples"] for d in report["days"]] == [10923, 10923, 10922, 2 * E]
+    assert (report["samples"], report["train_samples"], report["eval_samples"]) == (N + 2 * E, N, E)
+    labels = truth["labels"]
+    assert report["label_rate"] == pytest.approx(labels.mean())
+    assert report["train_label_rate"] == pytest.approx(labels[:N].mean())
+    assert report["eval_label_rate"] == pytest.approx(labels[N : N + E].mean())
+    assert [f["distinct"] for f in report["features"]] == truth["distinct"]
+    assert not any(f["estimated"] for f in report["features"])
+    assert [f["pooling"] for f in report["features"]] == [1] * 26
+
+    code, stdout, _ = run(capsys, "data", "inspect", str(out))
+    assert code == 0
+    assert f"{out}: {fmt} (" in stdout.splitlines()[0] and "well-formed" in stdout.splitlines()[0]
+    assert f"{'eval':<22} {E:>14,} {labels[N : N + E].mean():>12.4%}" in stdout
+
+
+def test_inspect_names_a_malformed_tsv_line_and_exits_2(tmp_path: Path, capsys) -> None:
+    good = "\t".join(["1"] + ["3"] * 13 + ["a1"] * 26)
+    (tmp_path / "day_0").write_text("\n".join([good] * 5) + "\n")
+    bad = good.replace("\ta1", "\tnot-hex", 1)
+    (tmp_path / "day_1.gz").write_bytes(gzip.compress(("\n".join([good, good, bad, good]) + "\n").encode()))
+    code, stdout, stderr = run(capsys, "data", "inspect", str(tmp_path))
+    assert code == 2
+    assert stdout.splitlines()[0] == f"{tmp_path}: criteo-tsv (terabyte layout), MALFORMED"
+    assert stdout.splitlines()[-1] == (f"first malformed record: {tmp_path / 'day_1.gz'}:3: categorical feature 0 "
+                                       "(field 15) is not a hex string of at most 16 digits: 'not-hex'")
+    assert f"{'day_1.gz':<22} {2:>14,}" in stdout  # the two lines before it were read
+    assert "harness: error" not in stderr
+    report = inspect_dataset(tmp_path)
+    assert report.samples == 7 and report.positives == 7 and report.train_samples is None
+
+
+def test_inspect_names_a_bad_npy_label_and_exits_2(tmp_path: Path, capsys) -> None:
+    for d, n in enumerate([6, 4]):
+        np.save(tmp_path / f"day_{d}_dense.npy", np.zeros((n, 13), np.float32))
+        np.save(tmp_path / f"day_{d}_sparse.npy", np.arange(n * 26, dtype=np.int32).reshape(n, 26))
+        np.save(tmp_path / f"day_{d}_labels.npy", np.array([[1]] * n, np.int32))
+    report = inspect_dataset(tmp_path)
+    assert report.well_formed and (report.train_samples, report.eval_samples) == (6, 2)
+    assert (report.train_label_rate, report.eval_label_rate) == (1.0, 1.0)
+    assert report.cardinality[0] == 6  # day 1 repeats day 0's ids
+    np.save(tmp_path / "day_1_labels.npy", np.array([[1], [0], [7], [1]], np.int32))
+    code, stdout, _ = run(capsys, "data", "inspect", str(tmp_path))
+    assert code == 2
+    assert f"first malformed record: {tmp_path / 'day_1_labels.npy'}: row 2: label 7 is not 0 or 1" in stdout
+    report = inspect_dataset(tmp_path)
+    assert report.samples == 8 and report.positives == 7
+
+
+def test_inspect_splits_kaggle_into_seven_parts(tmp_path: Path) -> None:
+    good = "\t".join(["0"] + [""] * 13 + [""] * 26)
+    one = "1" + good[1:]
+    (tmp_path / "train.txt").write_text("\n".join([one if i % 4 == 0 else good for i in range(30)]) + "\n")
+    report = inspect_dataset(tmp_path / "train.txt")
+    assert [n for _, n in report.days] == [5, 5, 4, 4, 4, 4, 4]  # divmod(30, 7) = (4, 2)
+    assert (report.train_samples, report.eval_samples) == (26, 2)
+    assert report.train_positives == 7 and report.eval_positives == 0  # lines 0, 4, .., 24; then 26, 27
+    assert report.cardinality == (1,) * 26  # every value is the empty string, read as 0
+    assert "train.txt part 6" in format_report(report)
+
+
+def test_distinct_counts_are_exact_then_estimated() -> None:
+    counter = DistinctCounter(exact_limit=1000)
+    counter.add(np.arange(600, dtype=np.uint64))
+    counter.add(np.arange(300, 900, dtype=np.uint64))
+    assert counter.count() == 900 and not counter.estimated
+    for a in range(0, 200_000, 50_000):
+        counter.add(np.arange(a, a + 50_000, dtype=np.uint64))
+        counter.add(np.arange(a, a + 50_000, dtype=np.uint64))  # duplicates change nothing
+    assert counter.estimated
+    assert counter.count() == pytest.approx(200_000, rel=0.03)
+    small = DistinctCounter(exact_limit=10)
+    small.add(np.arange(500, dtype=np.uint64) * 7919)
+    assert small.count() == pytest.approx(500, rel=0.05)
+
+
+def test_errors_are_one_line_with_exit_code_2(tmp_path: Path, capsys) -> None:
+    code, stdout, stderr = run(capsys, "data", "inspect", str(tmp_path / "nowhere"))
+    assert (code, stdout) == (2, "")
+    assert stderr == f"harness: error: {tmp_path / 'nowhere'}: no such file or folder\n"
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    code, stdout, stderr = run(capsys, "data", "export", "-b", FIXTURE, "--format", "mlperf-npy",
+                               str(tmp_path / "full"))
+    assert (code, stdout) == (2, "")
+    assert stderr == (f"harness: error: {tmp_path / 'full'} exists and is not an empty folder: give a new one "
+                      "(nothing was written)\n")
+    code, _, stderr = run(capsys, "data", "export", "-b", "dlrm", "--format", "criteo-tsv", str(tmp_path / "o"))
+    assert code == 2 and stderr.count("\n") == 1 and "only a synthetic benchmark" in stderr
+    code, _, stderr = run(capsys, "data", "export", "-b", FIXTURE, "--format", "csv", str(tmp_path / "o"))
+    assert code == 2 and "Invalid value for '--format'" in stderr
+    assert not (tmp_path / "o").exists()
