@@ -104,23 +104,30 @@ class TerminalReporter(Reporter):
 @click.option("--ssd-tables", default=None, metavar="I,J,...",
               help="Set these tables (indices) to the SSD tier. With --embedding-tier ssd the others stay in "
                    "memory [default: all on SSD]; with auto the planner places the others.")
+@click.option("--data", "data", type=click.Path(path_type=Path), default=None, metavar="PATH",
+              help="Train on the dataset at PATH (Criteo TSV days or train.txt, or MLPerf's npy layout; the "
+                   "benchmark says which); it is validated before the first run. Default: the benchmark's generator.")
 def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_dir: Path, seeds: tuple[int, ...],
         resume: bool, division: str, status: str, threads: int | None, emulate: bool, comm_forward: str,
         comm_backward: str, comm_allreduce: str, embedding_tier: str, cache_fraction: float,
-        cache_policy: str, ssd_tables: str | None) -> None:
+        cache_policy: str, ssd_tables: str | None, data: Path | None) -> None:
     """Train the reference DLRM N times to the target AUC; write MLPerf logs; print the score."""
+    if data is not None:
+        click.echo(f"validating the data at {data} (every TSV line is parsed once, before the first run) ...")
     plan = plan_run_set(RunSetRequest(
         benchmark=benchmark, profile=profile, submitter=submitter, runs=runs, results_dir=results_dir,
         seeds=seeds, resume=resume, division=division, status=status, threads=threads, emulate=emulate,
         comm=(("forward", comm_forward), ("backward", comm_backward), ("allreduce", comm_allreduce)),
         embedding_tier=embedding_tier, cache_fraction=cache_fraction, cache_policy=cache_policy,
-        ssd_tables=_indices(ssd_tables),
-    ))
+        ssd_tables=_indices(ssd_tables), data=data,
+    ), progress=lambda message: click.echo(f"  {message}"))
     click.echo(
         f"{plan.spec.name} on {plan.system}: {plan.runs} run(s) to AUC {plan.spec.target_auc} "
         f"(at most {plan.spec.max_epochs:g} epoch of {plan.spec.dataset['train_samples']:,} samples), "
         f"submitter {submitter}, {division} division"
     )
+    if plan.data is not None:
+        _describe_dataset(plan)
     if plan.sharding_plan is not None:
         _describe_sharding(plan)
     if plan.tier_plan is not None or (plan.sharding_plan is not None and plan.request.embedding_tier != "memory"):
@@ -162,6 +169,13 @@ def _indices(text: str | None) -> tuple[int, ...] | None:
         return tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise click.BadParameter(f"table indices separated by commas, not {text!r}", param_hint="--ssd-tables") from None
+
+
+def _describe_dataset(plan: RunSetPlan) -> None:
+    d = plan.data_description or {}
+    shape = ", ".join(f"{k} {v}" for k, v in d.items() if k not in ("format", "path", "train_samples", "eval_samples"))
+    click.echo(f"data: {d.get('format')} ({shape}) at {d.get('path')}: {d.get('train_samples', 0):,} training and "
+               f"{d.get('eval_samples', 0):,} eval samples, validated")
 
 
 def _describe_sharding(plan: RunSetPlan) -> None:
