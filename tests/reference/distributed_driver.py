@@ -6,7 +6,8 @@ unsharded :class:`~harness.reference.session.TrainingSession`); under
 shards (:class:`~harness.reference.distributed.session.DistributedSession`). Both train with
 the session's own loop, as ``Trainer.run`` does.
 
-JOB.json: ``{"out": DIR, "steps": N, "batch": GBS, "seed": S, "nodes": n, "per_node": a,
+JOB.json: ``{"out": DIR, "steps": N, "batch": GBS, "seed": S, "nodes": n, "per_node": a, ["auc": true,
+"eval_cache_bytes": 0,]
 "plans": {NAME: {"types": {TABLE_OR_*: SHARDING_TYPE_OR_LIST}, "comm": {...}, "ssd": {...}}, ...}}``
 (a list of types is given to the tables in turn: a mixed plan; ``"ssd": {"cache_fraction": f,
 "policy": p}`` moves the shards of every table that is not data-parallel to the SSD tier of
@@ -91,6 +92,11 @@ def main(job_path: str) -> None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     out = Path(job["out"])
     torch.set_num_threads(1)
+    if "eval_cache_bytes" in job:  # 0: the eval split is read again at every evaluation, as a large one is
+        from harness.reference import session as session_module
+        from harness.reference.distributed import session as distributed_session
+
+        session_module.EVAL_CACHE_BYTES = distributed_session.EVAL_CACHE_BYTES = job["eval_cache_bytes"]
     if world > 1:
         dist.init_process_group("gloo")
     rank = dist.get_rank() if world > 1 else 0

@@ -40,7 +40,7 @@ from harness.reference.distributed.comm import Comm, CommStats, ddp_comm_hook
 from harness.reference.distributed.sharded import InputDist, ShardedEmbeddingCollection, shardings_from_plan
 from harness.reference.model import DLRM
 from harness.reference.run_config import RunConfig
-from harness.reference.session import Feed, TrainingSession, prefetch, roc_auc
+from harness.reference.session import EVAL_CACHE_BYTES, Feed, TrainingSession, prefetch, roc_auc
 from harness.reference.tiered import CacheStats
 
 # the dense part's buffers are constants: no broadcast before each forward (torch >= 2.13 renamed the option)
@@ -216,25 +216,41 @@ class DistributedSession(TrainingSession):
         return self._loss_fn(self.model(batch.dense, ids), batch.labels)
 
     # ------------------------------------------------------------------ evaluation
-    def _eval_batches(self) -> list[tuple[Batch, list[int]]]:
-        """This rank's eval batches with every rank's batch size; ranks with fewer samples get
-        empty batches at the end, so that all take part in every step's collectives."""
+    def _eval_sizes(self) -> tuple[int, list[list[int]]]:
+        """The local eval batch size and, for every evaluation step, every rank's batch size
+        (ranks with fewer samples get empty batches at the end, so that all take part in every
+        step's collectives)."""
         per_rank = [len(a) for a in np.array_split(np.arange(self.dataset.eval_samples), self.world_size)]
         local = max(1, math.ceil(self.spec.eval_batch_size / self.world_size))
         steps = math.ceil(max(per_rank) / local)
-        mine = list(self.dataset.eval_batches(local, rank=self.rank, world_size=self.world_size))
-        out = []
+        return local, [[min(max(n - j * local, 0), local) for n in per_rank] for j in range(steps)]
+
+    def _eval_items(self) -> Iterable[tuple[Batch, list[int]]]:
+        """This rank's eval batches with every rank's batch size, read at the first evaluation
+        and kept when this rank's part is small enough (see ``EVAL_CACHE_BYTES``)."""
+        if self._eval_plan is not None:
+            return self._eval_plan
+        local, sizes = self._eval_sizes()
+        mine = (self._on_device(b) for b in prefetch(self.dataset.eval_batches(local, rank=self.rank,
+                                                                                world_size=self.world_size)))
         width = int(sum(self.dataset.pooling))
-        for j in range(steps):
-            sizes = [min(max(n - j * local, 0), local) for n in per_rank]
-            if j < len(mine):
-                batch = self._on_device(mine[j])
-            else:
-                batch = Batch(torch.zeros(0, NUM_DENSE, device=self.device),
-                              torch.zeros(0, width, dtype=torch.int64, device=self.device),
-                              torch.zeros(0, device=self.device), tuple(self.dataset.pooling))
-            out.append((batch, sizes))
-        return out
+
+        def items() -> Iterator[tuple[Batch, list[int]]]:
+            try:
+                for step_sizes in sizes:
+                    batch = next(mine, None)
+                    if batch is None:
+                        batch = Batch(torch.zeros(0, NUM_DENSE, device=self.device),
+                                      torch.zeros(0, width, dtype=torch.int64, device=self.device),
+                                      torch.zeros(0, device=self.device), tuple(self.dataset.pooling))
+                    yield batch, step_sizes
+            finally:
+                mine.close()  # its reading thread ends with it
+
+        if self._eval_split_bytes() > EVAL_CACHE_BYTES * self.world_size:
+            return items()
+        self._eval_plan = list(items())
+        return self._eval_plan
 
     @torch.no_grad()
     def evaluate(self, batches: Iterable[Batch] | None = None) -> float:
@@ -242,12 +258,10 @@ class DistributedSession(TrainingSession):
         rank calls it; a sharded evaluation of other batches is not implemented)."""
         if batches is not None:
             raise HarnessError("a sharded session evaluates its eval split only", ErrorCategory.NOT_IMPLEMENTED)
-        if self._eval_plan is None:
-            self._eval_plan = self._eval_batches()
         self.model.eval()
         scores, labels = [], []
         try:
-            for batch, sizes in self._eval_plan:
+            for batch, sizes in self._eval_items():
                 logits = self.model(batch.dense, self.model.distribute(batch.sparse, sizes))
                 scores.append(torch.sigmoid(logits).double().cpu())
                 labels.append(batch.labels.cpu())
