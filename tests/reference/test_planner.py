@@ -190,14 +190,21 @@ def test_plans_never_exceed_any_tier_on_any_rank(specs, profile, precision, cach
 # -- choices ----------------------------------------------------------------------------
 
 
-def test_tiny_tables_are_data_parallel_and_huge_ones_row_wise():
+def test_tiny_tables_are_data_parallel_and_huge_ones_split_into_hbm():
+    # 256 GB: on DDR whole it would read at 77 GB/s per rank; split, every shard fits one HBM
     tables = [TableSpec("tiny", 10, 64, 1.0), TableSpec("huge", 500_000_000, 128, 1.0, 1 / 128)]
-    plan = plan_tables(tables, load_profile("zionex-8gpu"))
+    profile = load_profile("zionex-8gpu")
+    plan = plan_tables(tables, profile)
     chosen = dict(zip((t.name for t in tables), plan.sharding_types))
     assert chosen["tiny"] is ShardingType.DATA_PARALLEL
-    assert chosen["huge"] is ShardingType.ROW_WISE  # one node: no table-row-wise
-    plan = plan_tables(tables, load_profile("zionex-16x8gpu"))
-    assert dict(zip((t.name for t in tables), plan.sharding_types))["huge"] in (
+    assert chosen["huge"] in (ShardingType.COLUMN_WISE, ShardingType.ROW_WISE)
+    assert {s.tier for s in plan.shards if s.table == "huge"} == {Tier.HBM}
+    # a size threshold set by hand still sends the large tables row-wise (one node: no table-row-wise),
+    # or table-row-wise on several nodes when balancing does not take them further
+    forced = PlannerConfig(large_table_bytes=profile.hbm.capacity_bytes)
+    assert plan_tables(tables, profile, forced).sharding_types[1] is ShardingType.ROW_WISE
+    unbalanced = PlannerConfig(large_table_bytes=profile.hbm.capacity_bytes, balance_max_steps=0)
+    assert plan_tables(tables, load_profile("zionex-16x8gpu"), unbalanced).sharding_types[1] in (
         ShardingType.ROW_WISE,
         ShardingType.TABLE_ROW_WISE,
     )
@@ -251,6 +258,16 @@ def test_cost_model_arithmetic():
     assert dp[0].bwd_comm_s == pytest.approx(2 * 7 / 8 * 1000 * 64 * 4 / 2.5e10)  # ring all-reduce over the NIC
 
 
+def test_a_column_shard_keeps_a_row_wise_accumulator_per_row():
+    # row-wise Adagrad: one state element per row, in every column shard of it (as the executor keeps it)
+    estimator = _estimator(CommPrecision.FP32)
+    rowwise = TableSpec("t", 1000, 128, 1.0, 1 / 128)
+    assert estimator.storage_bytes(rowwise, 1000, 128) == 1000 * 128 * 4 + 1000 * 4
+    assert estimator.storage_bytes(rowwise, 1000, 4) == 1000 * 4 * 4 + 1000 * 4
+    adagrad = TableSpec("t", 1000, 128, 1.0, 1.0)
+    assert estimator.storage_bytes(adagrad, 1000, 4) == 1000 * 4 * 4 * 2
+
+
 def test_value_arithmetic():
     a, b = Storage(1, 2, 3), Storage(10, 20, 30)
     assert a + b == Storage(11, 22, 33) and b - a == Storage(9, 18, 27)
@@ -294,6 +311,14 @@ def test_cli_prints_ranks_imbalance_projection_and_fingerprint():
     assert "8 rank(s), batch 55296" in out  # the benchmark's global batch size
     assert "imbalance (max/mean rank cost)" in out and "samples/s" in out and "fingerprint: sha256:" in out
     assert sum(line.strip().startswith(str(r)) for r in range(8) for line in out.splitlines()[3:11]) >= 8
+
+
+def test_cli_plans_dlrm_dcnv2_on_zionex_balanced():
+    # the command: table 20 (40M rows, 100 ids per sample) sat whole on one rank, imbalance 3.24
+    result = CliRunner().invoke(plan_command, ["--profile", "zionex-8gpu", "--benchmark", "dlrm_dcnv2"])
+    assert result.exit_code == 0, result.output
+    line = next(line for line in result.output.splitlines() if line.startswith("imbalance"))
+    assert float(line.split(":")[1]) <= 1.05, result.output
 
 
 def test_cli_json_is_the_plan():
@@ -362,7 +387,7 @@ def test_the_planner_moves_the_coldest_tables_to_the_ssd_when_memory_runs_out():
     plan = plan_tables(tables, profile, PlannerConfig(batch_size=1024, ssd_cache_fraction=0.05))
     tiers = {s.table: s.tier for s in plan.shards}
     assert tiers == {"hot0": Tier.DDR, "hot1": Tier.DDR, "hot2": Tier.DDR, "cold": Tier.SSD}
-    cache = math.ceil(50_000 * 16 * 8 * 0.05) + 4 * 50_000
+    cache = math.ceil(50_000 * 0.05) * (16 * 8 + 26) + 4 * 50_000  # 2,500 slots, their bookkeeping, the map
     assert plan.rank_storage[0].ddr == 3 * 5_000 * 16 * 8 + cache  # the cold table's cache is in DDR
     check_capacities(plan)
 
@@ -374,9 +399,10 @@ def test_an_ssd_shard_is_placed_only_where_its_cache_fits_too():
     with pytest.raises(PlannerError) as info:  # a 20% cache (2.56 MB + 0.4 MB of map) does not fit 1 MB of DDR
         plan_tables(tables, profile, PlannerConfig(batch_size=1024, ssd_cache_fraction=0.2))
     assert "no rank has room" in str(info.value)
-    # a 1% cache is 1,000 rows, but one batch of 1,024 ids may need 1,024: the cache gets those (+ 400 KB of map)
+    # a 1% cache is 1,000 rows, but one batch of 1,024 ids may need 1,024: the cache gets those, with
+    # 26 bytes of bookkeeping per slot (+ 400 KB of map): what RowCache allocates, to the byte
     assert plan_tables(tables, profile, PlannerConfig(batch_size=1024, ssd_cache_fraction=0.01)).rank_storage[0].ddr == (
-        1024 * 128 + 4 * 100_000)
+        1024 * (128 + 26) + 4 * 100_000)
     # and a batch of 8,192 ids would need 1 MB of rows: no room
     with pytest.raises(PlannerError, match="no rank has room"):
         plan_tables(tables, profile, PlannerConfig(batch_size=8192, ssd_cache_fraction=0.01))

@@ -247,7 +247,7 @@ def test_the_planner_places_the_tables_that_memory_cannot_hold_on_the_ssd(tmp_pa
     used = plan.tier_plan["ranks"][0]["storage_bytes"]
     row_bytes = 8 * 4 * 2  # dim 8, float32 weights and Adagrad state
     # each SSD table's cache: 5% of its rows, or all that one batch (1,024 ids) may look up if more
-    cache = sum(max(math.ceil(rows[i] * 0.05), min(rows[i], 1024)) * row_bytes + 4 * rows[i] for i in ssd)
+    cache = sum(max(math.ceil(rows[i] * 0.05), min(rows[i], 1024)) * (row_bytes + 26) + 4 * rows[i] for i in ssd)
     assert used["ddr"] == sum(r * row_bytes for i, r in enumerate(rows) if i not in ssd) + cache <= 500_000
     assert plan.embedding_tier["ssd_tables"] == ssd and plan.embedding_tier["table_tiers"] == tiers
     # a table set to the SSD goes there; the planner places the others
@@ -282,3 +282,12 @@ def test_harness_run_auto_trains_with_the_planners_placement_and_refuses_what_ca
     proc = run(20_000, "--embedding-tier", "ssd", "--cache-fraction", "0.5")
     assert proc.returncode == 3 and "Traceback" not in proc.stderr  # 3: the hardware cannot hold it
     assert "no rank has room" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("policy", [CachePolicy.LRU, CachePolicy.LFU])
+@pytest.mark.parametrize(("rows", "cols", "state_cols", "slots"), [(1000, 16, 16, 50), (37, 8, 1, 37), (500, 4, 0, 9)])
+def test_the_planner_counts_exactly_what_a_cache_allocates(policy, rows, cols, state_cols, slots):
+    from harness.reference.planner.estimators import cache_nbytes
+
+    cache = RowCache(MemoryRows(rows, cols, state_cols), slots, policy)
+    assert cache.nbytes == cache_nbytes(rows, slots, 4 * (cols + state_cols), lfu=policy is CachePolicy.LFU)

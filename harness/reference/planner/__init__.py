@@ -1,11 +1,8 @@
-"""Embedding sharding planner: enumerate -> estimate -> propose -> partition -> plan."""
+"""Embedding sharding planner: enumerate -> estimate -> propose -> partition -> balance -> plan."""
 
 from harness.reference.planner.estimators import PlannerConfig, ShardEstimator, Topology
-from harness.reference.planner.planners import (
-    CheapestFitProposer,
-    EmbeddingShardingPlanner,
-    plan_tables,
-)
+from harness.reference.planner.planners import EmbeddingShardingPlanner, plan_tables
+from harness.reference.planner.proposers import BalancingProposer, CheapestFitProposer
 from harness.reference.planner.types import (
     CommPrecision,
     Perf,
@@ -21,6 +18,7 @@ from harness.reference.planner.types import (
 )
 
 __all__ = [
+    "BalancingProposer",
     "CheapestFitProposer",
     "CommPrecision",
     "EmbeddingShardingPlanner",

@@ -5,7 +5,11 @@ per-rank bandwidth; the all-to-all / reduce-scatter sends ``batch x cols x comm_
 rank over the links (NVLink within a node, the scale-out NIC across nodes, each at half the
 profile's both-directions figure); backward compute is a multiple of forward; a
 data-parallel table costs a replica per rank and an all-reduce of its gradient.
-Not modelled: the input (id) all-to-all, caches over slower tiers, overlap of stages.
+Pooling (ids per sample) enters every lookup, so it sets a table's cost and, through it, its
+heat (lookup bytes per stored byte: which tier it gets), its option and its placement.
+Not modelled: the input (id) all-to-all (so column-wise shards, which each receive all of a
+table's ids, look cheaper than they are), a fixed cost per shard or per kernel, caches over
+slower tiers, overlap of stages.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from harness.reference.planner.types import (
 
 @dataclass(frozen=True)
 class PlannerConfig:
-    """The knobs of the cost model and proposer (defaults match torchrec's habits)."""
+    """The knobs of the cost model, the enumerator, the proposers and the balancing (defaults
+    match torchrec's habits)."""
 
     batch_size: int = 65536
     comm_precision: CommPrecision = CommPrecision.FP32
@@ -37,8 +42,9 @@ class PlannerConfig:
     optimizer_state_bytes_per_element: int = 4
     backward_compute_factor: float = 2.0  # gradient read-modify-write plus optimizer update
     data_parallel_max_bytes: int = 64 * 2**20  # largest table offered data-parallel
-    column_block: int = 64  # column-wise shards are this many columns wide
-    large_table_bytes: int | None = None  # None: one rank's HBM (its DDR when there is none)
+    column_block: int = 64  # the widest column-wise shards are this many columns wide
+    column_min_cols: int = 4  # column-wise splits halve the shards' width down to this many columns
+    large_table_bytes: int | None = None  # tables larger than this are proposed split by rows; None: by cost
     # per table name, the sharding types it may take (torchrec's ParameterConstraints); others: any
     sharding_types: tuple[tuple[str, tuple[ShardingType, ...]], ...] = ()
     # per table name, the tiers its shards may live on (a per-table tier setting); others: any
@@ -47,6 +53,17 @@ class PlannerConfig:
     # the fastest tier of its rank that has room (as torchrec's cache_load_factor for
     # UVM-cached tables); 0: SSD shards are read where they are
     ssd_cache_fraction: float = 0.0
+    # a shard in DDR under a rank's HBM is trained through a cache of this share of its rows in
+    # HBM (Neo's HBM cache over host memory, FBGEMM's UVM caching); 0: DDR shards are read where
+    # they are. Data-parallel replicas are never cached
+    ddr_cache_fraction: float = 0.0
+    cache_policy: str = "lru"  # "lfu" keeps a use count per row too (cache_nbytes)
+    # balancing (planners.py): while the max/mean rank cost is above ``imbalance_target``, switch
+    # the options of the tables that load the slowest rank most (or split the coarsest shards
+    # finer), trying at most ``balance_max_steps`` partitions (a count, not a time: plans stay
+    # deterministic); 0: the first proposal's plan
+    imbalance_target: float = 1.05
+    balance_max_steps: int = 128
 
     def allowed_types(self, table: str) -> tuple[ShardingType, ...] | None:
         return dict(self.sharding_types).get(table)
@@ -61,11 +78,20 @@ class PlannerConfig:
             "backward_compute_factor": self.backward_compute_factor,
             "data_parallel_max_bytes": self.data_parallel_max_bytes,
             "column_block": self.column_block,
+            "column_min_cols": self.column_min_cols,
+            "imbalance_target": self.imbalance_target,
+            "balance_max_steps": self.balance_max_steps,
             **({"sharding_types": {name: [t.value for t in types] for name, types in self.sharding_types}}
                if self.sharding_types else {}),
             **({"tiers": {name: [t.value for t in tiers] for name, tiers in self.tiers}} if self.tiers else {}),
             **({"ssd_cache_fraction": self.ssd_cache_fraction} if self.ssd_cache_fraction else {}),
+            **({"ddr_cache_fraction": self.ddr_cache_fraction} if self.ddr_cache_fraction else {}),
+            **({"cache_policy": self.cache_policy} if self.cache_policy != "lru" else {}),
         }
+
+    def cache_fraction(self, tier: Tier) -> float:
+        """The share of a shard's rows its cache holds when the shard lives on ``tier`` (0: none)."""
+        return {Tier.DDR: self.ddr_cache_fraction, Tier.SSD: self.ssd_cache_fraction}.get(tier, 0.0)
 
 
 @dataclass(frozen=True)
@@ -134,6 +160,20 @@ class Topology:
         return 2 * (w - 1) / w * nbytes / link
 
 
+CACHE_SLOT_BOOKKEEPING_BYTES = 26  # per slot: its row and last use (int64), a free-list entry (int64), two flags
+CACHE_ROW_MAP_BYTES = 4  # per row of the cached shard: its slot (int32)
+CACHE_LFU_BYTES_PER_ROW = 8  # LFU's use count of every row (int64)
+
+
+def cache_nbytes(rows: int, slots: int, row_bytes: int, *, lfu: bool = False) -> int:
+    """The bytes a row cache allocates in its fast tier (``harness.reference.tiered.RowCache``):
+    ``slots`` rows of ``row_bytes`` (weights and optimizer state) and their bookkeeping, and the
+    row -> slot map (and LFU's use counts) over the ``rows`` rows it caches. The planner counts
+    exactly what the executor allocates (``tests/reference/test_tiered.py`` checks the two agree)."""
+    per_row = CACHE_ROW_MAP_BYTES + (CACHE_LFU_BYTES_PER_ROW if lfu else 0)
+    return slots * (row_bytes + CACHE_SLOT_BOOKKEEPING_BYTES) + rows * per_row
+
+
 def cache_rows(rows: int, fraction: float, ids_per_step: float) -> int:
     """The cache slots of a table (or shard) of ``rows`` rows on the SSD tier: ``fraction`` of
     its rows, and never fewer than one step can look up (``min(rows, ids per step)``: a batch's
@@ -149,9 +189,13 @@ class ShardEstimator:
         self.config = config
 
     def storage_bytes(self, table: TableSpec, rows: int, cols: int) -> int:
+        """Weights and optimizer state of ``rows x cols`` of ``table``. The state is
+        ``ceil(cols x factor)`` elements per row: ``cols`` for Adagrad, one for row-wise Adagrad
+        however narrow the shard (a column shard keeps its own accumulator per row, as the
+        executor and FBGEMM's sharded tables do)."""
         c = self.config
         weights = rows * cols * c.param_bytes_per_element
-        state = math.ceil(rows * cols * table.optimizer_state_factor) * c.optimizer_state_bytes_per_element
+        state = rows * math.ceil(cols * table.optimizer_state_factor - 1e-9) * c.optimizer_state_bytes_per_element
         return weights + state
 
     def table_bytes(self, table: TableSpec) -> int:
@@ -180,29 +224,37 @@ class ShardEstimator:
                 ids = b * p
                 fwd = bwd = topo.all_to_all_s(b * cols * cb)
             loads.append(ShardLoad(row_offset, rows, col_offset, cols, self.storage_bytes(table, rows, cols),
-                                   ids * cols * pb, fwd, bwd, ids))
+                                   ids * cols * pb, fwd, bwd, ids,
+                                   replica=sharding_type is ShardingType.DATA_PARALLEL))
         return tuple(loads)
 
-    def cache_bytes(self, load: ShardLoad) -> int:
-        """Bytes in a faster tier of the cache of a shard on the SSD tier: its rows (weights
-        and state), ``ssd_cache_fraction`` of the shard's, and never fewer than one step can
-        look up (the rows of a batch must be resident together); and the row -> slot map
-        (4 bytes per row)."""
-        f = self.config.ssd_cache_fraction
-        if f <= 0:
+    def cache_tier(self, load: ShardLoad, tier: Tier) -> Tier | None:
+        """Where the cache of a shard on ``tier`` lives: the fastest tier above ``tier`` that the
+        rank has, when the plan caches that tier (and the shard is not a replica); else None."""
+        if load.replica or self.config.cache_fraction(tier) <= 0:
+            return None
+        return next((t for t in TIERS[: TIERS.index(tier)] if self.topology.capacity.get(t) > 0), None)
+
+    def cache_bytes(self, load: ShardLoad, tier: Tier = Tier.SSD) -> int:
+        """Bytes in a faster tier of the cache of a shard on ``tier`` (0: it has none): slots for
+        the tier's cache fraction of its rows, never fewer than one step can look up (the rows of
+        a batch must be resident together), with their bookkeeping and the row -> slot map
+        (:func:`cache_nbytes`)."""
+        if self.cache_tier(load, tier) is None:
             return 0
-        rows = cache_rows(load.rows, f, load.ids_per_step)
-        return math.ceil(rows * load.storage_bytes / load.rows) + 4 * load.rows
+        slots = cache_rows(load.rows, self.config.cache_fraction(tier), load.ids_per_step)
+        row_bytes = math.ceil(load.storage_bytes / load.rows)
+        return cache_nbytes(load.rows, slots, row_bytes, lfu=self.config.cache_policy == "lfu")
 
     def perf(self, load: ShardLoad, tier: Tier) -> Perf:
-        """The shard's seconds per step when it lives on ``tier``. A cached SSD shard reads at
-        the blend of its cache's tier and the SSD by the cache's share of rows (torchrec's
-        estimate for cached tables: pessimistic when lookups are skewed)."""
+        """The shard's seconds per step when it lives on ``tier``. A cached shard reads at the
+        blend of its cache's tier and its own by the cache's share of rows (torchrec's estimate
+        for cached tables: pessimistic when lookups are skewed)."""
         bw = self.topology.bandwidth(tier)
-        f = self.config.ssd_cache_fraction
-        if tier is Tier.SSD and f > 0:
-            fast = next((self.topology.bandwidth(t) for t in TIERS[:-1] if self.topology.capacity.get(t) > 0), bw)
-            bw = f * fast + (1 - f) * bw
+        fast = self.cache_tier(load, tier)
+        if fast is not None:
+            f = self.config.cache_fraction(tier)
+            bw = f * self.topology.bandwidth(fast) + (1 - f) * bw
         compute = load.lookup_bytes / bw if bw > 0 else math.inf
         return Perf(compute, load.fwd_comm_s, compute * self.config.backward_compute_factor, load.bwd_comm_s)
 

@@ -72,10 +72,12 @@ def tables_from_description(data: Any, *, what: str = "model") -> list[TableSpec
 
 def tables_for_benchmark(spec: Any) -> list[TableSpec]:
     """The tables of a benchmark spec (``harness.rules.specs.BenchmarkSpec``)."""
-    dim = int(spec.raw["model"]["embedding_dim"])
-    optimizer = spec.raw["model"].get("embedding_optimizer", "adagrad")
+    model = spec.raw["model"]
+    optimizer = model.get("embedding_optimizer", "adagrad")
     rows, pooling = spec.dataset["table_rows"], spec.dataset["pooling"]
+    dims = model.get("embedding_dims") or [model["embedding_dim"]] * len(rows)
+    width = max(2, len(str(len(rows) - 1)))
     return [
-        TableSpec(f"t{i:02d}", int(r), dim, float(p), optimizer_state_factor(optimizer, dim))
-        for i, (r, p) in enumerate(zip(rows, pooling))
+        TableSpec(f"t{i:0{width}d}", int(r), int(d), float(p), optimizer_state_factor(optimizer, int(d)))
+        for i, (r, p, d) in enumerate(zip(rows, pooling, dims))
     ]

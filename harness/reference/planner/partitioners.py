@@ -7,9 +7,15 @@ longest-processing-time first, each on the least-loaded rank with room in its ta
 shard per rank. Last, single shards move or swap off the most loaded rank while that lowers
 the maximum rank cost.
 
-A table's tier setting (``PlannerConfig.tiers``) limits its shards to those tiers. With an
-SSD cache (``PlannerConfig.ssd_cache_fraction``), a shard on the SSD also takes its cache's
-bytes in the fastest tier of the same rank that has capacity: it is placed only where both fit.
+A table's tier setting (``PlannerConfig.tiers``) limits its shards to those tiers. A cached
+tier's shard (on the SSD with ``PlannerConfig.ssd_cache_fraction``, in DDR under an HBM tier
+with ``ddr_cache_fraction``) also takes its cache's bytes (exactly what the executor allocates:
+``estimators.cache_nbytes``) in the fastest tier above it that its rank has: it is placed only
+where both fit. Data-parallel replicas are never cached.
+
+A :class:`Partition` is ordered by speed (:meth:`Partition.faster_than`: its rank costs,
+slowest first, compared rank by rank), which is how the balancing of ``planners.py`` keeps
+the better of two proposals.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from harness.reference.planner.types import (
 )
 
 _TARGET_FILL = 0.95  # of a tier's total capacity given to targets, leaving room to pack
+_SAME = 1e-9  # relative: rank costs closer than this are equal
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,27 @@ class Partition:
     shards: tuple[Shard, ...]
     rank_storage: tuple[Storage, ...]
     rank_perf: tuple[Perf, ...]
+
+    @property
+    def rank_costs(self) -> list[float]:
+        return [p.total for p in self.rank_perf]
+
+    @property
+    def imbalance(self) -> float:
+        """Max over mean rank cost (as :attr:`Plan.imbalance`)."""
+        costs = self.rank_costs
+        mean = sum(costs) / len(costs)
+        return max(costs) / mean if mean > 0 else 1.0
+
+    def faster_than(self, other: Partition) -> bool:
+        """Whether its rank costs, slowest first, are below ``other``'s at the first rank where
+        they differ: a lower peak, or the same peak on fewer ranks, and so on."""
+        for mine, theirs in zip(sorted(self.rank_costs, reverse=True), sorted(other.rank_costs, reverse=True)):
+            if mine < theirs * (1 - _SAME):
+                return True
+            if mine > theirs * (1 + _SAME):
+                return False
+        return False
 
 
 @dataclass
@@ -112,17 +140,14 @@ class GreedyLptPartitioner:
         allowed = self._allowed(option.table.name, option.sharding_type)
         return [j for j in [*range(i, len(TIERS)), *range(i - 1, -1, -1)] if j in allowed]
 
-    def _cache_tier(self) -> int | None:
-        """Where the caches of SSD shards live: the fastest tier with capacity below the SSD."""
-        return next((i for i in range(len(TIERS) - 1) if self._capacity[i] > 0), None)
-
     def _charges(self, tier: int, load: ShardLoad) -> list[tuple[int, int]]:
-        """(tier, bytes) that a shard on ``tier`` takes: its storage, and an SSD shard's cache."""
-        cache = self.estimator.cache_bytes(load) if TIERS[tier] is Tier.SSD else 0
+        """(tier, bytes) that a shard on ``tier`` takes: its storage, and the cache of a cached
+        tier's shard (an SSD shard's, a DDR shard's under HBM) in the faster tier it lives in."""
+        cache = self.estimator.cache_bytes(load, TIERS[tier])
         if not cache:
             return [(tier, load.storage_bytes)]
-        fast = self._cache_tier()
-        return [(tier, load.storage_bytes), (-1 if fast is None else fast, cache)]
+        fast = self.estimator.cache_tier(load, TIERS[tier])
+        return [(tier, load.storage_bytes), (-1 if fast is None else TIERS.index(fast), cache)]
 
     def _fits(self, rank: int, tier: int, load: ShardLoad) -> bool:
         return all(t >= 0 and self._used[rank][t] + n <= self._capacity[t] for t, n in self._charges(tier, load))
@@ -260,7 +285,8 @@ class GreedyLptPartitioner:
                     ta, tb = TIERS.index(a.tier), TIERS.index(b.tier)
                     if ta not in self._allowed(b.table) or tb not in self._allowed(a.table):
                         continue
-                    if self.estimator.config.ssd_cache_fraction and Tier.SSD in (a.tier, b.tier):
+                    if self.estimator.cache_bytes(a.load, a.tier) or self.estimator.cache_bytes(b.load, b.tier) or \
+                            self.estimator.cache_bytes(a.load, b.tier) or self.estimator.cache_bytes(b.load, a.tier):
                         continue  # their caches would move too: left to moves, which account for them
                     delta_b_tier = b.load.storage_bytes - a.load.storage_bytes  # on src in a's tier
                     if self._used[src][ta] + delta_b_tier > self._capacity[ta]:

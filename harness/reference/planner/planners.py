@@ -1,5 +1,24 @@
 """The planner: enumerate options per table -> estimate their cost -> propose one per
-table -> partition the shards over ranks and tiers -> a :class:`Plan`.
+table -> partition the shards over ranks and tiers -> balance -> a :class:`Plan`.
+
+The first proposal takes each table's cheapest option in isolation, so a hot, large table
+(dlrm_dcnv2's 40M-row table of 100 ids per sample) can sit whole on one rank and set the
+step time. Balancing is a loop around propose -> partition, as Neo's and torchrec's planners
+split such tables until the ranks balance. While the plan's max/mean rank cost is above
+``PlannerConfig.imbalance_target``:
+
+1. the :class:`~proposers.BalancingProposer` proposes switches of one table's option (one of
+   the tables that load the slowest rank most goes column-wise at some width, row-wise,
+   table-row-wise ...; best first), the partitioner places each whole proposal again, and the
+   first that is faster is kept ("faster": rank costs, slowest first, lower at the first rank
+   where they differ: a lower peak, or the same peak on fewer ranks);
+2. when no switch is faster (every rank holds about one coarse shard, so any single table
+   split finer lifts the ranks its pieces land on), the proposer splits all the coarsest
+   shards finer at once, and that partition is kept even if it is not yet faster.
+
+It stops when neither step has anything to offer, or after ``balance_max_steps`` partitions
+(a count, not a time, so the same input gives the same plan), and returns the fastest plan it
+saw. A plan already within the target is not touched.
 
 When the tables cannot fit, it raises one :class:`PlannerError` that names the capacity
 that ran out, the shortfall, and possible solutions.
@@ -13,8 +32,10 @@ from harness.hw_profiles.profiles import Profile, format_bytes
 from harness.reference.planner.enumerators import ShardingOptionEnumerator
 from harness.reference.planner.estimators import PlannerConfig, ShardEstimator, Topology
 from harness.reference.planner.partitioners import GreedyLptPartitioner, Partition
+from harness.reference.planner.proposers import BalancingProposer, CheapestFitProposer
 from harness.reference.planner.types import (
     TIERS,
+    Balancer,
     Enumerator,
     Partitioner,
     Plan,
@@ -22,47 +43,10 @@ from harness.reference.planner.types import (
     PlannerErrorType,
     Proposer,
     ShardingOption,
-    ShardingType,
     TableSpec,
 )
 
-_SPLIT_TYPES = (ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE)
-
-
-class CheapestFitProposer:
-    """Per table, the cheapest option whose shards can fit a rank; tables larger than
-    ``large_table_bytes`` take row-wise or table-row-wise. Ties go to fewer shards."""
-
-    def __init__(self, estimator: ShardEstimator):
-        self.estimator = estimator
-        topo, config = estimator.topology, estimator.config
-        self.large_table_bytes = config.large_table_bytes or topo.capacity.hbm or max(topo.capacity.ddr // 4, 1)
-
-    def fitting(self, options: list[ShardingOption]) -> list[ShardingOption]:
-        largest_tier = max(self.estimator.topology.capacity.to_dict().values())
-        return [o for o in options if o.max_shard_bytes <= largest_tier]
-
-    def propose(self, table: TableSpec, options: list[ShardingOption]) -> ShardingOption | None:
-        candidates = self.fitting(options)
-        if self.estimator.table_bytes(table) > self.large_table_bytes:
-            candidates = [o for o in candidates if o.sharding_type in _SPLIT_TYPES] or candidates
-        if not candidates:
-            return None
-        costs = {id(o): self._nominal_cost(o) for o in candidates}
-        cheapest = min(costs.values())
-        near = [o for o in candidates if costs[id(o)] <= cheapest * (1 + 1e-6)]
-        return min(near, key=lambda o: (len(o.shards), costs[id(o)]))
-
-    def smallest(self, options: list[ShardingOption]) -> ShardingOption | None:
-        """The option that stores the fewest bytes (used when the cheapest do not fit together)."""
-        candidates = self.fitting(options)
-        return min(candidates, key=lambda o: (o.storage_bytes, self._nominal_cost(o))) if candidates else None
-
-    def _nominal_cost(self, option: ShardingOption) -> float:
-        """Seconds of all shards on the fastest tier each could live on."""
-        cap = self.estimator.topology.capacity
-        tier = next((t for t in TIERS if option.max_shard_bytes <= cap.get(t)), TIERS[-1])
-        return self.estimator.option_cost(option, tier)
+__all__ = ["CheapestFitProposer", "EmbeddingShardingPlanner", "plan_tables"]
 
 
 class EmbeddingShardingPlanner:
@@ -76,6 +60,7 @@ class EmbeddingShardingPlanner:
         enumerator: Enumerator | None = None,
         proposer: Proposer | None = None,
         partitioner: Partitioner | None = None,
+        balancer: Balancer | None = None,
     ):
         self.profile = profile
         self.config = config or PlannerConfig()
@@ -84,12 +69,13 @@ class EmbeddingShardingPlanner:
         self.enumerator = enumerator or ShardingOptionEnumerator(self.estimator)
         self.proposer = proposer or CheapestFitProposer(self.estimator)
         self.partitioner = partitioner or GreedyLptPartitioner(self.estimator)
+        self.balancer = balancer or BalancingProposer(self.estimator)
 
     def plan(self, tables: Sequence[TableSpec]) -> Plan:
         self._check(tables)
         options = [self.enumerator.enumerate(t) for t in tables]
-        chosen = self._propose(tables, options)
-        partition = self._partition(chosen, options)
+        chosen, partition = self._partition(self._propose(tables, options), options)
+        chosen, partition = self._balance(chosen, options, partition)
         return Plan(
             profile=self.profile.name,
             world_size=self.topology.world_size,
@@ -104,15 +90,71 @@ class EmbeddingShardingPlanner:
             config=self.config.to_dict(),
         )
 
-    def _partition(self, chosen: list[ShardingOption], options: list[list[ShardingOption]]) -> Partition:
+    def _partition(
+        self, chosen: list[ShardingOption], options: list[list[ShardingOption]]
+    ) -> tuple[list[ShardingOption], Partition]:
         """Partition the preferred options; when their shards cannot be packed, the smallest ones."""
         try:
-            return self.partitioner.partition(chosen)
+            return chosen, self.partitioner.partition(chosen)
         except PlannerError as err:
             smallest = [self.proposer.smallest(o) for o in options]
             if err.planner_category is not PlannerErrorType.PARTITION or smallest == chosen:
                 raise
-            return self.partitioner.partition(smallest)  # type: ignore[arg-type]
+            return smallest, self.partitioner.partition(smallest)  # type: ignore[arg-type]
+
+    def _balance(
+        self, chosen: list[ShardingOption], options: list[list[ShardingOption]], partition: Partition
+    ) -> tuple[list[ShardingOption], Partition]:
+        """Switch one table's option at a time while that makes the partition faster; when none
+        does, split the coarsest shards finer and go on (see the module). The fastest plan seen."""
+        steps, limit = 0, self.config.balance_max_steps
+        best = current = (chosen, partition)
+        while current[1].imbalance > self.config.imbalance_target and steps < limit:
+            tried, step = self._faster_switch(*current, options, limit - steps)
+            steps += tried
+            if step is None and steps < limit:
+                steps += 1
+                step = self._refined(*current, options)
+            if step is None:
+                break
+            current = step
+            if current[1].faster_than(best[1]):
+                best = current
+        return best
+
+    def _faster_switch(
+        self, chosen: list[ShardingOption], partition: Partition, options: list[list[ShardingOption]], budget: int
+    ) -> tuple[int, tuple[list[ShardingOption], Partition] | None]:
+        """The partitions tried, and the first of the balancer's switches whose partition is
+        faster (None if none is within ``budget`` partitions)."""
+        tried = 0
+        for switch in self.balancer.switches(chosen, options, partition):
+            if tried == budget:
+                break
+            tried += 1
+            trial = [switch.option if i == switch.index else o for i, o in enumerate(chosen)]
+            candidate = self._try(trial)
+            if candidate is not None and candidate.faster_than(partition):
+                return tried, (trial, candidate)
+        return tried, None
+
+    def _refined(
+        self, chosen: list[ShardingOption], partition: Partition, options: list[list[ShardingOption]]
+    ) -> tuple[list[ShardingOption], Partition] | None:
+        """The balancer's proposal with the coarsest shards split finer, partitioned, faster or
+        not (the switches that follow can use its finer shards); None when there is none."""
+        refined = self.balancer.refinement(chosen, options, partition)
+        finer = self._try(refined) if refined is not None else None
+        return (refined, finer) if refined is not None and finer is not None else None
+
+    def _try(self, chosen: list[ShardingOption]) -> Partition | None:
+        """The partition of ``chosen``, or None when its shards cannot be packed."""
+        try:
+            return self.partitioner.partition(chosen)
+        except PlannerError as err:
+            if err.planner_category is not PlannerErrorType.PARTITION:
+                raise
+            return None
 
     def _check(self, tables: Sequence[TableSpec]) -> None:
         if not tables:
@@ -126,11 +168,24 @@ class EmbeddingShardingPlanner:
         if unknown:
             raise PlannerError(f"tier settings name tables the model does not have: {', '.join(unknown)}",
                                PlannerErrorType.BAD_INPUT)
-        if not 0 <= self.config.ssd_cache_fraction <= 1:
-            raise PlannerError(f"the SSD cache fraction must be in [0, 1], not {self.config.ssd_cache_fraction}",
+        self._check_knobs()
+        if not (0 <= self.config.ssd_cache_fraction <= 1 and 0 <= self.config.ddr_cache_fraction <= 1):
+            raise PlannerError(f"cache fractions must be in [0, 1], not {self.config.ssd_cache_fraction} (SSD) and "
+                               f"{self.config.ddr_cache_fraction} (DDR)",
                                PlannerErrorType.BAD_INPUT)
         if self.topology.capacity.total == 0:
             raise self._insufficient(sum(self.estimator.table_bytes(t) for t in tables), f"the {len(tables)} tables")
+
+    def _check_knobs(self) -> None:
+        c = self.config
+        wrong = [
+            *([f"the imbalance target must be >= 1, not {c.imbalance_target}"] if c.imbalance_target < 1 else []),
+            *([f"balance_max_steps must be >= 0, not {c.balance_max_steps}"] if c.balance_max_steps < 0 else []),
+            *([f"column_block must be >= 1, not {c.column_block}"] if c.column_block < 1 else []),
+            *([f"column_min_cols must be >= 1, not {c.column_min_cols}"] if c.column_min_cols < 1 else []),
+        ]
+        if wrong:
+            raise PlannerError("; ".join(wrong), PlannerErrorType.BAD_INPUT)
 
     def _propose(self, tables: Sequence[TableSpec], options: list[list[ShardingOption]]) -> list[ShardingOption]:
         need = sum(min(o.storage_bytes for o in opts) for opts in options)

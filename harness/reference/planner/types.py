@@ -186,6 +186,7 @@ class ShardLoad:
     fwd_comm_s: float
     bwd_comm_s: float
     ids_per_step: float = 0.0  # ids looked up in the shard per step (at most this many distinct rows)
+    replica: bool = False  # a data-parallel replica: resident in its tier, never behind a cache
 
 
 @dataclass(frozen=True)
@@ -329,7 +330,7 @@ class Plan:
         }
 
 
-# -- the roles of the pipeline (one module each: enumerators, planners' proposer, partitioners) --
+# -- the roles of the pipeline (one module each: enumerators, proposers, partitioners) -----------
 
 
 class Enumerator(Protocol):
@@ -350,3 +351,15 @@ class Partitioner(Protocol):
     """Places the chosen options' shards on ranks and tiers (returns a ``partitioners.Partition``)."""
 
     def partition(self, options: list[ShardingOption]) -> Any: ...
+
+
+class Balancer(Protocol):
+    """Proposals after a partition (``proposers.BalancingProposer``): switches of one table's
+    option (each with ``index`` and ``option``) that should relieve its slowest rank, best
+    first; and, when none helps, the proposal with its coarsest shards split finer."""
+
+    def switches(self, chosen: list[ShardingOption], options: list[list[ShardingOption]],
+                 partition: Any) -> list[Any]: ...
+
+    def refinement(self, chosen: list[ShardingOption], options: list[list[ShardingOption]],
+                   partition: Any) -> list[ShardingOption] | None: ...

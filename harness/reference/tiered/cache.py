@@ -127,6 +127,14 @@ class RowCache:
             self.stats = CacheStats()  # loading the pinned rows is not the cache's traffic
 
     @property
+    def nbytes(self) -> int:
+        """The cache's own memory: its slots (weights and state) and bookkeeping, and the
+        row -> slot map (and LFU's use counts) over every row of its store."""
+        tensors = (self.weights, self._state, self.slot_row, self.row_slot, self.dirty, self.last_use,
+                   self.never_evict, self._free, *(() if self.row_uses is None else (self.row_uses,)))
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    @property
     def state(self) -> torch.Tensor:
         """The slots' optimizer state (a view): ``capacity x cols`` (Adagrad), ``capacity``
         (row-wise Adagrad) or empty (SGD)."""
