@@ -261,17 +261,26 @@ def _data_identity(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def _tier_constraints(request: RunSetRequest, spec: BenchmarkSpec, world_size: int) -> dict[str, Any] | None:
-    """The planner's settings for ``--embedding-tier ssd`` or ``auto`` (None for ``memory``):
-    tables set to the SSD (``--ssd-tables``; with ``ssd`` and none given, all) may only go
-    there; with ``ssd`` the others may only stay in memory; with ``auto`` the planner places
-    them, the hottest per stored byte in the fastest tier first. The SSD tables' caches
-    (``--cache-fraction`` of their rows, never fewer than one batch looks up) are counted in
-    the fastest tier of their rank. One rank trains whole tables (table-wise: each table on
-    one tier); a sharded run keeps the SSD tables off data-parallel (replicas are not cached)."""
+    """The planner's settings for ``--embedding-tier ssd`` or ``auto``, and for ``memory`` on a
+    sharded profile (None for ``memory`` on one rank): tables set to the SSD (``--ssd-tables``;
+    with ``ssd`` and none given, all) may only go there; with ``ssd`` and ``memory`` the others
+    may only stay in memory (HBM or DDR); with ``auto`` the planner places them, the hottest per
+    stored byte in the fastest tier first. The caches of cached tiers' shards (the SSD's, and on
+    a sharded profile DDR's under HBM: ``--cache-fraction`` of their rows, never fewer than one
+    batch looks up) are counted in the fastest tier of their rank above them. One rank trains
+    whole tables (table-wise: each table on one tier); a sharded run keeps the SSD tables off
+    data-parallel (replicas are not cached)."""
     if request.embedding_tier == "memory":
         if request.ssd_tables is not None:
             raise HarnessError("--ssd-tables needs --embedding-tier ssd or auto")
-        return None
+        if world_size == 1:
+            return None
+        from harness.reference.planner import Tier
+        from harness.reference.planner.models import tables_for_benchmark
+
+        # in memory: HBM, and DDR under it behind caches in HBM (the executor runs every placement)
+        return {"tiers": tuple((t.name, (Tier.HBM, Tier.DDR)) for t in tables_for_benchmark(spec)),
+                "ddr_cache_fraction": request.cache_fraction, "cache_policy": request.cache_policy}
     if request.embedding_tier not in ("ssd", "auto"):
         raise HarnessError(f"embedding tier must be memory, ssd or auto, not {request.embedding_tier!r}")
     if not 0 < request.cache_fraction <= 1:
@@ -296,7 +305,9 @@ def _tier_constraints(request: RunSetRequest, spec: BenchmarkSpec, world_size: i
     else:
         cached = tuple(st for st in ShardingType if st is not ShardingType.DATA_PARALLEL)
         types = tuple((t.name, cached) for i, t in enumerate(tables) if i in on_ssd)
-    return {"tiers": tiers, "sharding_types": types, "ssd_cache_fraction": request.cache_fraction}
+    return {"tiers": tiers, "sharding_types": types, "ssd_cache_fraction": request.cache_fraction,
+            "cache_policy": request.cache_policy,
+            **({"ddr_cache_fraction": request.cache_fraction} if world_size > 1 else {})}
 
 
 def _tier_plan(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile,

@@ -198,3 +198,29 @@ def test_an_emulated_sharded_run_trains_its_ssd_shards_behind_caches(tmp_path):
     assert cache["table_tiers"][3] == "ssd" and cache["table_tiers"][5] == "ssd"
     assert "lru cache of" in proc.stdout and "SSD read" in proc.stdout
     assert not list((tmp_path / "results" / ".harness").glob("**/*.tables.bin*"))  # the ranks' files are gone
+
+
+SMALL_HBM = Path(__file__).resolve().parent / "fixtures" / "small_hbm_4gpu.yaml"
+
+
+@pytest.mark.slow
+def test_shards_the_plan_puts_in_ddr_train_behind_hbm_caches_within_the_hbm_budget(tmp_path):
+    """A profile whose HBM (2 MB per GPU) cannot hold the default benchmark's tables: the planner
+    puts some in DDR with caches counted in HBM, the executor runs them so, and the run reaches the
+    default target with every rank's HBM, as allocated, never above its budget; what each rank
+    held in each tier is, to the byte, what the plan gave it."""
+    proc = harness("run", "--profile", str(SMALL_HBM), "--emulate", "--runs", "1", "--seed", "3", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [log] = (tmp_path / "results" / "reference" / "results").glob("small-hbm-4gpu-emulated/dlrm_synthetic/result_0.txt")
+    recs = records(log)
+    assert [r for r in recs if r["key"] == "run_stop"][-1]["metadata"]["status"] == "success"
+    [memory] = [r["value"] for r in recs if r["key"] == "harness_memory"]
+    ranks = memory["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
+    for r in ranks:
+        assert r["capacity"]["hbm"] == 2_000_000 and r["peak"]["hbm"] <= r["capacity"]["hbm"], r
+        assert r["peak"] == {t: r["planned"][t] for t in ("hbm", "ddr", "ssd")}, r
+        assert r["peak_rss_bytes"] > 0
+    cached = [r["caches"]["ddr"] for r in ranks if "caches" in r]
+    assert cached and all(0 < c["hit_rate"] < 1 and c["bytes_read"] > 0 for c in cached)  # rows went DDR -> HBM
+    assert sum(r["peak"]["ddr"] for r in ranks) > 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,6 +43,42 @@ class SparseOptimizerConfig:
     learning_rate: float = 0.01
     eps: float = 1e-8
     initial_accumulator_value: float = 0.0
+
+
+_S_EMBEDDING = 11 << 20  # counter_rng stream of the embedding tables' initial weights (one per table)
+_INIT_CHUNK_VALUES = 1 << 22  # values made at a time: a block of any size is made in bounded memory
+
+
+def initial_weights(seed: int, table: int, table_rows: int, dim: int, rows: tuple[int, int],
+                    cols: tuple[int, int] = (0, -1)) -> torch.Tensor:
+    """DLRM's initial weights of rows ``rows[0] .. rows[1] - 1`` and columns ``cols[0] ..
+    cols[1] - 1`` (-1: to the last) of table ``table`` (``table_rows x dim``): uniform in
+    ``+-sqrt(1 / table_rows)``, each weight a pure function of ``(seed, table, row, column)``
+    through :mod:`harness.reference.counter_rng`. So any block of any table, made on any rank
+    for any plan, equals that block of the single-process model, bit for bit, and no rank
+    needs the whole table to make its shard.
+    """
+    from harness.reference import counter_rng as rng
+
+    (r0, r1), (c0, c1) = rows, (cols[0], dim if cols[1] < 0 else cols[1])
+    key, bound = rng.key(seed, _S_EMBEDDING + table), math.sqrt(1.0 / table_rows)
+    out = torch.empty(max(r1 - r0, 0), max(c1 - c0, 0))
+    step = max(1, _INIT_CHUNK_VALUES // max(c1 - c0, 1))
+    col = np.arange(c0, c1, dtype=np.uint64)
+    for lo in range(r0, r1, step):
+        hi = min(lo + step, r1)
+        counters = np.arange(lo, hi, dtype=np.uint64)[:, None] * np.uint64(dim) + col
+        out[lo - r0 : hi - r0] = torch.from_numpy(((2.0 * rng.uniform(key, counters) - 1.0) * bound).astype(np.float32))
+    return out
+
+
+def initial_state(opt: SparseOptimizerConfig | None, rows: int, cols: int, device=None) -> torch.Tensor:
+    """The fused optimizer's initial state of ``rows x cols`` weights: Adagrad ``rows x cols``,
+    row-wise Adagrad ``rows`` (one accumulator per row), SGD and inference none."""
+    if opt is None or opt.kind is SparseOptimizerKind.SGD:
+        return torch.empty(0, device=device)
+    shape = (rows, cols) if opt.kind is SparseOptimizerKind.ADAGRAD else (rows,)
+    return torch.full(shape, opt.initial_accumulator_value, device=device)
 
 
 def distinct(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -163,6 +200,10 @@ class FusedEmbeddingCollection(nn.Module):
         pooling: ids per sample of each feature; the ids of a feature are sum-pooled.
         optimizer: the fused optimizer; ``None`` means the tables are frozen (inference).
         device: where the weight lives; ``torch.device("meta")`` builds without memory.
+        seed: the tables' initial weights are :func:`initial_weights` of this seed.
+        table_ids: each table's index in the model (default ``0, 1, ...``), which keys its
+            initial weights: a collection of some of a model's tables (data-parallel replicas)
+            starts from those tables' weights.
         allocate: False leaves the weight empty, for a subclass that keeps the rows elsewhere
             (:class:`harness.reference.tiered.TieredEmbeddingCollection`).
     """
@@ -176,6 +217,8 @@ class FusedEmbeddingCollection(nn.Module):
         device: torch.device | str | None = None,
         *,
         allocate: bool = True,
+        seed: int = 0,
+        table_ids: Sequence[int] | None = None,
     ):
         super().__init__()
         if len(table_rows) != len(pooling):
@@ -184,6 +227,8 @@ class FusedEmbeddingCollection(nn.Module):
         self.pooling = tuple(int(p) for p in pooling)
         self.dim = int(dim)
         self.optimizer = optimizer
+        self.seed = int(seed)
+        self.table_ids = tuple(range(len(self.table_rows))) if table_ids is None else tuple(int(t) for t in table_ids)
         row_offsets = torch.tensor([0, *self.table_rows[:-1]], dtype=torch.int64).cumsum(0)
         column_feature = torch.repeat_interleave(torch.arange(len(self.pooling)), torch.tensor(self.pooling))
         self.register_buffer("column_offsets", row_offsets[column_feature].to(device), persistent=False)
@@ -195,21 +240,17 @@ class FusedEmbeddingCollection(nn.Module):
         self.reset_parameters()
 
     def _new_state(self, total: int, device) -> torch.Tensor:
-        opt = self.optimizer
-        if opt is None or opt.kind is SparseOptimizerKind.SGD:
-            return torch.empty(0, device=device)
-        shape = (total, self.dim) if opt.kind is SparseOptimizerKind.ADAGRAD else (total,)
-        return torch.full(shape, opt.initial_accumulator_value, device=device)
+        return initial_state(self.optimizer, total, self.dim, device)
 
     @torch.no_grad()
-    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
-        """DLRM's initialisation: table ``t`` uniform in ``+-sqrt(1 / rows_t)``."""
-        if self.weight.is_meta:
+    def reset_parameters(self) -> None:
+        """DLRM's initialisation: table ``t`` uniform in ``+-sqrt(1 / rows_t)``, as
+        :func:`initial_weights` of the collection's seed (the same on every rank)."""
+        if self.weight.is_meta or self.weight.numel() == 0:
             return
         start = 0
-        for rows in self.table_rows:
-            bound = math.sqrt(1.0 / rows)
-            self.weight[start : start + rows].uniform_(-bound, bound, generator=generator)
+        for t, rows in enumerate(self.table_rows):
+            self.weight[start : start + rows] = initial_weights(self.seed, self.table_ids[t], rows, self.dim, (0, rows))
             start += rows
 
     def _lookup(self, weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -248,6 +289,12 @@ class FusedEmbeddingCollection(nn.Module):
         """The fused optimizer's rate from the next update on (the learning-rate schedule's)."""
         set_learning_rate(self, lr)
 
+    def table_weights(self) -> list[torch.Tensor]:
+        """Each table's weights, in order (a copy)."""
+        w = self.weight.detach()
+        starts = (0, *itertools.accumulate(self.table_rows))
+        return [w[starts[t] : starts[t + 1]].clone() for t in range(len(self.table_rows))]
+
     def global_ids(self, sparse: torch.Tensor) -> torch.Tensor:
         """Per-table ids ``B x L`` -> rows of the fused weight ``B x L``."""
         return sparse + self.column_offsets
@@ -272,3 +319,65 @@ class FusedEmbeddingCollection(nn.Module):
             return _FusedLookup.apply(self.weight, ids, self)
         with torch.no_grad():
             return self._lookup(self.weight, ids)
+
+
+class GroupedEmbeddingCollection(nn.Module):
+    """Tables of several embedding dimensions: one :class:`FusedEmbeddingCollection` (one fused
+    weight and optimizer) per dimension, as FBGEMM's table-batched embeddings group tables.
+
+    Each group looks up its tables' id columns of the batch; the pooled vectors come out in the
+    model's feature order, each table's ``dim`` values after the previous table's: ``B x
+    sum(dims)``. Table ``t`` of group ``g`` keeps its model index (``table_ids``), so its initial
+    weights are those of table ``t`` whatever the grouping.
+
+    Args:
+        table_rows, dims, pooling: per table, in the model's order.
+        optimizer, device, seed: as for :class:`FusedEmbeddingCollection`.
+    """
+
+    def __init__(self, table_rows: Sequence[int], dims: Sequence[int], pooling: Sequence[int],
+                 optimizer: SparseOptimizerConfig | None = None, device: torch.device | str | None = None, *,
+                 seed: int = 0):
+        super().__init__()
+        if not len(table_rows) == len(dims) == len(pooling):
+            raise HarnessError(f"{len(table_rows)} tables, {len(dims)} dimensions, {len(pooling)} pooling factors")
+        self.table_rows, self.dims = tuple(int(r) for r in table_rows), tuple(int(d) for d in dims)
+        self.pooling, self.optimizer, self.seed = tuple(int(p) for p in pooling), optimizer, int(seed)
+        self.group_dims = tuple(sorted(set(self.dims)))
+        self.group_tables = tuple(tuple(t for t, d in enumerate(self.dims) if d == g) for g in self.group_dims)
+        self.groups = nn.ModuleList(
+            FusedEmbeddingCollection([self.table_rows[t] for t in tables], dim, [self.pooling[t] for t in tables],
+                                     optimizer=optimizer, device=device, seed=seed, table_ids=tables)
+            for dim, tables in zip(self.group_dims, self.group_tables)
+        )
+        col_start = (0, *itertools.accumulate(self.pooling))
+        for g, tables in enumerate(self.group_tables):
+            columns = torch.cat([torch.arange(col_start[t], col_start[t + 1]) for t in tables])
+            self.register_buffer(f"_columns{g}", columns.to(device), persistent=False)
+        # the groups' outputs side by side -> the model's feature order
+        out_start = (0, *itertools.accumulate(self.dims))
+        grouped = [c for tables in self.group_tables for t in tables for c in range(out_start[t], out_start[t + 1])]
+        order = torch.empty(len(grouped), dtype=torch.int64)
+        order[torch.tensor(grouped, dtype=torch.int64)] = torch.arange(len(grouped))
+        self.register_buffer("_order", order.to(device), persistent=False)
+
+    def columns(self, group: int) -> torch.Tensor:
+        """The batch's id columns of group ``group``'s tables."""
+        return getattr(self, f"_columns{group}")
+
+    def forward(self, sparse: torch.Tensor) -> torch.Tensor:
+        """``B x L`` per-table ids -> ``B x sum(dims)`` pooled embeddings in feature order."""
+        outs = [group(sparse.index_select(1, self.columns(g))).flatten(1) for g, group in enumerate(self.groups)]
+        return torch.cat(outs, dim=1).index_select(1, self._order)
+
+    def set_learning_rate(self, lr: float) -> None:
+        for group in self.groups:
+            group.set_learning_rate(lr)
+
+    def table_weights(self) -> list[torch.Tensor]:
+        """Each table's weights, in the model's order (a copy)."""
+        out: list[torch.Tensor | None] = [None] * len(self.table_rows)
+        for group, tables in zip(self.groups, self.group_tables):
+            for t, w in zip(tables, group.table_weights()):
+                out[t] = w
+        return out  # type: ignore[return-value]

@@ -29,7 +29,7 @@ from torch import nn
 
 from harness.errors import HarnessError
 from harness.reference.batches import NUM_DENSE
-from harness.reference.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
+from harness.reference.embeddings import FusedEmbeddingCollection, GroupedEmbeddingCollection, SparseOptimizerConfig
 
 
 class Interaction(enum.Enum):
@@ -39,7 +39,13 @@ class Interaction(enum.Enum):
 
 @dataclass(frozen=True)
 class DLRMConfig:
-    """The architecture. Sizes are layer widths after the input, e.g. ``bottom_mlp=(512, 256, 64)``."""
+    """The architecture. Sizes are layer widths after the input, e.g. ``bottom_mlp=(512, 256, 64)``.
+
+    ``embedding_dims`` gives each table its own dimension (as Neo's largest models have, 64 to
+    256); ``None`` gives every table ``embedding_dim``. Tables of several dimensions need the DCN
+    interaction (the dot interaction takes the dot products of equal-length vectors); the bottom
+    MLP ends at ``embedding_dim`` for the dot interaction, at any width for DCN.
+    """
 
     table_rows: tuple[int, ...]
     embedding_dim: int
@@ -50,9 +56,17 @@ class DLRMConfig:
     dcn_layers: int = 3
     dcn_rank: int = 512
     num_dense: int = NUM_DENSE
+    embedding_dims: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        if not self.bottom_mlp or self.bottom_mlp[-1] != self.embedding_dim:
+        if self.embedding_dims is not None:
+            if len(self.embedding_dims) != len(self.table_rows) or min(self.embedding_dims, default=1) < 1:
+                raise HarnessError(f"embedding_dims needs one positive dimension per table ({len(self.table_rows)}), "
+                                   f"got {list(self.embedding_dims)}")
+            if self.interaction is Interaction.DOT and not self.uniform_dims:
+                raise HarnessError("tables of several embedding dimensions need the dcn interaction: the dot "
+                                   "interaction takes dot products of vectors of one length")
+        if not self.bottom_mlp or (self.interaction is Interaction.DOT and self.bottom_mlp[-1] != self.embedding_dim):
             raise HarnessError(
                 f"the bottom MLP must end at the embedding dimension {self.embedding_dim}, got {self.bottom_mlp}"
             )
@@ -64,12 +78,21 @@ class DLRMConfig:
         return len(self.table_rows)
 
     @property
+    def dims(self) -> tuple[int, ...]:
+        """Each table's embedding dimension."""
+        return self.embedding_dims if self.embedding_dims is not None else (self.embedding_dim,) * self.num_sparse
+
+    @property
+    def uniform_dims(self) -> bool:
+        return len(set(self.dims)) <= 1
+
+    @property
     def interaction_width(self) -> int:
         """Width of the interaction's output, the top MLP's input."""
         f, d = self.num_sparse, self.embedding_dim
         if self.interaction is Interaction.DOT:
             return d + (f + 1) * f // 2
-        return (f + 1) * d
+        return self.bottom_mlp[-1] + sum(self.dims)
 
 
 def _mlp(in_features: int, widths: Sequence[int], *, relu_last: bool, device) -> nn.Sequential:
@@ -97,12 +120,13 @@ class DenseArch(nn.Module):
 class SparseArch(nn.Module):
     """The embedding bags of all categorical features."""
 
-    def __init__(self, embeddings: FusedEmbeddingCollection):
+    def __init__(self, embeddings: FusedEmbeddingCollection | GroupedEmbeddingCollection):
         super().__init__()
         self.embeddings = embeddings
 
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:
-        """``B x L`` per-table ids -> ``B x F x D`` pooled embeddings."""
+        """``B x L`` per-table ids -> ``B x F x D`` pooled embeddings (tables of one dimension), or
+        ``B x sum(dims)``, each table's vector after the previous one's (several dimensions)."""
         return self.embeddings(sparse)
 
 
@@ -157,7 +181,7 @@ class InteractionDCNArch(nn.Module):
         self.w = nn.ModuleList(nn.Linear(rank, in_features, bias=True, device=device) for _ in range(num_layers))
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
-        """``B x D`` and ``B x F x D`` -> ``B x (F + 1) D``."""
+        """``B x D`` and ``B x F x D`` (or ``B x sum(dims)``) -> ``B x (D + sum(dims))``."""
         x0 = torch.cat([dense, sparse.flatten(1)], dim=1)
         x = x0
         for v, w in zip(self.v, self.w):
@@ -186,17 +210,27 @@ class DLRM(nn.Module):
             inference); the dense parameters are optimised by a torch optimizer over
             :meth:`dense_parameters`.
         device: ``torch.device("meta")`` builds the model without allocating memory.
+        seed: the seed of the embedding tables' initial weights (the dense layers take torch's
+            generator, which building the tables does not touch).
+        embedding_device: where the tables are built (default ``device``); ``"meta"`` describes
+            them without memory, for a sharded run whose ranks make only their own shards.
     """
 
-    def __init__(self, config: DLRMConfig, sparse_optimizer: SparseOptimizerConfig | None = None, device=None):
+    def __init__(self, config: DLRMConfig, sparse_optimizer: SparseOptimizerConfig | None = None, device=None, *,
+                 seed: int = 0, embedding_device=None):
         super().__init__()
         self.config = config
         self.dense_arch = DenseArch(config.num_dense, config.bottom_mlp, device=device)
-        self.sparse_arch = SparseArch(
-            FusedEmbeddingCollection(
-                config.table_rows, config.embedding_dim, config.pooling, optimizer=sparse_optimizer, device=device
+        tables_device = device if embedding_device is None else embedding_device
+        if config.uniform_dims:
+            tables: FusedEmbeddingCollection | GroupedEmbeddingCollection = FusedEmbeddingCollection(
+                config.table_rows, config.embedding_dim, config.pooling, optimizer=sparse_optimizer,
+                device=tables_device, seed=seed,
             )
-        )
+        else:
+            tables = GroupedEmbeddingCollection(config.table_rows, config.dims, config.pooling,
+                                                optimizer=sparse_optimizer, device=tables_device, seed=seed)
+        self.sparse_arch = SparseArch(tables)
         if config.interaction is Interaction.DOT:
             self.interaction: nn.Module = InteractionArch(config.num_sparse, device=device)
         else:
@@ -205,8 +239,8 @@ class DLRM(nn.Module):
 
     def dense_parameters(self) -> list[nn.Parameter]:
         """Every parameter but the embedding tables (which have their fused optimizer)."""
-        emb = self.sparse_arch.embeddings.weight
-        return [p for p in self.parameters() if p is not emb]
+        tables = {id(p) for p in self.sparse_arch.parameters()}
+        return [p for p in self.parameters() if id(p) not in tables]
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
         """Click logits.

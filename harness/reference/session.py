@@ -230,12 +230,14 @@ class TrainingSession:
             )
         return torch.optim.SGD(params, lr=lr)
 
-    def _unsharded(self) -> DLRM:
-        """The model as built from the seed (every rank of a sharded run builds the same)."""
+    def _unsharded(self, *, embedding_device: Any = None) -> DLRM:
+        """The model as built from the seed (every rank of a sharded run builds the same dense
+        part, and describes the tables on ``embedding_device="meta"`` to make only its shards)."""
         torch.manual_seed(self.config.seed)
         if self.device.type == "cuda":
             torch.use_deterministic_algorithms(True, warn_only=True)
-        return DLRM(self.spec.model_config(), sparse_optimizer=self._sparse_optimizer(), device=self.device)
+        return DLRM(self.spec.model_config(), sparse_optimizer=self._sparse_optimizer(), device=self.device,
+                    seed=self.config.seed, embedding_device=embedding_device)
 
     def _build(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         model = self._unsharded()
@@ -504,6 +506,23 @@ class TrainingSession:
                 "cache_rows": cache.free_capacity, "rows": tables.store.rows - memory_rows,
                 "memory_tables": list(tables.memory_tables), "memory_rows": memory_rows,
                 "read_ahead_batches": tables.read_ahead_batches, **placement}
+
+    def memory_report(self) -> dict[str, Any]:
+        """Per rank: the bytes the plan gave each tier, those held (and their peak) per tier, and
+        the process's peak RSS (a collective in a sharded run: every rank calls it)."""
+        from harness.reference.tiered.ledger import peak_rss_bytes
+
+        emb = self.model.sparse_arch.embeddings
+        if self._tiered is not None:
+            cache = self._tiered.cache
+            tier = self._tiered.store.tier
+            held = {"ddr": cache.nbytes, tier: self._tiered.store.rows * self._tiered.store.row_bytes}
+        else:
+            nbytes = sum(t.numel() * t.element_size() for t in (*emb.parameters(), *emb.buffers()))
+            held = {"hbm" if self.device.type == "cuda" else "ddr": nbytes}
+        tier_plan = self.config.embedding_tier or {}
+        return {"ranks": [{"rank": 0, "held": held, "peak": held, "peak_rss_bytes": peak_rss_bytes(),
+                           **({"tier_plan": tier_plan["tier_plan"]} if "tier_plan" in tier_plan else {})}]}
 
     def cache_hit_rate(self) -> float | None:
         """This rank's cache hit rate so far (None when the tables are in memory)."""

@@ -155,10 +155,11 @@ class Trainer:
         self.log.end("epoch_stop", metadata={"epoch_num": epoch_num})
         self.log.event("tracked_stats", {"throughput": result.train_samples_per_s}, {"step": epoch_num})
         session = self.session
-        if session is not None and result.reason_is_final():  # the sharded report is a collective
+        if session is not None and result.reason_is_final():  # the sharded reports are collectives
             report = session.cache_report()
             if report is not None:
                 self.log.event("harness_embedding_cache", report)
+            self.log.event("harness_memory", session.memory_report())
 
     def _cache_progress(self) -> dict[str, float]:
         rate = self.session.cache_hit_rate() if self.session is not None else None

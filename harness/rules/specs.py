@@ -95,6 +95,7 @@ class BenchmarkSpec:
             interaction=Interaction(m["interaction"]),
             dcn_layers=m.get("dcn_layers", 3),
             dcn_rank=m.get("dcn_rank", 512),
+            embedding_dims=tuple(m["embedding_dims"]) if "embedding_dims" in m else None,
         )
 
 

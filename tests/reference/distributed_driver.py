@@ -7,7 +7,7 @@ shards (:class:`~harness.reference.distributed.session.DistributedSession`). Bot
 the session's own loop, as ``Trainer.run`` does.
 
 JOB.json: ``{"out": DIR, "steps": N, "batch": GBS, "seed": S, "nodes": n, "per_node": a, ["auc": true,
-"eval_cache_bytes": 0,]
+"eval_cache_bytes": 0, "hyperparameters": {...: changes to the benchmark's},]
 "plans": {NAME: {"types": {TABLE_OR_*: SHARDING_TYPE_OR_LIST}, "comm": {...}, "ssd": {...}}, ...}}``
 (a list of types is given to the tables in turn: a mixed plan; ``"ssd": {"cache_fraction": f,
 "policy": p}`` moves the shards of every table that is not data-parallel to the SSD tier of
@@ -19,6 +19,7 @@ loss of each step, the plan's sharding types, the bytes sent, the caches' figure
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import sys
@@ -37,8 +38,9 @@ from harness.rules.specs import load_benchmark
 
 def run_config(job: dict, world: int, plan: dict | None, comm: dict, tier: dict | None = None) -> RunConfig:
     spec = load_benchmark("dlrm_synthetic")
-    hp = dict(spec.reference_hyperparameters)
-    hp["global_batch_size"] = job["batch"]
+    hp = {**spec.reference_hyperparameters, "global_batch_size": job["batch"], **job.get("hyperparameters", {})}
+    if hp["opt_name"] != "adagrad":
+        hp = {k: v for k, v in hp.items() if not k.startswith("opt_adagrad_")}
     return RunConfig.offline(spec.raw, hp, job["seed"], who="test", emulated=True, world_size=world,
                              sharding_plan=plan, comm=comm, embedding_tier=tier)
 
@@ -47,6 +49,7 @@ def on_ssd(plan: dict, ssd: dict, path: Path) -> tuple[dict, dict]:
     """``plan`` with the shards of its tables that are not data-parallel on the SSD tier, and
     the run config's tier setting."""
     plan = json.loads(json.dumps(plan))
+    plan["config"]["ssd_cache_fraction"] = ssd["cache_fraction"]  # the executor sizes the caches from the plan
     for table in plan["tables"]:
         if table["sharding_type"] != "data_parallel":
             for shard in table["shards"]:
@@ -112,11 +115,14 @@ def main(job_path: str) -> None:
         weight = session.full_weight() if world > 1 else session.model.sparse_arch.embeddings.weight.detach()
         auc = session.evaluate() if job.get("auc") else None
         cache = session.cache_report() if tier is not None else None
+        dense = hashlib.sha256(b"".join(p.detach().cpu().numpy().tobytes()
+                                        for p in session.dense_optimizer.param_groups[0]["params"])).hexdigest()
         if rank == 0:
             types = sorted({t["sharding_type"] for t in plan["tables"]}) if plan else ["unsharded"]
             stats = session.comm_stats.to_dict() if world > 1 else {}  # type: ignore[attr-defined]
             (out / f"{name}.json").write_text(json.dumps(
-                {"losses": losses.losses, "types": types, "auc": auc, "stats": stats, "world": world, "cache": cache}
+                {"losses": losses.losses, "types": types, "auc": auc, "stats": stats, "world": world, "cache": cache,
+                 "dense_sha256": dense}
             ))
             torch.save(weight.clone(), out / f"{name}.pt")
     if world > 1:

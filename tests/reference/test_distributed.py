@@ -47,9 +47,22 @@ def run_driver(tmp: Path, name: str, world: int, plans: dict, *, steps: int = ST
     }
 
 
+# Sharded and single-process training differ only in the order of floating-point reductions (DDP
+# sums the ranks' gradients, the loss is a mean of per-rank means), and a network with ReLUs and
+# Adagrad's per-coordinate normalisation amplifies such differences exponentially, faster the
+# larger the learning rate: at the benchmark's 0.015, 4 of 7 seeds tried (before and after the
+# tables' initialisation became counter-based) leave 1e-5 within 50 steps, a property of the
+# trajectory, not of the sharding. At 0.001 the model still learns (loss 0.68 -> 0.58 in 60
+# steps) and every seed tried stays at rounding level (~1e-7), so the bound measures the
+# sharding: a lost update of one shard moves the loss by 4e-4 within 50 steps (seen). (A wrong
+# scale of the tables' gradients barely does: Adagrad's update hardly depends on it.)
+EQUIVALENCE_HP = {"opt_base_learning_rate": 0.001}
+
+
 @pytest.fixture(scope="module")
 def single(tmp_path_factory) -> dict:
-    return run_driver(tmp_path_factory.mktemp("single"), "w1", 1, {"single": {}})["single"]
+    return run_driver(tmp_path_factory.mktemp("single"), "w1", 1, {"single": {}},
+                      hyperparameters=EQUIVALENCE_HP)["single"]
 
 
 def every_type_and_mixed() -> dict:
@@ -60,8 +73,23 @@ def every_type_and_mixed() -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("world", "nodes"), [(2, 1), (4, 2)])
+def test_every_plan_starts_from_the_single_process_weights_bit_for_bit(tmp_path, world, nodes):
+    """No rank builds the whole model: each makes its shards from the seed, and they are the
+    single-process model's weights exactly, whatever the plan and world size."""
+    start = run_driver(tmp_path, "w1", 1, {"single": {}}, steps=0)["single"]
+    results = run_driver(tmp_path, f"w{world}", world, every_type_and_mixed(), nodes=nodes, steps=0)
+    for plan, got in results.items():
+        assert torch.equal(got["weight"], start["weight"]), plan
+        assert got["dense_sha256"] == start["dense_sha256"], plan
+    assert not torch.equal(start["weight"], run_driver(tmp_path, "other", 1, {"single": {}}, steps=0,
+                                                       seed=SEED + 1)["single"]["weight"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("world", "nodes"), [(2, 1), (4, 2)])
 def test_every_sharding_type_follows_single_process_training(single, tmp_path, world, nodes):
-    results = run_driver(tmp_path, f"w{world}", world, every_type_and_mixed(), nodes=nodes)
+    results = run_driver(tmp_path, f"w{world}", world, every_type_and_mixed(), nodes=nodes,
+                         hyperparameters=EQUIVALENCE_HP)
     assert len(single["losses"]) == STEPS
     for plan, got in results.items():
         expected_types = TYPES if plan == "mixed" else [plan]
@@ -108,17 +136,17 @@ def test_quantized_communication_is_deterministic_and_counted(tmp_path):
         "fp16": {"types": mixed, "comm": {"forward": "fp16", "backward": "fp16", "allreduce": "fp16"}},
         "quantized": {"types": mixed, "comm": quantized},
     }
-    first = run_driver(tmp_path, "a", 2, plans, steps=20, auc=True)
-    again = run_driver(tmp_path, "b", 2, {"quantized": {"types": mixed, "comm": quantized}}, steps=20, auc=True)
+    first = run_driver(tmp_path, "a", 2, plans, steps=20, auc=True, hyperparameters=EQUIVALENCE_HP)
+    again = run_driver(tmp_path, "b", 2, {"quantized": {"types": mixed, "comm": quantized}}, steps=20, auc=True,
+                       hyperparameters=EQUIVALENCE_HP)
     assert first["quantized"]["losses"] == again["quantized"]["losses"]
     assert first["quantized"]["auc"] == again["quantized"]["auc"] is not None
     assert torch.equal(first["quantized"]["weight"], again["quantized"]["weight"])
-    # the codecs are really applied: quantized training is close to, but not exactly, fp32 training.
-    # Relative to the loss: the third step's loss spikes to ~5 (Adagrad's first steps are as long as
-    # the learning rate in every coordinate) in either precision, and a bound in absolute terms
-    # would measure the spike rather than the codecs
+    # the codecs are really applied: quantized training is close to, but not exactly, fp32 training
+    # (at the equivalence learning rate, so that the gap is the codecs', not chaos amplifying them)
     gap = max(abs(a - b) / a for a, b in zip(first["fp32"]["losses"], first["quantized"]["losses"]))
-    assert 0 < gap < 0.03
+    print(f"largest relative loss gap, int8/fp8/bf16 against fp32: {gap:.2e}")
+    assert 0 < gap < 0.01
     fp32, fp16 = first["fp32"]["stats"], first["fp16"]["stats"]
     for kind in ("forward_all_to_all", "backward_all_to_all", "dense_all_reduce", "replica_all_reduce"):
         assert fp32[kind]["bytes"] > 0

@@ -66,8 +66,8 @@ class ShardedDLRM(nn.Module):
     """The DLRM with sharded tables and a DDP dense part.
 
     Args:
-        model: the unsharded model as built from the seed on every rank (its tables are
-            copied into this rank's shards; its dense modules are reused).
+        model: the model as built from the seed on every rank, its tables on the ``meta``
+            device (this rank makes its shards; the dense modules are reused).
         plan: the sharding plan (``Plan.to_dict()``).
         comms: the dense (DDP), embedding and input collectives.
         codecs: the codec of each collective.
@@ -75,12 +75,15 @@ class ShardedDLRM(nn.Module):
     """
 
     def __init__(self, model: DLRM, plan: dict[str, Any], comms: tuple[Comm, Comm, Comm], codecs: CommConfig,
-                 device_ids: list[int] | None = None, ssd: dict[str, Any] | None = None):
+                 device_ids: list[int] | None = None, tiers: dict[str, Any] | None = None, *, device: Any = None):
         super().__init__()
         dense_comm, emb_comm, input_comm = comms
         emb = model.sparse_arch.embeddings
-        shardings = shardings_from_plan(plan, emb.table_rows, emb.dim, emb_comm.world_size)
-        self.sparse_arch = ShardedEmbeddingCollection(emb, shardings, emb_comm, input_comm, codecs, ssd)
+        shardings = shardings_from_plan(plan, emb.table_rows, getattr(emb, "dims", None) or emb.dim,
+                                        emb_comm.world_size)
+        self.sparse_arch = ShardedEmbeddingCollection(emb, shardings, emb_comm, input_comm, codecs, tiers, device=device,
+                                                      capacity=plan.get("rank_capacity_bytes"),
+                                                      plan_config=plan.get("config"))
         self.dense = DistributedDataParallel(
             DenseTower(model), device_ids=device_ids, process_group=dense_comm.group, **_NO_BUFFER_SYNC
         )
@@ -168,20 +171,17 @@ class DistributedSession(TrainingSession):
             Comm(dist.new_group(backend=None), self.comm_stats),
             Comm(dist.new_group(backend=None), self.comm_stats),
         )
-        full = self._unsharded()
+        full = self._unsharded(embedding_device="meta")  # the tables described, not made: each shard is made once
         dense_params = full.dense_parameters()
         device_ids = [self.device.index] if self.device.type == "cuda" else None
-        tier = self.config.embedding_tier
-        ssd = None
-        if tier:
-            if tier.get("tier") != "ssd" or self.device.type != "cpu":
-                raise HarnessError(f"embedding tier {tier.get('tier')!r} on {self.device.type}: only the SSD tier "
-                                   "behind a host-memory cache is implemented", ErrorCategory.NOT_IMPLEMENTED)
-            ssd = {"path": f"{tier['path']}.rank{self.rank}", "cache_fraction": tier["cache_fraction"],
-                   "policy": tier.get("policy", "lru"), "batch": self.global_batch_size}
-        model = ShardedDLRM(full, self.config.sharding_plan or {}, self.comms, self.codecs, device_ids, ssd)
-        self._tiered = None  # the sharded collection keeps its SSD shards' caches itself
-        self._ssd_shards = ssd is not None
+        tier = self.config.embedding_tier or {}
+        tiers = {"policy": tier.get("policy", "lru"), "batch": self.global_batch_size,
+                 **({"path": f"{tier['path']}.rank{self.rank}"} if tier.get("path") else {})}
+        plan = self.config.sharding_plan or {}
+        model = ShardedDLRM(full, plan, self.comms, self.codecs, device_ids, tiers, device=self.device)
+        self._tiered = None  # the sharded collection keeps its shards' caches itself
+        # from the plan, not from this rank's shards: every rank must agree (the report is a collective)
+        self._ssd_shards = any(s.get("tier") == "ssd" for t in plan.get("tables", []) for s in t.get("shards", []))
         return model, self._dense_optimizer(dense_params)
 
     def _embeddings(self) -> Any:
@@ -282,6 +282,10 @@ class DistributedSession(TrainingSession):
         """The whole unsharded tables, on every rank (a collective: for tests and small tables)."""
         return self.model.sparse_arch.full_weight()
 
+    def table_weights(self) -> list[torch.Tensor]:
+        """Every whole table, on every rank (a collective: for tests and small tables)."""
+        return self.model.sparse_arch.table_weights()
+
     def cache_report(self) -> dict[str, Any] | None:
         """The SSD shards' caches of every rank, summed (a collective: every rank calls it);
         None when no shard is on the SSD tier."""
@@ -307,6 +311,25 @@ class DistributedSession(TrainingSession):
             "memory_tables": memory, "memory_rows": sum(tables.table_rows[t] for t in memory),
             "ranks": self.world_size, **{k: tier[k] for k in ("table_tiers", "tier_plan") if k in tier},
         }
+
+    def memory_report(self) -> dict[str, Any]:
+        """Per rank: the plan's bytes per tier, the ledger's held and peak bytes per tier, the
+        tier capacities enforced, and the process's peak RSS (a collective)."""
+        from harness.reference.tiered.ledger import peak_rss_bytes
+
+        plan = self.config.sharding_plan or {}
+        planned = next((r["storage_bytes"] for r in plan.get("ranks", []) if r.get("rank") == self.rank), None)
+        caches = {}
+        for tier in ("ddr", "ssd"):
+            stats, rows, slots = self.embeddings.cache_stats(tier)
+            if rows:
+                caches[tier] = {"rows": rows, "slots": slots, "hit_rate": round(stats.hit_rate, 6),
+                                "lookups": stats.lookups, "bytes_read": stats.bytes_read}
+        mine = {"rank": self.rank, "planned": planned, **self.embeddings.ledger.report(),
+                "peak_rss_bytes": peak_rss_bytes(), **({"caches": caches} if caches else {})}
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, mine)
+        return {"ranks": gathered}
 
     def cache_hit_rate(self) -> float | None:
         if not self._ssd_shards or not self.model.sparse_arch.cached:

@@ -43,7 +43,7 @@ unsharded training averages over the whole row. Elementwise Adagrad and SGD are 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,12 +65,15 @@ from harness.reference.distributed.comm import (
 from harness.reference.embeddings import (
     FusedEmbeddingCollection,
     coalesce,
+    initial_state,
+    initial_weights,
     set_learning_rate,
     sparse_update,
 )
 from harness.reference.planner.estimators import cache_rows
 from harness.reference.planner.types import ShardingType
 from harness.reference.tiered import CachedShard, CachePolicy, CacheStats
+from harness.reference.tiered.ledger import TIER_NAMES, TierLedger
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ class TableSharding:
 
 
 def shardings_from_plan(
-    plan: dict[str, Any], table_rows: Sequence[int], dim: int, world_size: int
+    plan: dict[str, Any], table_rows: Sequence[int], dim: int | Sequence[int], world_size: int
 ) -> list[TableSharding]:
     """The plan's sharding of each table, checked against the model and the world size.
 
@@ -117,8 +120,9 @@ def shardings_from_plan(
             f"the sharding plan is for {plan.get('world_size')} ranks; this run has {world_size}",
             ErrorCategory.BAD_INPUT,
         )
+    dims = [dim] * len(table_rows) if isinstance(dim, int) else list(dim)
     out = []
-    for t, (entry, rows) in enumerate(zip(tables, table_rows)):
+    for t, (entry, rows, dim) in enumerate(zip(tables, table_rows, dims)):
         name = entry.get("name", t)
         if entry.get("rows") != rows or entry.get("dim") != dim:
             raise HarnessError(
@@ -147,6 +151,10 @@ def shardings_from_plan(
             _check_tiling(name, shards, rows, dim)
         out.append(TableSharding(st, shards))
     return out
+
+
+def _nbytes(*tensors: torch.Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def _check_tiling(name: Any, shards: Sequence[ShardSpec], rows: int, dim: int) -> None:
@@ -246,26 +254,43 @@ class ShardedEmbeddingCollection(nn.Module):
     """The shards of this rank, and the collectives that make them act as the whole tables.
 
     Args:
-        full: the unsharded tables with their initial weights and optimizer state (every rank
-            builds them from the same seed, then keeps only its shards; see :func:`build`).
+        full: the unsharded tables' description (rows, dim, pooling, optimizer, seed; built on
+            the ``meta`` device: no rank allocates them). Each rank makes only its own shards and
+            replicas, from the seed (:func:`~harness.reference.embeddings.initial_weights`), so
+            every plan and world size starts from the single-process model's weights, bit for bit.
         shardings: per table, from :func:`shardings_from_plan`.
         comm: the collectives of the forward and backward passes.
         input_comm: the collectives of the input distribution (another process group, so
             that a batch's ids can travel while the previous step computes).
         codecs: the codec of each collective.
-        ssd: with the SSD tier: ``{"path": prefix of this rank's shard files, "cache_fraction",
-            "policy", "batch": the global batch}``; the shards the plan put on the SSD then
-            live in files behind caches (:class:`~harness.reference.tiered.CachedShard`) of
-            their rows' ``cache_fraction``, never fewer than one global batch can look up.
-            Without it every shard is in memory, whatever its tier in the plan.
+        tiers: ``{"path": prefix of this rank's shard files, "policy", "batch": the global
+            batch}``.
+        capacity: this rank's bytes per tier (the plan's ``rank_capacity_bytes``); None: unbounded.
+        plan_config: the plan's ``config`` (its cache fractions).
+
+    **Tiers, as planned.** Every shard is allocated in the tier the plan gives it, through this
+    rank's :class:`~harness.reference.tiered.TierLedger` (:attr:`ledger`), which enforces the
+    tier's capacity and records its peak: a shard in the rank's fastest tier is resident there;
+    a DDR shard under an HBM tier lives in host memory behind a cache in HBM (Neo's HBM cache
+    over DDR, FBGEMM's UVM caching) of the plan's ``ddr_cache_fraction`` of its rows, never
+    fewer than one global batch can look up (resident in DDR when the plan gives it no cache);
+    an SSD shard lives in a file behind such a cache (``ssd_cache_fraction``)
+    (:class:`~harness.reference.tiered.CachedShard`). Data-parallel replicas are resident in
+    their planned tier.
     """
 
     def __init__(self, full: FusedEmbeddingCollection, shardings: Sequence[TableSharding], comm: Comm,
-                 input_comm: Comm, codecs: CommConfig, ssd: dict[str, Any] | None = None):
+                 input_comm: Comm, codecs: CommConfig, tiers: dict[str, Any] | None = None, *, device: Any = None,
+                 capacity: dict[str, int] | None = None, plan_config: dict[str, Any] | None = None):
         super().__init__()
+        self._device = torch.device(device) if device is not None else torch.device("cpu")
         self.comm, self.input_comm, self.codecs = comm, input_comm, codecs
         self.rank, self.world_size = comm.rank, comm.world_size
-        self.table_rows, self.pooling, self.dim = full.table_rows, full.pooling, full.dim
+        self.table_rows, self.pooling = full.table_rows, full.pooling
+        self.dims: tuple[int, ...] = tuple(getattr(full, "dims", None) or (full.dim,) * len(full.table_rows))
+        self.uniform_dims = len(set(self.dims)) <= 1
+        self.dim = self.dims[0]  # with uniform dims, the output is B x F x dim
+        self._out_start = (0, *itertools.accumulate(self.dims))  # each table's first value of a pooled row
         self.optimizer = full.optimizer
         self.num_tables = len(self.table_rows)
         self.col_start = (0, *itertools.accumulate(self.pooling))  # each table's first id column
@@ -284,50 +309,113 @@ class ShardedEmbeddingCollection(nn.Module):
         self._key_index = [self.keys_of[self.rank].index(s.key) for s in mine]
         self.shards: list[ShardSpec] = mine
 
-        self._row_start = fused_start = (0, *itertools.accumulate(self.table_rows))  # each table's first fused row
-        w, state = full.weight.detach(), full.optimizer_state
-        if ssd is not None and any(s.tier == "ssd" for t in self.dp_tables for s in shardings[t].shards):
-            raise HarnessError("a data-parallel table on the SSD tier: replicas are kept in memory; plan it "
-                               "another way", ErrorCategory.NOT_IMPLEMENTED)
+        self.seed = full.seed
+        device = torch.device(device) if device is not None else torch.device("cpu")
+        config = plan_config or {}
+        self.ledger = TierLedger(capacity or dict.fromkeys(TIER_NAMES, 1 << 62), rank=self.rank)
+        self.tiers = dict(tiers or {})
+        self._cache_fraction = {"ddr": float(config.get("ddr_cache_fraction", 0.0)),
+                                "ssd": float(config.get("ssd_cache_fraction", 0.0))}
         self._weights: list[torch.Tensor | None] = []
         self._states: list[torch.Tensor | None] = []
-        self.cached: dict[int, CachedShard] = {}  # local shard index -> its rows on the SSD tier
+        self.cached: dict[int, CachedShard] = {}  # local shard index -> its rows in a slower tier, behind a cache
         for i, s in enumerate(mine):
-            lo = fused_start[s.table] + s.row_offset
-            rows, cols = slice(lo, lo + s.rows), slice(s.col_offset, s.col_offset + s.cols)
-            st = state if state.numel() == 0 else (state[rows, cols] if state.dim() == 2 else state[rows])
-            if ssd is not None and s.tier == "ssd":
-                slots = cache_rows(s.rows, float(ssd["cache_fraction"]), int(ssd["batch"]) * self.pooling[s.table])
-                self.cached[i] = CachedShard(w[rows, cols], st, Path(f"{ssd['path']}.shard{i}.bin"), slots,
-                                             CachePolicy(ssd.get("policy", "lru")))
+            cached = self._cached_shard(i, s)
+            if cached is not None:
+                self.cached[i] = cached
                 self._weights.append(None)
                 self._states.append(None)
                 continue
-            self.register_buffer(f"shard{i}_weight", w[rows, cols].clone())
-            self.register_buffer(f"shard{i}_state", st.clone())
+            weight, state = self._initial_block(s).to(device), initial_state(self.optimizer, s.rows, s.cols, device)
+            self.ledger.allocate(s.tier, _nbytes(weight, state), f"shard {i} (table {s.table})")
+            self.register_buffer(f"shard{i}_weight", weight)
+            self.register_buffer(f"shard{i}_state", state)
             self._weights.append(getattr(self, f"shard{i}_weight"))
             self._states.append(getattr(self, f"shard{i}_state"))
 
-        self.replica: FusedEmbeddingCollection | None = None
-        if self.dp_tables:
-            self.replica = FusedEmbeddingCollection(
-                [self.table_rows[t] for t in self.dp_tables], self.dim, [self.pooling[t] for t in self.dp_tables],
-                optimizer=self.optimizer, device=w.device,
-            )
-            with torch.no_grad():
-                for j, t in enumerate(self.dp_tables):
-                    src = slice(fused_start[t], fused_start[t + 1])
-                    dst_lo = int(sum(self.table_rows[u] for u in self.dp_tables[:j]))
-                    dst = slice(dst_lo, dst_lo + self.table_rows[t])
-                    self.replica.weight[dst] = w[src]
-                    if state.numel():
-                        self.replica.optimizer_state[dst] = state[src]
-            self.register_buffer(
-                "_dp_columns",
-                torch.cat([torch.arange(self.col_start[t], self.col_start[t + 1]) for t in self.dp_tables]).to(w.device),
-                persistent=False,
-            )
-        self._dummy = torch.zeros(0, requires_grad=True, device=w.device)
+        # data-parallel tables: full replicas, made on every rank from the same seed (so they start
+        # equal), one fused collection per dimension
+        self.replicas = nn.ModuleList()
+        self.replica_tables: list[list[int]] = []
+        for dim in sorted({self.dims[t] for t in self.dp_tables}):
+            tables = [t for t in self.dp_tables if self.dims[t] == dim]
+            g = len(self.replicas)
+            self.replicas.append(FusedEmbeddingCollection(
+                [self.table_rows[t] for t in tables], dim, [self.pooling[t] for t in tables],
+                optimizer=self.optimizer, device=device, seed=self.seed, table_ids=tables,
+            ))
+            self.replica_tables.append(tables)
+            state_cols = self._state_cols(dim)
+            for t in tables:  # each replica in its planned tier (resident, uncached: see _replica_tier)
+                self.ledger.allocate(self._replica_tier(shardings, t), self.table_rows[t] * (dim + state_cols) * 4,
+                                     f"the replica of table {t}")
+            self.register_buffer(f"_dp_columns{g}", torch.cat(
+                [torch.arange(self.col_start[t], self.col_start[t + 1]) for t in tables]).to(device), persistent=False)
+            self.register_buffer(f"_dp_out{g}", torch.cat(
+                [torch.arange(self._out_start[t], self._out_start[t + 1]) for t in tables]).to(device), persistent=False)
+        self._dummy = torch.zeros(0, requires_grad=True, device=device)
+
+    def _replica_tier(self, shardings: Sequence[TableSharding], table: int) -> str:
+        """The tier this rank's replica of ``table`` lives in: the plan's (replicas are resident
+        there, uncached: they are small, and every rank updates every row that any rank touched)."""
+        tier = next((s.tier for s in shardings[table].shards if s.rank == self.rank), self.ledger.fastest())
+        if tier == "ssd":
+            raise HarnessError("a data-parallel table on the SSD tier: replicas are kept in memory; plan it "
+                               "another way", ErrorCategory.NOT_IMPLEMENTED)
+        return tier
+
+    def _cached_shard(self, i: int, s: ShardSpec) -> CachedShard | None:
+        """Shard ``s`` in its planned tier behind a cache in a faster one, or None when it is
+        resident: in its rank's fastest tier, or in DDR when the plan gives DDR shards no cache.
+        The store's bytes count in the shard's tier, the cache's (slots, bookkeeping and the
+        row -> slot map) in the fastest tier above it, as the planner counted them."""
+        fast = self.ledger.faster_than(s.tier)
+        fraction = self._cache_fraction.get(s.tier, 0.0)
+        if fast is None or (s.tier == "ddr" and fraction <= 0):
+            return None
+        if fraction <= 0:
+            raise HarnessError(f"shard {i} (table {s.table}) is on the SSD tier without a cache: plan SSD shards "
+                               "with an ssd_cache_fraction", ErrorCategory.NOT_IMPLEMENTED)
+        if self._device.type != "cpu":
+            raise HarnessError("caches of slower tiers on a GPU (in HBM) are not implemented: only the CPU path "
+                               "caches DDR and SSD shards", ErrorCategory.NOT_IMPLEMENTED)
+        state_cols = self._state_cols(s.cols)
+        self.ledger.allocate(s.tier, s.rows * (s.cols + state_cols) * 4, f"shard {i} (table {s.table})")
+        slots = cache_rows(s.rows, fraction, int(self.tiers.get("batch", 1)) * self.pooling[s.table])
+        policy = CachePolicy(self.tiers.get("policy", "lru"))
+        if s.tier == "ssd":
+            if "path" not in self.tiers:
+                raise HarnessError("the plan puts shards on the SSD tier, but the run gave them no file path",
+                                   ErrorCategory.BAD_INPUT)
+            path = Path(f"{self.tiers['path']}.shard{i}.bin")
+            cached = CachedShard.on_ssd(path, s.rows, s.cols, state_cols, self._initial_rows(s), slots, policy)
+        else:
+            cached = CachedShard.in_ddr(s.rows, s.cols, state_cols, self._initial_rows(s), slots, policy)
+        self.ledger.allocate(fast, cached.cache.nbytes, f"the cache of shard {i} (table {s.table})")
+        return cached
+
+    def _replica_columns(self, g: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Replica group ``g``'s id columns of a batch and its values of a pooled row."""
+        return getattr(self, f"_dp_columns{g}"), getattr(self, f"_dp_out{g}")
+
+    def _initial_block(self, s: ShardSpec, rows: tuple[int, int] | None = None) -> torch.Tensor:
+        """Initial weights of shard ``s`` (of its local rows ``rows``, default all): the
+        single-process model's weights of that block, made without the rest of the table."""
+        lo, hi = (0, s.rows) if rows is None else rows
+        return initial_weights(self.seed, s.table, self.table_rows[s.table], self.dims[s.table],
+                               (s.row_offset + lo, s.row_offset + hi), (s.col_offset, s.col_offset + s.cols))
+
+    def _state_cols(self, cols: int) -> int:
+        state = initial_state(self.optimizer, 1, cols)
+        return int(state.numel())
+
+    def _initial_rows(self, s: ShardSpec) -> Callable[[int, int], torch.Tensor]:
+        """Rows ``lo .. hi - 1`` of shard ``s`` as a store holds them: weights, then optimizer state."""
+        def rows(lo: int, hi: int) -> torch.Tensor:
+            state = initial_state(self.optimizer, hi - lo, s.cols).reshape(hi - lo, -1)
+            return torch.cat([self._initial_block(s, (lo, hi)), state], dim=1)
+
+        return rows
 
     def set_learning_rate(self, lr: float) -> None:
         """The fused optimizer's rate (of every shard and the replicas) from the next update on."""
@@ -349,12 +437,15 @@ class ShardedEmbeddingCollection(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def forward(self, ids: InputDist) -> torch.Tensor:
-        """``B x F x D`` pooled embeddings of this rank's samples, as the unsharded tables give them."""
+        """The pooled embeddings of this rank's samples, as the unsharded tables give them: ``B x
+        F x D`` (tables of one dimension) or ``B x sum(dims)`` (several)."""
         keyed = ids.wait()
         if self.training and self.optimizer is not None and torch.is_grad_enabled():
-            return _ShardedLookup.apply(self._dummy, self, keyed, ids.sparse, ids.sizes)
-        with torch.no_grad():
-            return self._pooled(keyed, ids.sparse, ids.sizes)
+            out = _ShardedLookup.apply(self._dummy, self, keyed, ids.sparse, ids.sizes)
+        else:
+            with torch.no_grad():
+                out = self._pooled(keyed, ids.sparse, ids.sizes)
+        return out.view(out.shape[0], self.num_tables, self.dim) if self.uniform_dims else out
 
     def _pooled(self, keyed: list[KeyedIds], sparse: torch.Tensor, sizes: list[int]) -> torch.Tensor:
         me = self.rank
@@ -371,9 +462,10 @@ class ShardedEmbeddingCollection(nn.Module):
                 partials.append(torch.nn.functional.embedding_bag(ids, weight, k.offsets, mode="sum"))
         got = self.comm.all_to_all(self.encode_pooled(partials, bounds), self.pooled_sizes(sizes[me]), FORWARD)
         out = self.decode_pooled(got, sizes[me])
-        if self.replica is not None:
-            local = self.replica.global_ids(sparse.index_select(1, self._dp_columns))
-            out[:, self.dp_tables] = self.replica._lookup(self.replica.weight.detach(), local)
+        for g, rep in enumerate(self.replicas):
+            columns, values = self._replica_columns(g)
+            local = rep.global_ids(sparse.index_select(1, columns))
+            out[:, values] = rep._lookup(rep.weight.detach(), local).flatten(1)
         return out
 
     def _lookup_rows(self, i: int, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -391,9 +483,10 @@ class ShardedEmbeddingCollection(nn.Module):
                                f"({cached.cache.free_capacity})", ErrorCategory.BAD_INPUT)
         return cached.current_rows(ids)
 
-    def cache_stats(self) -> tuple[CacheStats, int, int]:
-        """This rank's SSD shards: their caches' statistics summed, their rows, and their slots."""
-        caches = self.cached.values()
+    def cache_stats(self, tier: str = "ssd") -> tuple[CacheStats, int, int]:
+        """This rank's shards in ``tier`` behind caches: their caches' statistics summed, their
+        rows, and their slots."""
+        caches = [c for c in self.cached.values() if c.store.tier == tier]
         return (sum((c.cache.stats for c in caches), CacheStats()), sum(c.store.rows for c in caches),
                 sum(c.cache.free_capacity for c in caches))
 
@@ -413,15 +506,16 @@ class ShardedEmbeddingCollection(nn.Module):
         return [sum(wire_bytes(codec, batch, s.cols) for s in shards) for shards in self.shards_of]
 
     def decode_pooled(self, got: Sequence[torch.Tensor], batch: int) -> torch.Tensor:
-        """The ``batch x F x D`` embeddings from every rank's chunk: column shards side by side,
-        row shards summed (data-parallel tables are left zero)."""
+        """The ``batch x sum(dims)`` embeddings from every rank's chunk: column shards side by
+        side, row shards summed (data-parallel tables are left zero)."""
         codec = self.codecs.forward
-        out = torch.zeros(batch, self.num_tables, self.dim, device=self._dummy.device)
+        out = torch.zeros(batch, self._out_start[-1], device=self._dummy.device)
         for p, chunk in enumerate(got):
             at = 0
             for s in self.shards_of[p]:
                 n = wire_bytes(codec, batch, s.cols)
-                out[:, s.table, s.col_offset : s.col_offset + s.cols] += decode(chunk[at : at + n], codec, batch, s.cols)
+                lo = self._out_start[s.table] + s.col_offset
+                out[:, lo : lo + s.cols] += decode(chunk[at : at + n], codec, batch, s.cols)
                 at += n
         return out
 
@@ -429,13 +523,16 @@ class ShardedEmbeddingCollection(nn.Module):
     @torch.no_grad()
     def _backward(self, keyed: list[KeyedIds], sparse: torch.Tensor, sizes: list[int], grad: torch.Tensor) -> None:
         codec, w = self.codecs.backward, self.world_size
-        grad = grad.contiguous() / w  # the gradient of the global-batch mean (see the module's docstring)
+        # the gradient of the global-batch mean (see the module's docstring), one row per sample
+        grad = grad.reshape(grad.shape[0], -1).contiguous() / w
         empty = torch.empty(0, dtype=torch.uint8, device=grad.device)
-        chunks = [
-            torch.cat([encode(grad[:, s.table, s.col_offset : s.col_offset + s.cols].contiguous(), codec)
-                       for s in self.shards_of[p]]) if self.shards_of[p] else empty
-            for p in range(w)
-        ]
+
+        def block(s: ShardSpec) -> torch.Tensor:
+            lo = self._out_start[s.table] + s.col_offset
+            return grad[:, lo : lo + s.cols].contiguous()
+
+        chunks = [torch.cat([encode(block(s), codec) for s in self.shards_of[p]]) if self.shards_of[p] else empty
+                  for p in range(w)]
         recv = [sum(wire_bytes(codec, n, s.cols) for s in self.shards) for n in sizes]
         got = self.comm.all_to_all(chunks, recv, BACKWARD)
         at = [0] * w
@@ -457,15 +554,16 @@ class ShardedEmbeddingCollection(nn.Module):
                 self.cached[i].update(rows, summed, self.optimizer)
             else:
                 sparse_update(self._weights[i], self._states[i], rows, summed, self.optimizer)  # type: ignore[arg-type]
-        if self.replica is not None:
-            self._replica_backward(sparse, grad[:, self.dp_tables])
+        for g, rep in enumerate(self.replicas):
+            columns, values = self._replica_columns(g)
+            self._replica_backward(rep, sparse.index_select(1, columns),
+                                   grad.index_select(1, values).view(grad.shape[0], -1, rep.dim))
 
-    def _replica_backward(self, sparse: torch.Tensor, grad: torch.Tensor) -> None:
-        rep = self.replica
-        assert rep is not None
-        ids = rep.global_ids(sparse.index_select(1, self._dp_columns))
+    def _replica_backward(self, rep: FusedEmbeddingCollection, sparse: torch.Tensor, grad: torch.Tensor) -> None:
+        """Sum a replica group's gradients over the ranks and apply them on every rank alike."""
+        ids = rep.global_ids(sparse)
         if rep._one_hot:
-            rows, summed = coalesce(ids.reshape(-1), grad.reshape(-1, self.dim))
+            rows, summed = coalesce(ids.reshape(-1), grad.reshape(-1, rep.dim))
         else:
             rows, summed = rep._coalesce_pooled(ids, grad)
         local = torch.zeros_like(rep.weight)
@@ -477,18 +575,24 @@ class ShardedEmbeddingCollection(nn.Module):
 
     # ------------------------------------------------------------------ whole tables
     @torch.no_grad()
-    def full_weight(self) -> torch.Tensor:
-        """The unsharded ``sum(rows) x D`` weight, on every rank (one all-reduce of a mostly-zero
-        tensor: each weight is non-zero on one rank only, so the sum is exact)."""
-        fused_start = self._row_start
-        full = torch.zeros(fused_start[-1], self.dim, device=self._dummy.device)
-        for i, (s, w) in enumerate(zip(self.shards, self._weights)):
-            lo = fused_start[s.table] + s.row_offset
-            full[lo : lo + s.rows, s.col_offset : s.col_offset + s.cols] = w if w is not None else self.cached[i].full_weight()
-        if self.replica is not None and self.rank == 0:
-            at = 0
-            for t in self.dp_tables:
-                full[fused_start[t] : fused_start[t + 1]] = self.replica.weight[at : at + self.table_rows[t]]
-                at += self.table_rows[t]
+    def table_weights(self) -> list[torch.Tensor]:
+        """Every whole table, on every rank: for tests and small models only (a run never gathers
+        a whole table; each table is one all-reduce of a mostly-zero tensor, each weight being
+        non-zero on one rank only, so the sum is exact)."""
         uncounted = Comm(self.comm.group, CommStats())  # not the training's traffic
-        return uncounted.all_reduce(full.reshape(-1), Codec.FP32, REPLICA, average=False).view_as(full)
+        tables = [torch.zeros(r, d, device=self._dummy.device) for r, d in zip(self.table_rows, self.dims)]
+        for i, (s, w) in enumerate(zip(self.shards, self._weights)):
+            block = w if w is not None else self.cached[i].full_weight()
+            tables[s.table][s.row_offset : s.row_offset + s.rows, s.col_offset : s.col_offset + s.cols] = block
+        if self.rank == 0:
+            for rep, dp in zip(self.replicas, self.replica_tables):
+                for t, weight in zip(dp, rep.table_weights()):
+                    tables[t] = weight
+        return [uncounted.all_reduce(t.reshape(-1), Codec.FP32, REPLICA, average=False).view_as(t) for t in tables]
+
+    def full_weight(self) -> torch.Tensor:
+        """The unsharded ``sum(rows) x D`` weight of tables of one dimension (see :meth:`table_weights`)."""
+        if not self.uniform_dims:
+            raise HarnessError("tables of several dimensions have no one fused weight; use table_weights()",
+                               ErrorCategory.BAD_INPUT)
+        return torch.cat(self.table_weights())

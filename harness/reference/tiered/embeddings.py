@@ -14,7 +14,7 @@ current step computes (:meth:`queue_next`, called by :func:`lookahead` before ea
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,7 +29,7 @@ from harness.reference.embeddings import (
     sparse_update,
 )
 from harness.reference.tiered.cache import CachePolicy, RowCache
-from harness.reference.tiered.store import RowStore, SsdRows
+from harness.reference.tiered.store import MemoryRows, RowStore, SsdRows
 
 
 def state_columns(full: FusedEmbeddingCollection) -> int:
@@ -171,29 +171,47 @@ def lookahead(batches: Iterator, collection: TieredEmbeddingCollection) -> Itera
 
 
 class CachedShard:
-    """One shard of a sharded table (sharded training) on the SSD tier, behind its own cache.
+    """One shard of a sharded table in a slower tier (host memory under an HBM cache, or an SSD
+    file), behind its own cache in the rank's fastest tier.
 
-    The shard's rows (weights, then optimizer state) move into an :class:`SsdRows` file at
-    ``path``; the lookups and the fused update of the sharded collection then work on the
-    cache's slots, as :class:`TieredEmbeddingCollection` does for whole tables: a batch's
-    distinct rows are admitted before its lookup (:meth:`slots`), and its update goes to
-    the same slots (:meth:`update`), so the arithmetic is the in-memory shard's, row for row.
-    A batch with more distinct rows than the cache holds (a large evaluation batch) reads
-    them where they are instead (:meth:`current_rows`), admitting nothing.
+    The shard's rows (weights, then optimizer state) live in ``store`` (a :class:`MemoryRows`
+    in DDR, or an :class:`SsdRows` file); the lookups and the fused update of the sharded
+    collection then work on the cache's slots, as :class:`TieredEmbeddingCollection` does for
+    whole tables: a batch's distinct rows are admitted before its lookup (:meth:`slots`), and
+    its update goes to the same slots (:meth:`update`), so the arithmetic is the resident
+    shard's, row for row. A batch with more distinct rows than the cache holds (a large
+    evaluation batch) reads them where they are instead (:meth:`current_rows`), admitting nothing.
 
     Args:
-        weight: the shard's ``rows x cols`` initial weights; ``state`` its optimizer state
-            (``rows x cols``, ``rows`` or empty).
+        store: where the rows live (empty: the shard's initial rows are written into it here).
+        initial: ``initial(lo, hi)`` gives the shard's initial rows ``lo .. hi - 1`` (weights then
+            state): the store is filled a chunk at a time, so no shard is ever whole in memory.
         cache_rows: slots of the cache (the caller makes it at least one batch's rows).
     """
 
-    def __init__(self, weight: torch.Tensor, state: torch.Tensor, path: Path, cache_rows: int,
+    CHUNK_ROWS = 1 << 16
+
+    def __init__(self, store: RowStore, initial: Callable[[int, int], torch.Tensor], cache_rows: int,
                  policy: CachePolicy = CachePolicy.LRU):
-        rows, cols = weight.shape
-        state_2d = state.reshape(rows, -1) if state.numel() else weight.new_empty(rows, 0)
-        self.store = SsdRows(path, rows, cols, state_2d.shape[1], create=True)
-        self.store.load(weight, state_2d)
+        self.store = store
+        for lo in range(0, store.rows, self.CHUNK_ROWS):
+            hi = min(lo + self.CHUNK_ROWS, store.rows)
+            self.store.write(torch.arange(lo, hi), initial(lo, hi))
         self.cache = RowCache(self.store, cache_rows, policy)
+
+    @classmethod
+    def on_ssd(cls, path: Path, rows: int, cols: int, state_cols: int, initial: Callable[[int, int], torch.Tensor],
+               cache_rows: int, policy: CachePolicy = CachePolicy.LRU) -> CachedShard:
+        return cls(SsdRows(path, rows, cols, state_cols, create=True), initial, cache_rows, policy)
+
+    @classmethod
+    def in_ddr(cls, rows: int, cols: int, state_cols: int, initial: Callable[[int, int], torch.Tensor],
+               cache_rows: int, policy: CachePolicy = CachePolicy.LRU) -> CachedShard:
+        return cls(MemoryRows(rows, cols, state_cols, tier="ddr"), initial, cache_rows, policy)
+
+    @property
+    def store_bytes(self) -> int:
+        return self.store.rows * self.store.row_bytes
 
     @property
     def weight(self) -> torch.Tensor:
