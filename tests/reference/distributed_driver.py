@@ -7,7 +7,7 @@ shards (:class:`~harness.reference.distributed.session.DistributedSession`). Bot
 the session's own loop, as ``Trainer.run`` does.
 
 JOB.json: ``{"out": DIR, "steps": N, "batch": GBS, "seed": S, "nodes": n, "per_node": a, ["auc": true,
-"eval_cache_bytes": 0, "hyperparameters": {...: changes to the benchmark's},]
+"eval_cache_bytes": 0, "hyperparameters": {...: changes to the benchmark's}, "dims": [one per table],]
 "plans": {NAME: {"types": {TABLE_OR_*: SHARDING_TYPE_OR_LIST}, "comm": {...}, "ssd": {...}}, ...}}``
 (a list of types is given to the tables in turn: a mixed plan; ``"ssd": {"cache_fraction": f,
 "policy": p}`` moves the shards of every table that is not data-parallel to the SSD tier of
@@ -18,6 +18,7 @@ loss of each step, the plan's sharding types, the bytes sent, the caches' figure
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -33,11 +34,21 @@ from harness.reference.planner import PlannerConfig, ShardingType, plan_tables
 from harness.reference.planner.models import tables_for_benchmark
 from harness.reference.run_config import RunConfig
 from harness.reference.session import SessionHooks, open_session
-from harness.rules.specs import load_benchmark
+from harness.rules.specs import BenchmarkSpec, load_benchmark, spec_from_dict
+
+
+def benchmark(job: dict) -> BenchmarkSpec:
+    """The default benchmark, its tables of the job's ``dims`` when it gives them (one per table)."""
+    spec = load_benchmark("dlrm_synthetic")
+    if "dims" not in job:
+        return spec
+    raw = copy.deepcopy(spec.raw)
+    raw["model"]["embedding_dims"] = list(job["dims"])
+    return spec_from_dict(raw, what="the driver's benchmark")
 
 
 def run_config(job: dict, world: int, plan: dict | None, comm: dict, tier: dict | None = None) -> RunConfig:
-    spec = load_benchmark("dlrm_synthetic")
+    spec = benchmark(job)
     hp = {**spec.reference_hyperparameters, "global_batch_size": job["batch"], **job.get("hyperparameters", {})}
     if hp["opt_name"] != "adagrad":
         hp = {k: v for k, v in hp.items() if not k.startswith("opt_adagrad_")}
@@ -59,8 +70,7 @@ def on_ssd(plan: dict, ssd: dict, path: Path) -> tuple[dict, dict]:
 
 
 def make_plan(job: dict, constraint: dict, world: int) -> dict:
-    spec = load_benchmark("dlrm_synthetic")
-    tables = tables_for_benchmark(spec)
+    tables = tables_for_benchmark(benchmark(job))
     base = load_profile("zionex-8gpu")
     profile = dataclasses.replace(base, nodes=job["nodes"], accelerators_per_node=job["per_node"])
     types = []
@@ -70,7 +80,7 @@ def make_plan(job: dict, constraint: dict, world: int) -> dict:
             wanted = wanted[i % len(wanted)]
         if wanted:
             types.append((t.name, (ShardingType(wanted),)))
-    config = PlannerConfig(batch_size=job["batch"], column_block=8, sharding_types=tuple(types))
+    config = PlannerConfig(batch_size=job["batch"], column_block=job.get("column_block", 8), sharding_types=tuple(types))
     plan = plan_tables(tables, profile, config)
     assert plan.world_size == world, (plan.world_size, world)
     return plan.to_dict()
@@ -112,7 +122,7 @@ def main(job_path: str) -> None:
         session = open_session(config)
         losses = LossRecorder(world)
         session.train(losses, eval_at=[], until=job["steps"], stop_at_target=False)
-        weight = session.full_weight() if world > 1 else session.model.sparse_arch.embeddings.weight.detach()
+        weight = session.table_weights() if world > 1 else session.model.sparse_arch.embeddings.table_weights()
         auc = session.evaluate() if job.get("auc") else None
         cache = session.cache_report() if tier is not None else None
         dense = hashlib.sha256(b"".join(p.detach().cpu().numpy().tobytes()
@@ -124,7 +134,7 @@ def main(job_path: str) -> None:
                 {"losses": losses.losses, "types": types, "auc": auc, "stats": stats, "world": world, "cache": cache,
                  "dense_sha256": dense}
             ))
-            torch.save(weight.clone(), out / f"{name}.pt")
+            torch.save(torch.cat([w.flatten() for w in weight]), out / f"{name}.pt")  # every table, flat
     if world > 1:
         dist.destroy_process_group()
 

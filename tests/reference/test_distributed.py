@@ -103,6 +103,31 @@ def test_every_sharding_type_follows_single_process_training(single, tmp_path, w
         assert float((single["weight"] - got["weight"]).abs().max()) < 5e-3, plan
 
 
+MIXED_DIMS = [(8, 16, 32)[t % 3] for t in range(26)]  # Neo's largest models mix dims 64 to 256
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("world", "nodes"), [(2, 1), (4, 2)])
+def test_tables_of_several_dimensions_follow_single_process_training(tmp_path, world, nodes):
+    """Tables of dims 8, 16 and 32 (one fused weight per dimension, pooled vectors in feature
+    order): every sharding type and a mixed plan start from the single-process weights and follow
+    its training within 1e-5 on the loss over 50 steps."""
+    start = run_driver(tmp_path, "start", 1, {"single": {}}, steps=0, dims=MIXED_DIMS)["single"]
+    single = run_driver(tmp_path, "w1", 1, {"single": {}}, dims=MIXED_DIMS, hyperparameters=EQUIVALENCE_HP)["single"]
+    plans = every_type_and_mixed()
+    at_start = run_driver(tmp_path, f"w{world}-start", world, plans, nodes=nodes, steps=0, dims=MIXED_DIMS,
+                          column_block=4)  # dim-8 tables split in two for column-wise plans
+    results = run_driver(tmp_path, f"w{world}", world, plans, nodes=nodes, dims=MIXED_DIMS, column_block=4,
+                         hyperparameters=EQUIVALENCE_HP)
+    assert start["weight"].numel() == sum(r * d for r, d in zip(load_benchmark("dlrm_synthetic").dataset["table_rows"],
+                                                                MIXED_DIMS))
+    for plan, got in results.items():
+        assert torch.equal(at_start[plan]["weight"], start["weight"]), plan
+        gap = max(abs(a - b) for a, b in zip(single["losses"], got["losses"]))
+        assert len(got["losses"]) == STEPS and gap <= 1e-5, f"{plan} on {world} ranks, mixed dims: loss gap {gap:.3g}"
+        assert float((single["weight"] - got["weight"]).abs().max()) < 5e-3, plan
+
+
 @pytest.mark.slow
 def test_shards_on_the_ssd_tier_train_bit_for_bit_as_in_memory(tmp_path):
     # the same mixed plan (every type but data-parallel) in memory and with every shard on the SSD

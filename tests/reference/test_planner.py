@@ -415,3 +415,10 @@ def test_a_tier_the_profile_lacks_or_an_unknown_table_is_one_clear_error():
     assert info.value.planner_category is PlannerErrorType.INSUFFICIENT_STORAGE
     with pytest.raises(PlannerError, match="tier settings name tables the model does not have: nope"):
         plan_tables(tables, one_rank_cpu(ddr=GB, ssd=GB), PlannerConfig(tiers=(("nope", (Tier.SSD,)),)))
+
+
+def test_a_table_whose_allowed_types_cannot_apply_is_one_clear_error():
+    config = PlannerConfig(batch_size=64, column_block=8, sharding_types=(("narrow", (ShardingType.COLUMN_WISE,)),))
+    with pytest.raises(PlannerError, match="'narrow' .* can take none of the sharding types allowed for it") as info:
+        plan_tables([TableSpec("narrow", 100, 8)], load_profile("zionex-8gpu"), config)
+    assert info.value.planner_category is PlannerErrorType.BAD_INPUT

@@ -5,7 +5,9 @@ Column-wise and table-column-wise splits are offered at several widths: shards
 ``column_min_cols`` columns (a dim-128 table: 2, 4, 8, 16 and 32 shards at the defaults).
 Finer splits cost no more in the cost model (lookups and all-to-all bytes are linear in the
 columns) but make more, smaller pieces, which the balancing of ``planners.py`` takes only when
-a coarser one leaves a rank the slowest.
+a coarser one leaves a rank the slowest. Table-column-wise splits must fit one node: when every
+width makes more shards than a node has ranks, the table is split into one shard per rank of
+the node instead.
 """
 
 from __future__ import annotations
@@ -56,7 +58,11 @@ class ShardingOptionEnumerator:
         counts = column_counts(table.dim, config.column_block, config.column_min_cols)
         splits = [[(0, table.rows, o, s) for o, s in _split(table.dim, n)] for n in counts]
         extents += [(ShardingType.COLUMN_WISE, columns) for columns in splits]
-        extents += [(ShardingType.TABLE_COLUMN_WISE, columns) for columns in splits if len(columns) <= a]
+        node_splits = [columns for columns in splits if len(columns) <= a]
+        if not node_splits and a >= 2 and table.dim // a >= config.column_min_cols:
+            # the widths make more shards than a node has ranks: one shard per rank of the node
+            node_splits = [[(0, table.rows, o, s) for o, s in _split(table.dim, a)]]
+        extents += [(ShardingType.TABLE_COLUMN_WISE, columns) for columns in node_splits]
         if w > 1 and table.rows >= w:
             extents.append((ShardingType.ROW_WISE, [(o, s, 0, table.dim) for o, s in _split(table.rows, w)]))
         allowed = config.allowed_types(table.name)

@@ -188,6 +188,13 @@ class EmbeddingShardingPlanner:
             raise PlannerError("; ".join(wrong), PlannerErrorType.BAD_INPUT)
 
     def _propose(self, tables: Sequence[TableSpec], options: list[list[ShardingOption]]) -> list[ShardingOption]:
+        for table, opts in zip(tables, options):
+            if not opts:
+                allowed = ", ".join(t.value for t in self.config.allowed_types(table.name) or ())
+                raise PlannerError(
+                    f"table {table.name!r} ({table.rows} x {table.dim}) can take none of the sharding types allowed for "
+                    f"it ({allowed}) on this profile; possible solutions: allow another type, or (column-wise) a "
+                    f"column_block below {table.dim}, or (row-wise) more rows than ranks", PlannerErrorType.BAD_INPUT)
         need = sum(min(o.storage_bytes for o in opts) for opts in options)
         if need > self._capacity_bytes():
             raise self._insufficient(need, f"the {len(tables)} tables")
