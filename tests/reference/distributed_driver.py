@@ -7,7 +7,8 @@ shards (:class:`~harness.reference.distributed.session.DistributedSession`). Bot
 the session's own loop, as ``Trainer.run`` does.
 
 JOB.json: ``{"out": DIR, "steps": N, "batch": GBS, "seed": S, "nodes": n, "per_node": a, ["auc": true,
-"eval_cache_bytes": 0, "hyperparameters": {...: changes to the benchmark's}, "dims": [one per table],]
+"eval_cache_bytes": 0, "hyperparameters": {...: changes to the benchmark's}, "dims": [one per table],
+"rows": every table's rows, "no_teacher_cache": true, "full_build": true,]
 "plans": {NAME: {"types": {TABLE_OR_*: SHARDING_TYPE_OR_LIST}, "comm": {...}, "ssd": {...}}, ...}}``
 (a list of types is given to the tables in turn: a mixed plan; ``"ssd": {"cache_fraction": f,
 "policy": p}`` moves the shards of every table that is not data-parallel to the SSD tier of
@@ -30,6 +31,8 @@ import torch
 import torch.distributed as dist
 
 from harness.hw_profiles import load_profile
+from harness.reference import synthetic
+from harness.reference.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
 from harness.reference.planner import PlannerConfig, ShardingType, plan_tables
 from harness.reference.planner.models import tables_for_benchmark
 from harness.reference.run_config import RunConfig
@@ -38,12 +41,16 @@ from harness.rules.specs import BenchmarkSpec, load_benchmark, spec_from_dict
 
 
 def benchmark(job: dict) -> BenchmarkSpec:
-    """The default benchmark, its tables of the job's ``dims`` when it gives them (one per table)."""
+    """The default benchmark, its tables of the job's ``dims`` (one per table) and ``rows`` (every
+    table) when it gives them."""
     spec = load_benchmark("dlrm_synthetic")
-    if "dims" not in job:
+    if "dims" not in job and "rows" not in job:
         return spec
     raw = copy.deepcopy(spec.raw)
-    raw["model"]["embedding_dims"] = list(job["dims"])
+    if "dims" in job:
+        raw["model"]["embedding_dims"] = list(job["dims"])
+    if "rows" in job:
+        raw["dataset"]["table_rows"] = [int(job["rows"])] * len(raw["dataset"]["table_rows"])
     return spec_from_dict(raw, what="the driver's benchmark")
 
 
@@ -105,6 +112,8 @@ def main(job_path: str) -> None:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     out = Path(job["out"])
     torch.set_num_threads(1)
+    if job.get("no_teacher_cache"):  # the synthetic teacher's per-row values computed on the fly, not kept:
+        synthetic._MATERIALISE_LIMIT = 0  # data-side memory that grows with the tables' rows
     if "eval_cache_bytes" in job:  # 0: the eval split is read again at every evaluation, as a large one is
         from harness.reference import session as session_module
         from harness.reference.distributed import session as distributed_session
@@ -119,9 +128,15 @@ def main(job_path: str) -> None:
         if entry.get("ssd") and plan is not None:
             plan, tier = on_ssd(plan, entry["ssd"], out / f"{name}.tables.bin")
         config = run_config(job, world, plan, entry.get("comm", {}), tier)
+        if job.get("full_build"):  # the path before per-rank materialisation: the whole tables on every rank first
+            whole = FusedEmbeddingCollection(config.benchmark["dataset"]["table_rows"],
+                                             config.benchmark["model"]["embedding_dim"],
+                                             config.benchmark["dataset"]["pooling"], optimizer=SparseOptimizerConfig())
+            del whole
         session = open_session(config)
         losses = LossRecorder(world)
         session.train(losses, eval_at=[], until=job["steps"], stop_at_target=False)
+        memory = session.memory_report()  # before anything below gathers whole tables
         weight = session.table_weights() if world > 1 else session.model.sparse_arch.embeddings.table_weights()
         auc = session.evaluate() if job.get("auc") else None
         cache = session.cache_report() if tier is not None else None
@@ -132,7 +147,7 @@ def main(job_path: str) -> None:
             stats = session.comm_stats.to_dict() if world > 1 else {}  # type: ignore[attr-defined]
             (out / f"{name}.json").write_text(json.dumps(
                 {"losses": losses.losses, "types": types, "auc": auc, "stats": stats, "world": world, "cache": cache,
-                 "dense_sha256": dense}
+                 "dense_sha256": dense, "memory": memory}
             ))
             torch.save(torch.cat([w.flatten() for w in weight]), out / f"{name}.pt")  # every table, flat
     if world > 1:

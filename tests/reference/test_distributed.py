@@ -240,3 +240,24 @@ def test_an_eval_split_too_large_to_keep_is_read_again_and_scores_the_same(tmp_p
     for name in plans:
         assert kept[name]["auc"] == streamed[name]["auc"] and 0.5 < kept[name]["auc"] < 1, name
         assert kept[name]["losses"] == streamed[name]["losses"]
+
+
+@pytest.mark.slow
+def test_each_ranks_memory_is_its_share_of_the_model(tmp_path):
+    """At 4 ranks (real torchrun, gloo), every rank's peak RSS is within 1.2x of what it holds of
+    the tables (its shards and their optimizer state: the ledger's bytes) plus the overhead of the
+    same run on a tiny model (Python, torch, gloo, batches: independent of the model). The path that
+    built the whole tables on every rank first (``full_build``) exceeds that bound on every rank."""
+    def ranks(name: str, rows: int, **extra) -> list[dict]:
+        job = {"rows": rows, "no_teacher_cache": True, "steps": 20}  # the generator's teacher cache is data-side
+        return run_driver(tmp_path, name, 4, {"rw": {"types": {"*": "row_wise"}}}, **job, **extra)["rw"]["memory"]["ranks"]
+
+    tiny, big, old = ranks("tiny", 100), ranks("big", 200_000), ranks("old", 200_000, full_build=True)
+    overhead = max(r["peak_rss_bytes"] for r in tiny)
+    table_bytes = 26 * 200_000 * 16 * 4 * 2  # weights and Adagrad state: 666 MB, a quarter per rank
+    for r in big:
+        held = sum(r["peak"].values())
+        assert held == table_bytes // 4, r  # row-wise: an even share of every table
+        assert r["peak_rss_bytes"] <= 1.2 * held + overhead, (r["rank"], r["peak_rss_bytes"], held, overhead)
+    for r in old:
+        assert r["peak_rss_bytes"] > 1.2 * sum(r["peak"].values()) + overhead, r
