@@ -1,6 +1,7 @@
 """Synthetic Criteo-like data with a planted teacher, so the best achievable AUC is known.
 
-Each sample has 13 dense features and 26 categorical features, like Criteo:
+Each sample has 13 dense features and, like Criteo, 26 categorical features (or as many as the
+benchmark has tables: Neo's largest models have 1,000):
 
 * dense feature ``k`` is ``log(1 + c)`` of a count ``c = floor(E * scale_k)`` with ``E``
   exponential, the transform MLPerf applies to Criteo's integer fields;
@@ -31,7 +32,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -77,15 +78,17 @@ class SyntheticSpec:
     train_samples: int
     eval_samples: int
     table_rows: tuple[int, ...]
-    pooling: tuple[int, ...] = field(default=(1,) * NUM_SPARSE)
+    pooling: tuple[int, ...] | None = None  # None: one id per sample of every feature
     zipf_exponent: float = 1.05
     teacher: TeacherSpec = TeacherSpec()
 
     def __post_init__(self) -> None:
-        if len(self.table_rows) != NUM_SPARSE or len(self.pooling) != NUM_SPARSE:
+        if self.pooling is None:
+            object.__setattr__(self, "pooling", (1,) * len(self.table_rows))
+        if not self.table_rows or len(self.pooling) != len(self.table_rows):
             raise HarnessError(
-                f"synthetic data needs {NUM_SPARSE} table sizes and pooling factors, "
-                f"got {len(self.table_rows)} and {len(self.pooling)}"
+                f"synthetic data needs a table size and a pooling factor per categorical feature (Criteo has "
+                f"{NUM_SPARSE}), got {len(self.table_rows)} and {len(self.pooling)}"
             )
         if min(self.table_rows) < 1 or min(self.pooling) < 1:
             raise HarnessError("synthetic table rows and pooling factors must be >= 1")
@@ -126,11 +129,11 @@ class SyntheticCriteo:
         # are drawn in one vectorised pass. Scalars are computed as Python floats exactly
         # as a per-feature loop would, so the values do not depend on the vectorisation.
         p = spec.pooling
-        col_f = np.repeat(np.arange(NUM_SPARSE), p)
+        col_f = np.repeat(np.arange(len(p)), p)
         self._col_feature = col_f
         self._col_hot = np.concatenate([np.arange(q) for q in p]).astype(np.uint64)
         self._col_pool = np.asarray(p, dtype=np.uint64)[col_f]
-        self._col_key = np.array([rng.key(spec.seed, _S_SPARSE + f) for f in range(NUM_SPARSE)], dtype=np.uint64)[col_f]
+        self._col_key = np.array([rng.key(spec.seed, _S_SPARSE + f) for f in range(len(p))], dtype=np.uint64)[col_f]
         rows = np.asarray(spec.table_rows, dtype=np.int64)
         self._col_rows = rows[col_f]
         s = spec.zipf_exponent

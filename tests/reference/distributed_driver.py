@@ -8,7 +8,7 @@ the session's own loop, as ``Trainer.run`` does.
 
 JOB.json: ``{"out": DIR, "steps": N, "batch": GBS, "seed": S, "nodes": n, "per_node": a, ["auc": true,
 "eval_cache_bytes": 0, "hyperparameters": {...: changes to the benchmark's}, "dims": [one per table],
-"rows": every table's rows, "no_teacher_cache": true, "full_build": true,]
+"rows": every table's rows, "no_teacher_cache": true, "full_build": true, "benchmark": a spec file,]
 "plans": {NAME: {"types": {TABLE_OR_*: SHARDING_TYPE_OR_LIST}, "comm": {...}, "ssd": {...}}, ...}}``
 (a list of types is given to the tables in turn: a mixed plan; ``"ssd": {"cache_fraction": f,
 "policy": p}`` moves the shards of every table that is not data-parallel to the SSD tier of
@@ -43,7 +43,7 @@ from harness.rules.specs import BenchmarkSpec, load_benchmark, spec_from_dict
 def benchmark(job: dict) -> BenchmarkSpec:
     """The default benchmark, its tables of the job's ``dims`` (one per table) and ``rows`` (every
     table) when it gives them."""
-    spec = load_benchmark("dlrm_synthetic")
+    spec = load_benchmark(job.get("benchmark", "dlrm_synthetic"))
     if "dims" not in job and "rows" not in job:
         return spec
     raw = copy.deepcopy(spec.raw)

@@ -261,3 +261,48 @@ def test_each_ranks_memory_is_its_share_of_the_model(tmp_path):
         assert r["peak_rss_bytes"] <= 1.2 * held + overhead, (r["rank"], r["peak_rss_bytes"], held, overhead)
     for r in old:
         assert r["peak_rss_bytes"] > 1.2 * sum(r["peak"].values()) + overhead, r
+
+
+def dlrm_12t_spec(path: Path, rows_scale: float = 1e-6, min_rows: int = 200) -> Path:
+    """A synthetic benchmark of the dlrm-12t model's shape (harness/reference/models/dlrm-12t.yaml:
+    1,000 tables, dims 64 to 256, their pooling), its rows scaled down to fit here
+    (at least ``min_rows``: a table of a row or two starts with weights of +-1, which this model's
+    174,080 pooled values per sample turn into logits far from 0)."""
+    import yaml
+
+    from harness.reference.planner.models import load_model
+
+    tables = load_model("dlrm-12t")
+    raw = yaml.safe_load(yaml.safe_dump(load_benchmark("dlrm_synthetic").raw))
+    raw["name"] = "dlrm_12t_scaled"
+    raw["dataset"].update(table_rows=[max(min_rows, round(t.rows * rows_scale)) for t in tables],
+                          pooling=[int(t.pooling) for t in tables], train_samples=64 * 40, eval_samples=512)
+    raw["dataset"].pop("best_auc", None)
+    raw["dataset"].pop("formats", None)
+    # elementwise Adagrad, not the model's row-wise: with row-wise Adagrad a column shard keeps its own
+    # accumulator per row (as FBGEMM's do), so column-wise training differs from one process by design
+    raw["model"].update(embedding_dims=[t.dim for t in tables], bottom_mlp=[32, 16], top_mlp=[32, 1], dcn_layers=1,
+                        dcn_rank=8, embedding_optimizer="adagrad")
+    raw["eval"]["batch_size"] = 256
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.slow
+def test_the_12t_models_shape_trains_on_emulated_ranks(tmp_path):
+    """1,000 tables of five dimensions (64 to 256) and pooling up to 30 ids, every sharding type in
+    turn: trained 10 steps on 4 emulated ranks as in one process (within 1e-5 on the loss), from the
+    same weights, the loss falling."""
+    spec = dlrm_12t_spec(tmp_path / "dlrm_12t_scaled.yaml")
+    # Adagrad's first steps move every weight by the learning rate, and the top MLP sees 174,080
+    # inputs: the logit moves by about width x rate, so the rate is scaled down by the width
+    job = {"benchmark": str(spec), "batch": 64, "steps": 10, "hyperparameters": {"opt_base_learning_rate": 1e-5}}
+    single = run_driver(tmp_path, "w1", 1, {"single": {}}, **job)["single"]
+    got = run_driver(tmp_path, "w4", 4, {"mixed": {"types": {"*": TYPES}}}, **job)["mixed"]
+    assert sorted(got["types"]) == sorted(TYPES)  # every sharding type, in turn over the 1,000 tables
+    losses = got["losses"]
+    assert len(losses) == 10 and all(0.3 < loss < 1.5 for loss in losses) and losses[-1] < losses[0], losses
+    gap = max(abs(a - b) for a, b in zip(single["losses"], got["losses"]))
+    assert gap <= 1e-5, gap
+    assert float((single["weight"] - got["weight"]).abs().max()) < 5e-3
+    assert sum(sum(r["peak"].values()) for r in got["memory"]["ranks"]) > 0
