@@ -468,7 +468,8 @@ def _worker_config(plan: RunSetPlan, index: int, seed: Seed, log_path: Path, bes
             **({"harness_emulation_scale": plan.emulation_scale} if plan.emulation_scale is not None else {}),
         },
         world_size=plan.world_size,
-        sharding_plan=plan.sharding_plan,
+        # one rank with its tables placed on tiers: the sharded collection runs that plan (one code path)
+        sharding_plan=plan.sharding_plan if plan.world_size > 1 else plan.tier_plan,
         comm=plan.comm,
         embedding_tier=(
             {**plan.embedding_tier, "path": str((plan.staging_dir / f"result_{index}.tables.bin").resolve())}

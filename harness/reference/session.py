@@ -510,7 +510,7 @@ class TrainingSession:
     def memory_report(self) -> dict[str, Any]:
         """Per rank: the bytes the plan gave each tier, those held (and their peak) per tier, and
         the process's peak RSS (a collective in a sharded run: every rank calls it)."""
-        from harness.reference.tiered.ledger import peak_rss_bytes
+        from harness.reference.tiered.ledger import peak_rss_bytes, rss_now
 
         emb = self.model.sparse_arch.embeddings
         if self._tiered is not None:
@@ -521,7 +521,7 @@ class TrainingSession:
             nbytes = sum(t.numel() * t.element_size() for t in (*emb.parameters(), *emb.buffers()))
             held = {"hbm" if self.device.type == "cuda" else "ddr": nbytes}
         tier_plan = self.config.embedding_tier or {}
-        return {"ranks": [{"rank": 0, "held": held, "peak": held, "peak_rss_bytes": peak_rss_bytes(),
+        return {"ranks": [{"rank": 0, "held": held, "peak": held, "peak_rss_bytes": peak_rss_bytes(), **rss_now(),
                            **({"tier_plan": tier_plan["tier_plan"]} if "tier_plan" in tier_plan else {})}]}
 
     def cache_hit_rate(self) -> float | None:
@@ -545,9 +545,9 @@ class TrainingSession:
 
 
 def open_session(config: RunConfig, *, dataset: Dataset | None = None) -> TrainingSession:
-    """The session of one rank: a :class:`TrainingSession`, or for a sharded run (launched by
-    torchrun, inside its process group) a ``DistributedSession``."""
-    if config.world_size == 1:
+    """The session of one rank: a :class:`TrainingSession`, or, for a run with a plan (sharded,
+    or one rank with its tables placed on tiers; inside its process group), a ``DistributedSession``."""
+    if config.world_size == 1 and config.sharding_plan is None:
         return TrainingSession(config, dataset=dataset)
     from harness.reference.distributed.session import DistributedSession
 

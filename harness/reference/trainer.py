@@ -198,8 +198,10 @@ class Trainer:
 
 def run_from_config(config: RunConfig) -> RunResult:
     """Run one training run in this process (one rank of it when ``config.world_size > 1``,
-    launched by torchrun); rank 0 writes the log and reports progress."""
-    if config.world_size == 1:
+    launched by torchrun); rank 0 writes the log and reports progress. A one-rank run with a
+    plan (its tables placed on tiers) runs the sharded collection on a one-rank process group:
+    the same code as a sharded run."""
+    if config.world_size == 1 and config.sharding_plan is None:
         return _run(Trainer, config, rank=0)
     from harness.reference.distributed.trainer import DistributedTrainer, process_group
 

@@ -148,6 +148,8 @@ def test_shards_on_the_ssd_tier_train_bit_for_bit_as_in_memory(tmp_path):
         assert cache["rows"] > all_rows  # every row on the SSD, those of column-wise tables once per shard
         # the large shards did not fit their caches: rows went to the SSD and back
         assert 0 < cache["hit_rate"] < 1 and cache["ssd_bytes_read"] > 0 and cache["ssd_bytes_written"] > 0
+        # the shards read each next batch's rows while the step before computed (all but the first)
+        assert cache["read_ahead_shard_batches"] > 0
 
 
 @pytest.mark.slow

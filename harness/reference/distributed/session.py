@@ -92,6 +92,9 @@ class ShardedDLRM(nn.Module):
     def distribute(self, sparse: torch.Tensor, sizes: list[int] | None = None) -> InputDist:
         return self.sparse_arch.distribute(sparse, sizes)
 
+    def queue_next(self, ids: InputDist) -> None:
+        self.sparse_arch.queue_next(ids)
+
     def forward(self, dense: torch.Tensor, ids: InputDist) -> torch.Tensor:
         return self.dense(dense, self.sparse_arch(ids))
 
@@ -101,7 +104,8 @@ class Pipeline:
 
     When batch ``n`` is handed out, the ids of ``n + 1`` are on their way and the lengths of
     ``n + 2`` have been sent: the all-to-alls of the input distribution run (asynchronously,
-    on their own process group) while step ``n`` computes. Every rank issues the same
+    on their own process group) while step ``n`` computes; and ``n + 1`` is queued with the
+    model (``queue_next``), whose cached shards read its missing rows ahead. Every rank issues the same
     collectives in the same order, so stopping early at the same step on every rank is safe:
     :meth:`close` waits for what is in flight. After an error or an interrupt the ranks may
     have stopped at different steps, and waiting could block on a collective another rank
@@ -121,11 +125,18 @@ class Pipeline:
                 window[-2][1].start_ids()
             if len(window) == 3:
                 handed[:] = [window.popleft()]
+                self._queue_next()
                 yield handed[0]
         while window:
             window[0][1].start_ids()
             handed[:] = [window.popleft()]
+            self._queue_next()
             yield handed[0]
+
+    def _queue_next(self) -> None:
+        queue_next = getattr(self._owner, "queue_next", None)
+        if queue_next is not None and self._window:
+            queue_next(self._window[0][1])
 
     def close(self) -> None:
         for _, ids in [*self._handed, *self._window]:
@@ -278,6 +289,10 @@ class DistributedSession(TrainingSession):
         return float(auc[0])
 
     # ------------------------------------------------------------------ state and caches
+    def close(self) -> None:
+        """Settle the cached shards' reads and write-backs and stop their thread."""
+        self.embeddings.close()
+
     def full_weight(self) -> torch.Tensor:
         """The whole unsharded tables, on every rank (a collective: for tests and small tables)."""
         return self.model.sparse_arch.full_weight()
@@ -294,10 +309,11 @@ class DistributedSession(TrainingSession):
         tables = self.model.sparse_arch
         stats, rows, slots = tables.cache_stats()
         fields = [f.name for f in dataclasses.fields(CacheStats)]
-        local = torch.tensor([getattr(stats, f) for f in fields] + [rows, slots], dtype=torch.float64)
+        ahead = sum(c.read_ahead_batches for c in tables.cached.values() if c.store.tier == "ssd")
+        local = torch.tensor([getattr(stats, f) for f in fields] + [rows, slots, ahead], dtype=torch.float64)
         dist.all_reduce(local)
         total = CacheStats(**{f: int(v) for f, v in zip(fields, local.tolist())})
-        ssd_rows, cache_rows = int(local[-2]), int(local[-1])
+        ssd_rows, cache_rows, read_ahead = int(local[-3]), int(local[-2]), int(local[-1])
         steps = max(self.step_count, 1)
         tier = self.config.embedding_tier or {}
         on_ssd = {s.table for shards in tables.shards_of for s in shards if s.tier == "ssd"}
@@ -309,13 +325,14 @@ class DistributedSession(TrainingSession):
             # rows of the SSD shards of every rank (a column-sharded table's rows once per shard)
             "policy": tier.get("policy", "lru"), "cache_rows": cache_rows, "rows": ssd_rows,
             "memory_tables": memory, "memory_rows": sum(tables.table_rows[t] for t in memory),
-            "ranks": self.world_size, **{k: tier[k] for k in ("table_tiers", "tier_plan") if k in tier},
+            "ranks": self.world_size, "read_ahead_shard_batches": read_ahead,
+            **{k: tier[k] for k in ("table_tiers", "tier_plan") if k in tier},
         }
 
     def memory_report(self) -> dict[str, Any]:
         """Per rank: the plan's bytes per tier, the ledger's held and peak bytes per tier, the
         tier capacities enforced, and the process's peak RSS (a collective)."""
-        from harness.reference.tiered.ledger import peak_rss_bytes
+        from harness.reference.tiered.ledger import peak_rss_bytes, rss_now
 
         plan = self.config.sharding_plan or {}
         planned = next((r["storage_bytes"] for r in plan.get("ranks", []) if r.get("rank") == self.rank), None)
@@ -326,7 +343,7 @@ class DistributedSession(TrainingSession):
                 caches[tier] = {"rows": rows, "slots": slots, "hit_rate": round(stats.hit_rate, 6),
                                 "lookups": stats.lookups, "bytes_read": stats.bytes_read}
         mine = {"rank": self.rank, "planned": planned, **self.embeddings.ledger.report(),
-                "peak_rss_bytes": peak_rss_bytes(), **({"caches": caches} if caches else {})}
+                "peak_rss_bytes": peak_rss_bytes(), **rss_now(), **({"caches": caches} if caches else {})}
         gathered: list[Any] = [None] * self.world_size
         dist.all_gather_object(gathered, mine)
         return {"ranks": gathered}

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -319,6 +320,7 @@ class ShardedEmbeddingCollection(nn.Module):
         self._weights: list[torch.Tensor | None] = []
         self._states: list[torch.Tensor | None] = []
         self.cached: dict[int, CachedShard] = {}  # local shard index -> its rows in a slower tier, behind a cache
+        self._io: ThreadPoolExecutor | None = None  # reads ahead and write-backs of the cached shards, in order
         for i, s in enumerate(mine):
             cached = self._cached_shard(i, s)
             if cached is not None:
@@ -383,14 +385,16 @@ class ShardedEmbeddingCollection(nn.Module):
         self.ledger.allocate(s.tier, s.rows * (s.cols + state_cols) * 4, f"shard {i} (table {s.table})")
         slots = cache_rows(s.rows, fraction, int(self.tiers.get("batch", 1)) * self.pooling[s.table])
         policy = CachePolicy(self.tiers.get("policy", "lru"))
+        if self._io is None:
+            self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-shard-io")
         if s.tier == "ssd":
             if "path" not in self.tiers:
                 raise HarnessError("the plan puts shards on the SSD tier, but the run gave them no file path",
                                    ErrorCategory.BAD_INPUT)
             path = Path(f"{self.tiers['path']}.shard{i}.bin")
-            cached = CachedShard.on_ssd(path, s.rows, s.cols, state_cols, self._initial_rows(s), slots, policy)
+            cached = CachedShard.on_ssd(path, s.rows, s.cols, state_cols, self._initial_rows(s), slots, policy, self._io)
         else:
-            cached = CachedShard.in_ddr(s.rows, s.cols, state_cols, self._initial_rows(s), slots, policy)
+            cached = CachedShard.in_ddr(s.rows, s.cols, state_cols, self._initial_rows(s), slots, policy, self._io)
         self.ledger.allocate(fast, cached.cache.nbytes, f"the cache of shard {i} (table {s.table})")
         return cached
 
@@ -435,6 +439,23 @@ class ShardedEmbeddingCollection(nn.Module):
         """Start sending a batch's ids (``sizes``: every rank's batch size; default all equal)."""
         return InputDist(self, sparse, sizes if sizes is not None else [sparse.shape[0]] * self.world_size)
 
+    def queue_next(self, ids: InputDist) -> None:
+        """The next training batch, its ids on their way: the cached shards read its missing rows
+        ahead once the current batch is resident (nothing to do without cached shards)."""
+        if not self.cached:
+            return
+        keyed = ids.wait()
+        for i, cached in self.cached.items():
+            cached.queue(keyed[self._key_index[i]].values)
+
+    def close(self) -> None:
+        """Wait for the cached shards' reads and write-backs in flight, and stop their thread."""
+        for cached in self.cached.values():
+            cached.settle()
+        if self._io is not None:
+            self._io.shutdown(wait=True)
+            self._io = None
+
     # ------------------------------------------------------------------ forward
     def forward(self, ids: InputDist) -> torch.Tensor:
         """The pooled embeddings of this rank's samples, as the unsharded tables give them: ``B x
@@ -475,7 +496,7 @@ class ShardedEmbeddingCollection(nn.Module):
         cached = self.cached.get(i)
         if cached is None:
             return self._weights[i], ids  # type: ignore[return-value]
-        slots = cached.slots(ids)
+        slots = cached.slots(ids, training=self.training)
         if slots is not None:
             return cached.weight, slots
         if self.training and torch.is_grad_enabled():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 
 import torch.distributed as dist
@@ -53,15 +54,22 @@ class DistributedTrainer(Trainer):
 
 @contextlib.contextmanager
 def process_group(config: RunConfig) -> Iterator[None]:
-    """The default process group of a torchrun-launched rank (gloo on the CPU, NCCL on GPUs)."""
+    """The default process group of a torchrun-launched rank (gloo on the CPU, NCCL on GPUs), or of
+    a one-rank run started without torchrun (a store in a temporary file)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world != config.world_size:
         raise HarnessError(
             f"the run config is for {config.world_size} rank(s) but {world} were launched", ErrorCategory.BAD_INPUT
         )
     backend = "nccl" if config.profile.get("device_type") == "cuda" and not config.emulated else "gloo"
-    dist.init_process_group(backend=backend, timeout=PROCESS_GROUP_TIMEOUT)
-    yield
-    # only after a clean end: after an error or an interrupt, collectives of other ranks may
-    # still be pending and tearing the group down could wait for them; the worker exits instead
-    dist.destroy_process_group()
+    with contextlib.ExitStack() as stack:
+        if world == 1 and "MASTER_ADDR" not in os.environ:  # one rank, not launched by torchrun: a store of its own
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-pg-"))
+            dist.init_process_group(backend=backend, store=dist.FileStore(os.path.join(tmp, "store"), 1), rank=0,
+                                    world_size=1, timeout=PROCESS_GROUP_TIMEOUT)
+        else:
+            dist.init_process_group(backend=backend, timeout=PROCESS_GROUP_TIMEOUT)
+        yield
+        # only after a clean end: after an error or an interrupt, collectives of other ranks may
+        # still be pending and tearing the group down could wait for them; the worker exits instead
+        dist.destroy_process_group()

@@ -182,32 +182,45 @@ class CachedShard:
     shard's, row for row. A batch with more distinct rows than the cache holds (a large
     evaluation batch) reads them where they are instead (:meth:`current_rows`), admitting nothing.
 
+    **Read-ahead.** With an ``io`` thread (one per rank, shared by its shards and their
+    write-backs, in order), the next batch's ids given by :meth:`queue` are looked at as soon as
+    this batch is resident: their missing rows are read from the store in the background while
+    the step computes, and the next :meth:`slots` admits them without reading. No row enters or
+    leaves the cache in between (the next admission waits for the read), so what was read stays
+    true, and the arithmetic is unchanged.
+
     Args:
         store: where the rows live (empty: the shard's initial rows are written into it here).
         initial: ``initial(lo, hi)`` gives the shard's initial rows ``lo .. hi - 1`` (weights then
             state): the store is filled a chunk at a time, so no shard is ever whole in memory.
         cache_rows: slots of the cache (the caller makes it at least one batch's rows).
+        io: the rank's single-worker executor of reads ahead and write-backs (None: none).
     """
 
     CHUNK_ROWS = 1 << 16
 
     def __init__(self, store: RowStore, initial: Callable[[int, int], torch.Tensor], cache_rows: int,
-                 policy: CachePolicy = CachePolicy.LRU):
+                 policy: CachePolicy = CachePolicy.LRU, io: ThreadPoolExecutor | None = None):
         self.store = store
         for lo in range(0, store.rows, self.CHUNK_ROWS):
-            hi = min(lo + self.CHUNK_ROWS, store.rows)
-            self.store.write(torch.arange(lo, hi), initial(lo, hi))
-        self.cache = RowCache(self.store, cache_rows, policy)
+            self.store.write_rows(lo, initial(lo, min(lo + self.CHUNK_ROWS, store.rows)))
+        self._io = io
+        self.cache = RowCache(self.store, cache_rows, policy, io=io)
+        self._queued: torch.Tensor | None = None
+        self._ahead: tuple[Future, torch.Tensor] | None = None  # (the reading ahead, its ids)
+        self.read_ahead_batches = 0
 
     @classmethod
     def on_ssd(cls, path: Path, rows: int, cols: int, state_cols: int, initial: Callable[[int, int], torch.Tensor],
-               cache_rows: int, policy: CachePolicy = CachePolicy.LRU) -> CachedShard:
-        return cls(SsdRows(path, rows, cols, state_cols, create=True), initial, cache_rows, policy)
+               cache_rows: int, policy: CachePolicy = CachePolicy.LRU,
+               io: ThreadPoolExecutor | None = None) -> CachedShard:
+        return cls(SsdRows(path, rows, cols, state_cols, create=True), initial, cache_rows, policy, io)
 
     @classmethod
     def in_ddr(cls, rows: int, cols: int, state_cols: int, initial: Callable[[int, int], torch.Tensor],
-               cache_rows: int, policy: CachePolicy = CachePolicy.LRU) -> CachedShard:
-        return cls(MemoryRows(rows, cols, state_cols, tier="ddr"), initial, cache_rows, policy)
+               cache_rows: int, policy: CachePolicy = CachePolicy.LRU,
+               io: ThreadPoolExecutor | None = None) -> CachedShard:
+        return cls(MemoryRows(rows, cols, state_cols, tier="ddr"), initial, cache_rows, policy, io)
 
     @property
     def store_bytes(self) -> int:
@@ -217,17 +230,47 @@ class CachedShard:
     def weight(self) -> torch.Tensor:
         return self.cache.weights
 
-    def slots(self, ids: torch.Tensor) -> torch.Tensor | None:
+    def queue(self, ids: torch.Tensor) -> None:
+        """The next batch's ids of this shard: read its missing rows once this batch is resident."""
+        self._queued = ids
+
+    def slots(self, ids: torch.Tensor, *, training: bool = False) -> torch.Tensor | None:
         """The slots of ``ids`` (local rows, any shape) once their rows are resident; None when
-        they have more distinct rows than the cache holds."""
-        unique, inverse, counts = distinct(ids)
-        if unique.numel() > self.cache.free_capacity:
-            return None
-        return self.cache.admit(unique, counts=counts)[inverse]
+        they have more distinct rows than the cache holds. In ``training``, the queued next
+        batch's rows are then read ahead."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead[1] is ids:  # read ahead for this very batch
+            unique, inverse, counts, missing, fetched = ahead[0].result()
+            if unique.numel() > self.cache.free_capacity:
+                return None
+            slots = self.cache.admit(unique, missing, fetched, counts)
+            self.read_ahead_batches += 1
+        else:
+            if ahead is not None:  # read for another batch (an evaluation came between): dropped
+                ahead[0].result()
+            unique, inverse, counts = distinct(ids)
+            if unique.numel() > self.cache.free_capacity:
+                return None
+            slots = self.cache.admit(unique, counts=counts)
+        queued, self._queued = self._queued, None
+        if queued is not None and self._io is not None and training:
+            self._read_ahead(queued)
+        return slots[inverse]
+
+    def _read_ahead(self, ids: torch.Tensor) -> None:
+        def prepare() -> tuple[torch.Tensor, ...]:
+            unique, inverse, counts = distinct(ids)
+            missing = self.cache.missing(unique) if unique.numel() <= self.cache.free_capacity else unique[:0]
+            return unique, inverse, counts, missing, self.store.read(missing)
+
+        assert self._io is not None
+        self._ahead = (self._io.submit(prepare), ids)
 
     def current_rows(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(weights of the distinct rows of ids, each id's index among them)``, wherever the
         rows are; nothing is admitted."""
+        if self._ahead is not None:  # nothing is written while a read is in flight, but wait anyway
+            self._ahead[0].result()
         unique, inverse, _ = distinct(ids)
         return self.cache.current_weights(unique), inverse
 
@@ -238,4 +281,13 @@ class CachedShard:
         self.cache.mark_dirty(slots)
 
     def full_weight(self) -> torch.Tensor:
+        if self._ahead is not None:
+            self._ahead[0].result()
         return self.cache.current_weights(torch.arange(self.store.rows))
+
+    def settle(self) -> None:
+        """Wait for any read ahead and write-back in flight (before the store is flushed or closed)."""
+        if self._ahead is not None:
+            self._ahead[0].result()
+            self._ahead = None
+        self.cache.drain()

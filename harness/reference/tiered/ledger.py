@@ -74,3 +74,20 @@ def peak_rss_bytes() -> int:
     import resource
 
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def rss_now() -> dict[str, int]:
+    """This process's resident memory now, by kind (Linux ``/proc/self/status``): anonymous (its
+    own allocations) and file-backed (pages of memory-mapped files it has touched, such as an SSD
+    tier's table files: the page cache's, which the kernel writes back and drops under pressure).
+    Empty where ``/proc`` is not available."""
+    out = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("RssAnon", "RssFile"):
+                    out["rss_anon_bytes" if key == "RssAnon" else "rss_file_bytes"] = int(value.split()[0]) * 1024
+    except OSError:
+        return {}
+    return out

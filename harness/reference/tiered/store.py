@@ -9,6 +9,7 @@ a CPU-only machine both are host memory); :class:`SsdRows` in a file on local di
 
 from __future__ import annotations
 
+import mmap
 import os
 from pathlib import Path
 
@@ -39,6 +40,10 @@ class RowStore:
 
     def flush(self) -> None:
         """Make every write durable."""
+
+    def write_rows(self, lo: int, values: torch.Tensor) -> None:
+        """Write the contiguous rows ``lo .. lo + len(values) - 1`` (filling a store a chunk at a time)."""
+        self.write(torch.arange(lo, lo + values.shape[0]), values)
 
     def load(self, weight: torch.Tensor, state: torch.Tensor, chunk: int = 1 << 16) -> None:
         """Write every row: ``weight`` (``rows x cols``) then ``state`` (``rows x state_cols``),
@@ -88,6 +93,12 @@ class SsdRows(RowStore):
                 ErrorCategory.BAD_INPUT,
             )
         self._map = np.memmap(self.path, dtype=np.float32, mode="r+", shape=(rows, width))
+        # rows are read where they fall: without this, each page fault reads ahead (Linux: 128 KB
+        # around it) for one row of a few hundred bytes, and a table larger than memory is read
+        # from the drive hundreds of times over
+        advise = getattr(getattr(self._map, "_mmap", None), "madvise", None)
+        if advise is not None and hasattr(mmap, "MADV_RANDOM"):
+            advise(mmap.MADV_RANDOM)
         # a tensor over the mapped pages (no copy): its gathers and scatters run without the
         # GIL, so a read ahead in a background thread overlaps the step's compute
         self._rows = torch.from_numpy(self._map)
@@ -97,6 +108,19 @@ class SsdRows(RowStore):
 
     def write(self, rows: torch.Tensor, values: torch.Tensor) -> None:
         self._rows.index_copy_(0, rows, values)
+
+    def write_rows(self, lo: int, values: torch.Tensor) -> None:
+        """Contiguous rows written to the file itself (``pwrite``), not through the map: filling a
+        store larger than memory leaves its pages in the page cache, never in this process."""
+        data = np.ascontiguousarray(values.detach().numpy(), dtype=np.float32)
+        fd = os.open(self.path, os.O_WRONLY)
+        try:
+            view, at = memoryview(data).cast("B"), lo * self.row_bytes
+            while view:
+                n = os.pwrite(fd, view, at)
+                view, at = view[n:], at + n
+        finally:
+            os.close(fd)
 
     def flush(self) -> None:
         self._map.flush()
