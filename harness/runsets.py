@@ -20,7 +20,7 @@ import json
 import os
 import signal
 import subprocess
-import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +38,7 @@ from harness.hw_profiles import (
     system_name_for,
     write_system_description,
 )
+from harness.launch import NodeGroup, Nodes, worker_command, worker_env
 from harness.reference.mlperf_log import MLPerfLog, parse_records
 from harness.reference.run_config import RunConfig
 from harness.rules.fingerprint import fingerprint
@@ -56,6 +57,7 @@ _LOG_STATUS = {
     "Preview": "preview",
 }
 _INTERRUPT_GRACE_S = 60.0
+FAILED_DONE_TIMEOUT_S = 5.0  # after a failed run, how long node 0 waits for its followers to hear of it
 _PROGRESS = "HARNESS_PROGRESS "
 
 
@@ -82,6 +84,7 @@ class RunSetRequest:
     cache_policy: str = "lru"
     ssd_tables: tuple[int, ...] | None = None  # set to the SSD tier (indices); with "ssd", None: all
     data: Path | None = None  # the dataset's files (--data); None: the benchmark's generator
+    nodes: Nodes = field(default_factory=Nodes)  # the launchers: this node's rank among them (--nnodes, --node-rank, ...)
 
 
 @dataclass(frozen=True)
@@ -192,9 +195,19 @@ def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | No
             f"{profile.world_size} rank(s) as gloo processes on this CPU, labelled emulated",
             ErrorCategory.HARDWARE,
         )
+    nodes = request.nodes
+    if nodes.multi and profile.nodes == 1:
+        raise HarnessError(f"profile {profile.name} has one node; --nnodes {nodes.count} needs a profile of "
+                           f"{nodes.count} nodes (e.g. zionex-2x8gpu)")
+    if nodes.multi and nodes.count != profile.nodes:
+        raise HarnessError(f"profile {profile.name} has {profile.nodes} nodes; --nnodes must be {profile.nodes} "
+                           f"(one launcher per node) or 1 (every rank here), not {nodes.count}")
+    if nodes.multi and profile.world_size == nodes.count:
+        raise HarnessError(f"profile {profile.name} has one rank per node; a multi-node launch needs profiles "
+                           "with accelerators_per_node >= 2", ErrorCategory.NOT_IMPLEMENTED)
     emulation_scale = None
     if request.emulate:
-        profile, emulation_scale = emulated_profile(profile, detected)
+        profile, emulation_scale = emulated_profile(profile, detected, hosts=nodes.count)
     elif profile.world_size > 1:
         raise HarnessError(
             f"profile {profile.name} has {profile.world_size} GPUs: sharded training on GPUs (NCCL) is not "
@@ -466,6 +479,7 @@ def _worker_config(plan: RunSetPlan, index: int, seed: Seed, log_path: Path, bes
             **({"harness_teacher_best_auc": best_auc} if best_auc is not None else {}),
             **({"harness_borrowed_from": plan.borrowed_from} if plan.borrowed_from else {}),
             **({"harness_emulation_scale": plan.emulation_scale} if plan.emulation_scale is not None else {}),
+            **({"harness_nodes": _nodes_record(plan)} if plan.world_size > 1 else {}),
         },
         world_size=plan.world_size,
         # one rank with its tables placed on tiers: the sharded collection runs that plan (one code path)
@@ -479,15 +493,15 @@ def _worker_config(plan: RunSetPlan, index: int, seed: Seed, log_path: Path, bes
     )
 
 
-def worker_command(config_path: Path, world_size: int) -> list[str]:
-    """The worker process of one run: itself for one rank, torchrun's ranks on this host for more."""
-    worker = ["-m", "harness.reference.worker", str(config_path)]
-    if world_size == 1:
-        return [sys.executable, *worker]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}", *worker]
+def _nodes_record(plan: RunSetPlan) -> dict[str, Any]:
+    """Where the run's ranks ran: the profile's nodes, and how many launchers started them."""
+    nodes = plan.request.nodes
+    return {"nodes": plan.profile.nodes, "ranks_per_node": max(plan.profile.accelerators_per_node, 1),
+            "launchers": nodes.count, "rendezvous": "c10d" if nodes.multi else "standalone"}
 
 
-def _follow_worker(command: list[str], stderr_path: Path, on_progress: Callable[[dict], None]) -> int:
+def _follow_worker(command: list[str], stderr_path: Path, on_progress: Callable[[dict], None],
+                   env: dict[str, str] | None = None) -> int:
     """Start the worker process, relay its progress lines, return its exit status.
 
     On KeyboardInterrupt the worker is asked to stop and has ended before this re-raises
@@ -496,7 +510,7 @@ def _follow_worker(command: list[str], stderr_path: Path, on_progress: Callable[
     with open(stderr_path, "wb") as err_file:
         proc = subprocess.Popen(
             command,
-            stdout=subprocess.PIPE, stderr=err_file, stdin=subprocess.DEVNULL, text=True, bufsize=1,
+            stdout=subprocess.PIPE, stderr=err_file, stdin=subprocess.DEVNULL, text=True, bufsize=1, env=env,
         )
         try:
             for line in proc.stdout or ():
@@ -511,23 +525,24 @@ def _follow_worker(command: list[str], stderr_path: Path, on_progress: Callable[
             raise
 
 
-def _run_one(plan: RunSetPlan, index: int, seed: Seed, reporter: Reporter, best_auc: float | None) -> Path:
-    """Run one training process; return its finished log, moved into the results tree."""
+def _run_one(plan: RunSetPlan, index: int, config: RunConfig, reporter: Reporter, job: int = 0) -> Path:
+    """Run one training process (this node's share of it); return its finished log, moved into
+    the results tree."""
     plan.staging_dir.mkdir(parents=True, exist_ok=True)
     staged = plan.staging_dir / f"result_{index}.txt"
     staged.unlink(missing_ok=True)
     stderr_path = plan.staging_dir / f"result_{index}.stderr.txt"
     config_path = plan.staging_dir / f"result_{index}.config.json"
-    _write_atomic(config_path, _worker_config(plan, index, seed, staged, best_auc).to_json())
+    _write_atomic(config_path, config.to_json())
     stamp = time.strftime("%Y%m%dT%H%M%S")
     def remove_tables() -> None:  # the SSD tier of this run, if any: one file, or one per shard of each rank
         for path in plan.staging_dir.glob(f"result_{index}.tables.bin*"):
             path.unlink(missing_ok=True)
 
     try:
-        code = _follow_worker(
-            worker_command(config_path, plan.world_size), stderr_path, lambda event: reporter.progress(index, event)
-        )
+        nodes = plan.request.nodes
+        code = _follow_worker(worker_command(str(config_path), plan.world_size, nodes, job), stderr_path,
+                              lambda event: reporter.progress(index, event), worker_env(nodes))
     except KeyboardInterrupt:
         remove_tables()
         kept = plan.staging_dir / f"result_{index}.interrupted-{stamp}.txt"
@@ -587,13 +602,38 @@ def teacher_best_auc(spec: BenchmarkSpec) -> float | None:
 
 
 def execute_run_set(plan: RunSetPlan, reporter: Reporter | None = None) -> RunSetOutcome:
-    """Run the pending runs of the set, then score every finished run in the results tree."""
+    """Run the pending runs of the set, then score every finished run in the results tree.
+
+    With several nodes, node 0 does this (its launchers' followers run :func:`follow_run_set`):
+    the followers are admitted before anything is written (see :mod:`harness.launch`)."""
     reporter = reporter or Reporter()
-    pending = _pending_indices(plan)
+    nodes = plan.request.nodes
+    if nodes.multi and nodes.rank != 0:
+        raise HarnessError("execute_run_set runs on node 0; a follower runs follow_run_set")
+    group = NodeGroup(nodes) if nodes.multi else None
+    try:
+        return _execute(plan, reporter, group)
+    finally:
+        if group is not None:
+            group.close()
+
+
+def _execute(plan: RunSetPlan, reporter: Reporter, group: NodeGroup | None) -> RunSetOutcome:
+    try:
+        pending = _pending_indices(plan)
+        seeds = seeds_for_runs(pending, plan.request.seeds)
+        best_auc = teacher_best_auc(plan.spec) if pending else None
+    except HarnessError as err:
+        if group is not None:
+            group.admit(plan.fingerprint, None, refusal=str(err))
+        raise
+    staged = {index: plan.staging_dir / f"result_{index}.txt" for index in pending}
+    configs = {index: _worker_config(plan, index, seeds[index], staged[index], best_auc) for index in pending}
+    if group is not None:  # every follower planned this same set; they train exactly these runs
+        group.admit(plan.fingerprint, [{"index": i, "config": configs[i].to_json()} for i in pending])
     manifest = _read_manifest(plan) if plan.request.resume else None
     manifest = manifest or {"fingerprint": plan.fingerprint, "benchmark": plan.spec.name, "runs": {}}
     manifest["planned_runs"] = plan.runs
-    seeds = seeds_for_runs(pending, plan.request.seeds)
     detected = detect(results_dir=str(plan.request.results_dir))
     desc = system_description(
         profile=plan.profile,
@@ -609,7 +649,6 @@ def execute_run_set(plan: RunSetPlan, reporter: Reporter | None = None) -> RunSe
         _write_atomic(plan.staging_dir / "sharding_plan.json", json.dumps(plan.sharding_plan, indent=1, sort_keys=True))
     if plan.tier_plan is not None:  # where the tables live; its fingerprint is in every log
         _write_atomic(plan.staging_dir / "tier_plan.json", json.dumps(plan.tier_plan, indent=1, sort_keys=True))
-    best_auc = teacher_best_auc(plan.spec) if pending else None
     if best_auc is not None:
         reporter.message(
             f"the planted teacher's AUC on the eval split is {best_auc:.5f}: the best any model can expect; "
@@ -617,17 +656,88 @@ def execute_run_set(plan: RunSetPlan, reporter: Reporter | None = None) -> RunSe
         )
     if not pending:
         reporter.message(f"all {plan.runs} runs of the set are already in {plan.results_dir}")
-    for index in pending:
-        seed = seeds[index]
-        reporter.run_started(index, plan.runs, seed, int(plan.spec.dataset["train_samples"]))
-        final = _run_one(plan, index, seed, reporter, best_auc)
-        manifest["runs"][str(index)] = {"seed": seed.value, "seed_source": seed.source.value}
-        _write_atomic(plan.manifest_path, json.dumps(manifest, indent=1, sort_keys=True))
-        run_time, auc = run_time_from_log(final, plan.spec.target_auc)
-        reporter.run_finished(RunOutcome(index, seed, final, run_time.minutes, run_time.converged, auc))
-        if plan.embedding_tier:
-            _report_cache(final, reporter)
+    job = 0
+    try:
+        for job, index in enumerate(pending):
+            seed = seeds[index]
+            reporter.run_started(index, plan.runs, seed, int(plan.spec.dataset["train_samples"]))
+            final = _run_one(plan, index, configs[index], reporter, job)
+            if group is not None:
+                group.report(job, True)
+            manifest["runs"][str(index)] = {"seed": seed.value, "seed_source": seed.source.value}
+            _write_atomic(plan.manifest_path, json.dumps(manifest, indent=1, sort_keys=True))
+            run_time, auc = run_time_from_log(final, plan.spec.target_auc)
+            reporter.run_finished(RunOutcome(index, seed, final, run_time.minutes, run_time.converged, auc))
+            if plan.embedding_tier:
+                _report_cache(final, reporter)
+    except (HarnessError, KeyboardInterrupt) as err:
+        if group is not None:
+            group.report(job, False, str(err) if isinstance(err, HarnessError) else "interrupted")
+            group.wait_done(FAILED_DONE_TIMEOUT_S)
+        raise
+    if group is not None:
+        group.wait_done()
     return score_results(plan, manifest)
+
+
+@dataclass(frozen=True)
+class FollowerOutcome:
+    """What a follower node did: the runs it took part in (their indices)."""
+
+    runs: list[int]
+    node: int
+    nodes: int
+
+
+def follow_run_set(plan: RunSetPlan, reporter: Reporter | None = None) -> FollowerOutcome:
+    """A follower node's part of a multi-node run set: after node 0 admits it, its share of the
+    ranks of every run node 0 hands out. It writes nothing into the results tree: the run
+    configs and any SSD shard files live in a temporary folder, removed at the end."""
+    reporter = reporter or Reporter()
+    nodes = plan.request.nodes
+    group = NodeGroup(nodes)
+    done: list[int] = []
+    try:
+        jobs = group.join(plan.fingerprint)
+        reporter.message(f"node {nodes.rank} of {nodes.count}: admitted by node 0 at {nodes.endpoint}; "
+                         f"{len(jobs)} run(s) to take part in")
+        with tempfile.TemporaryDirectory(prefix=f"harness-node{nodes.rank}-") as tmp:
+            for job, item in enumerate(jobs):
+                index = int(item["index"])
+                config = _follower_config(plan, RunConfig.from_json(item["config"]), Path(tmp), index)
+                config_path = Path(tmp) / f"result_{index}.config.json"
+                stderr_path = Path(tmp) / f"result_{index}.stderr.txt"
+                _write_atomic(config_path, config.to_json())
+                reporter.message(f"run {index}: seed {config.seed}, ranks {nodes.rank * (plan.world_size // nodes.count)}"
+                                 f"..{(nodes.rank + 1) * (plan.world_size // nodes.count) - 1} here")
+                code = _follow_worker(worker_command(str(config_path), plan.world_size, nodes, job), stderr_path,
+                                      lambda event: None, worker_env(nodes))
+                for path in Path(tmp).glob(f"result_{index}.tables.bin*"):
+                    path.unlink(missing_ok=True)
+                if code != 0:
+                    raise HarnessError(f"run {index} failed on node {nodes.rank}: {_worker_failure(stderr_path)}",
+                                       ErrorCategory.RUN_FAILED)
+                verdict = group.verdict(job)
+                if not verdict["ok"]:
+                    raise HarnessError(f"run {index}: node 0 reports: {verdict['message']}", ErrorCategory.RUN_FAILED)
+                done.append(index)
+                reporter.message(f"run {index}: done on node {nodes.rank} (node 0 holds its log)")
+    finally:
+        group.done()
+        group.close()
+    return FollowerOutcome(done, nodes.rank, nodes.count)
+
+
+def _follower_config(plan: RunSetPlan, config: RunConfig, tmp: Path, index: int) -> RunConfig:
+    """Node 0's config of a run, with this node's own paths: no log (global rank 0 writes it),
+    SSD shard files in ``tmp``, the data where this node has it (the same files: the run sets'
+    fingerprints agree)."""
+    import dataclasses
+
+    tier = config.embedding_tier
+    if tier is not None:
+        tier = {**tier, "path": str((tmp / f"result_{index}.tables.bin").resolve())}
+    return dataclasses.replace(config, log_path=os.devnull, progress=False, embedding_tier=tier, data=plan.data)
 
 
 def _report_cache(log_path: Path, reporter: Reporter) -> None:

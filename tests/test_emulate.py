@@ -94,7 +94,7 @@ def test_an_emulated_plan_has_a_sharding_plan_and_an_emulated_system(tmp_path):
     fp32 = plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile="zionex-8gpu", results_dir=tmp_path, emulate=True))
     assert fp32.fingerprint != plan.fingerprint
     cmd = worker_command(Path("c.json"), plan.world_size)
-    assert cmd[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=8"]
+    assert cmd[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=8"]
     assert worker_command(Path("c.json"), 1) == [sys.executable, "-m", "harness.reference.worker", "c.json"]
 
 

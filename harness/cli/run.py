@@ -19,6 +19,7 @@ from harness.runsets import (
     RunSetPlan,
     RunSetRequest,
     execute_run_set,
+    follow_run_set,
     plan_run_set,
 )
 
@@ -107,11 +108,27 @@ class TerminalReporter(Reporter):
 @click.option("--data", "data", type=click.Path(path_type=Path), default=None, metavar="PATH",
               help="Train on the dataset at PATH (Criteo TSV days or train.txt, or MLPerf's npy layout; the "
                    "benchmark says which); it is validated before the first run. Default: the benchmark's generator.")
+@click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Launchers of the run set, one per node of the profile: every node runs this same command "
+                   "with its own --node-rank.")
+@click.option("--node-rank", type=click.IntRange(min=0), default=0, show_default=True,
+              help="This node's rank among the --nnodes launchers (node 0 hosts the rendezvous and writes the "
+                   "results).")
+@click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+              help="With --nnodes > 1: node 0's address and a free port, where the launchers meet (c10d).")
+@click.option("--rdzv-id", default="harness", show_default=True,
+              help="With --nnodes > 1: a name for this run set's rendezvous, the same on every node.")
+@click.option("--local-addr", default=None, metavar="ADDR",
+              help="With --nnodes > 1: this node's address as the other nodes reach it [default: its host name].")
 def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_dir: Path, seeds: tuple[int, ...],
         resume: bool, division: str, status: str, threads: int | None, emulate: bool, comm_forward: str,
         comm_backward: str, comm_allreduce: str, embedding_tier: str, cache_fraction: float,
-        cache_policy: str, ssd_tables: str | None, data: Path | None) -> None:
+        cache_policy: str, ssd_tables: str | None, data: Path | None, nnodes: int, node_rank: int,
+        rdzv_endpoint: str | None, rdzv_id: str, local_addr: str | None) -> None:
     """Train the reference DLRM N times to the target AUC; write MLPerf logs; print the score."""
+    from harness.launch import Nodes
+
+    nodes = Nodes(nnodes, node_rank, rdzv_endpoint, rdzv_id, local_addr)
     if data is not None:
         click.echo(f"validating the data at {data} (every TSV line is parsed once, before the first run) ...")
     plan = plan_run_set(RunSetRequest(
@@ -119,7 +136,7 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
         seeds=seeds, resume=resume, division=division, status=status, threads=threads, emulate=emulate,
         comm=(("forward", comm_forward), ("backward", comm_backward), ("allreduce", comm_allreduce)),
         embedding_tier=embedding_tier, cache_fraction=cache_fraction, cache_policy=cache_policy,
-        ssd_tables=_indices(ssd_tables), data=data,
+        ssd_tables=_indices(ssd_tables), data=data, nodes=nodes,
     ), progress=lambda message: click.echo(f"  {message}"))
     click.echo(
         f"{plan.spec.name} on {plan.system}: {plan.runs} run(s) to AUC {plan.spec.target_auc} "
@@ -133,6 +150,14 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
     if plan.tier_plan is not None or (plan.sharding_plan is not None and plan.request.embedding_tier != "memory"):
         _describe_tiers(plan)
     reporter = TerminalReporter()
+    if nodes.multi and nodes.rank != 0:
+        try:
+            followed = follow_run_set(plan, reporter)
+        finally:
+            reporter.close()
+        click.echo(f"node {nodes.rank} of {nodes.count}: took part in {len(followed.runs)} run(s); node 0 writes "
+                   "their logs, the results tree and the score")
+        return
     try:
         outcome = execute_run_set(plan, reporter)
     finally:
@@ -183,8 +208,12 @@ def _describe_sharding(plan: RunSetPlan) -> None:
     types: dict[str, int] = {}
     for table in sp.get("tables", []):
         types[table["sharding_type"]] = types.get(table["sharding_type"], 0) + 1
-    how = "emulated: gloo processes on this CPU" + (
+    nodes = plan.request.nodes
+    how = "emulated: gloo processes on " + ("this CPU" if not nodes.multi else
+                                            f"{nodes.count} hosts, node {nodes.rank} here") + (
         f", capacities x{plan.emulation_scale:.3g}" if plan.emulation_scale is not None else "")
+    if plan.profile.nodes > 1:
+        how = f"{plan.profile.nodes} nodes x {plan.profile.accelerators_per_node}; {how}"
     click.echo(
         f"{plan.world_size} ranks ({how}); sharding plan {_short(sp.get('fingerprint', ''))}: "
         + ", ".join(f"{n} {t}" for t, n in sorted(types.items()))

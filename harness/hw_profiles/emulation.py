@@ -21,12 +21,13 @@ HOST_SHARE = 0.5  # of this host's memory, for the emulated ranks' tables
 RANK_OVERHEAD_BYTES = 600 * 2**20  # one rank process: Python, torch, gloo buffers (measured ~450 MB)
 
 
-def emulated_profile(profile: Profile, detected: DetectedHardware) -> tuple[Profile, float]:
+def emulated_profile(profile: Profile, detected: DetectedHardware, *, hosts: int = 1) -> tuple[Profile, float]:
     """``profile`` with its tier capacities scaled to this host, and the scale factor (<= 1).
+    With ``hosts`` > 1 (one launcher per node of the profile), this host runs one node's ranks.
 
     Raises a HARDWARE error when this host cannot hold the profile's rank processes at all.
     """
-    ranks = profile.world_size
+    ranks = profile.world_size // hosts
     overhead = ranks * RANK_OVERHEAD_BYTES
     if overhead > detected.memory_bytes * 0.8:
         raise HarnessError(
@@ -36,7 +37,7 @@ def emulated_profile(profile: Profile, detected: DetectedHardware) -> tuple[Prof
             ErrorCategory.HARDWARE,
         )
     accelerators = profile.nodes * max(profile.accelerators_per_node, 0)
-    memory = profile.hbm.capacity_bytes * accelerators + profile.ddr.capacity_bytes * profile.nodes
+    memory = (profile.hbm.capacity_bytes * accelerators + profile.ddr.capacity_bytes * profile.nodes) / hosts
     budget = max(detected.memory_bytes * HOST_SHARE - overhead, 0)
     scale = min(1.0, budget / memory) if memory > 0 else 1.0
 

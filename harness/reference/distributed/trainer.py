@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 import torch.distributed as dist
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.launch import assign_rank
 from harness.reference.distributed.session import DistributedSession
 from harness.reference.mlperf_log import MLPerfLog
 from harness.reference.run_config import RunConfig
@@ -67,8 +68,10 @@ def process_group(config: RunConfig) -> Iterator[None]:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-pg-"))
             dist.init_process_group(backend=backend, store=dist.FileStore(os.path.join(tmp, "store"), 1), rank=0,
                                     world_size=1, timeout=PROCESS_GROUP_TIMEOUT)
-        else:
-            dist.init_process_group(backend=backend, timeout=PROCESS_GROUP_TIMEOUT)
+        else:  # under a multi-node launch the rank is the launcher's node rank's (harness.launch)
+            rank = assign_rank(world)
+            dist.init_process_group(backend=backend, timeout=PROCESS_GROUP_TIMEOUT,
+                                    **({"rank": rank, "world_size": world} if rank is not None else {}))
         yield
         # only after a clean end: after an error or an interrupt, collectives of other ranks may
         # still be pending and tearing the group down could wait for them; the worker exits instead

@@ -1,0 +1,166 @@
+"""`harness run --nnodes 2`: two launchers on this machine (loopback only), one run set.
+
+Each launcher is its own `harness run` process in its own folder and process group, as on two
+machines; they meet at 127.0.0.1:PORT (node 0's store) and run each run as one c10d torchrun
+job of 2 + 2 ranks (gloo over loopback: GLOO_SOCKET_IFNAME=lo).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.test_runsets import FIXTURE, records
+
+PROFILE = Path(__file__).parent / "fixtures" / "two_nodes_2gpu.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(node: int, port: int, root: Path, *args: str) -> subprocess.Popen:
+    """Node ``node``'s `harness run`, in ``root/node<node>``, as the leader of its own process group
+    (so that the test can kill the whole "machine": launcher, torchrun and ranks)."""
+    cwd = root / f"node{node}"
+    cwd.mkdir(exist_ok=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", "--profile", str(PROFILE), "--emulate", "--runs", "1",
+         "--nnodes", "2", "--node-rank", str(node), "--rdzv-endpoint", f"127.0.0.1:{port}",
+         "--local-addr", "127.0.0.1", *args],
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"},
+    )
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_machine(proc)
+        raise
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (torchrun starts its ranks in sessions of their own, so a process
+    group does not hold them all)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def kill_machine(proc: subprocess.Popen) -> None:
+    """What a node's death does: its launcher, its torchrun and its ranks end at once."""
+    for pid in [proc.pid, *descendants(proc.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("harness: error:")]
+
+
+@pytest.mark.slow
+def test_two_launchers_train_one_run_and_only_node_0_writes_results(tmp_path):
+    port = free_port()
+    follower = launch(1, port, tmp_path, "--seed", "11")
+    leader = launch(0, port, tmp_path, "--seed", "11")
+    _, err0 = finish(leader, 600)
+    out1, err1 = finish(follower, 120)
+    assert leader.returncode == 0, err0[-3000:]
+    assert follower.returncode == 0, err1[-3000:]
+    assert "node 1 of 2: took part in 1 run(s)" in out1
+    assert not (tmp_path / "node1" / "results").exists()  # the follower wrote nothing of the results
+    logs = list((tmp_path / "node0" / "results" / "reference" / "results").glob("*/dlrm_synthetic/result_*.txt"))
+    assert len(logs) == 1, logs
+    recs = records(logs[0])
+    stop = [r for r in recs if r["key"] == "run_stop"][-1]
+    assert stop["metadata"]["status"] == "success", stop
+    first = {r["key"]: r["value"] for r in reversed(recs)}
+    assert first["harness_nodes"] == {"nodes": 2, "ranks_per_node": 2, "launchers": 2, "rendezvous": "c10d"}
+    assert first["data_parallelism"] == 4 and first["seed"] == 11
+    # every rank took part: each one's memory report came back to rank 0
+    assert [r["rank"] for r in first["harness_memory"]["ranks"]] == [0, 1, 2, 3]
+    check = subprocess.run([sys.executable, "-m", "harness", "check", str(logs[0])], capture_output=True, text=True, check=False)
+    assert check.returncode == 0, check.stdout
+
+
+@pytest.mark.slow
+def test_a_node_that_dies_ends_the_run_on_the_other_with_run_stop_aborted(tmp_path):
+    spec = tmp_path / "long.yaml"
+    spec.write_text(FIXTURE.read_text().replace("train_samples: 32768", "train_samples: 4000000")
+                    .replace("target: 0.6", "target: 0.99"))
+    port = free_port()
+    follower = launch(1, port, tmp_path, "--benchmark", str(spec))
+    leader = launch(0, port, tmp_path, "--benchmark", str(spec))
+    staging = tmp_path / "node0" / "results" / ".harness" / "reference"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        staged = list(staging.glob("*/tiny_synthetic/result_0.txt"))
+        if staged and "run_start" in staged[0].read_text():
+            break
+        assert leader.poll() is None, leader.communicate()[1][-3000:]
+        time.sleep(0.2)
+    time.sleep(3)
+    ranks = [pid for pid in descendants(follower.pid) if "harness.reference.worker" in
+             Path(f"/proc/{pid}/cmdline").read_text(errors="replace")]
+    assert len(ranks) == 3, ranks  # torchrun and node 1's two ranks
+    kill_machine(follower)  # node 1 dies: its launcher, torchrun and ranks
+    killed = time.time()
+    _, err0 = finish(leader, 120)
+    assert time.time() - killed < 60, "node 0 took more than 60 s to notice that node 1 died"
+    assert leader.returncode == 1, err0[-3000:]
+    errors = error_lines(err0)
+    assert len(errors) == 1 and "run 0 failed" in errors[0] and "Traceback" not in err0, err0[-3000:]
+    [failed] = staging.glob("*/tiny_synthetic/result_0.failed-*.txt")
+    [stop] = [r for r in records(failed) if r["key"] == "run_stop"]
+    assert stop["metadata"]["status"] == "aborted"
+    assert not list(staging.parent.glob("results/*/tiny_synthetic/result_*.txt"))
+
+
+def test_launchers_that_planned_different_run_sets_are_refused_before_anything_is_written(tmp_path):
+    port = free_port()
+    follower = launch(1, port, tmp_path, "--comm-forward", "fp16")
+    leader = launch(0, port, tmp_path)
+    _, err0 = finish(leader, 300)
+    _, err1 = finish(follower, 60)
+    assert leader.returncode == 2 and follower.returncode == 2, (err0[-2000:], err1[-2000:])
+    [e0], [e1] = error_lines(err0), error_lines(err1)
+    assert "node(s) 1 planned another run set" in e0
+    assert e1.startswith("harness: error: node 0 refused the run set: node(s) 1 planned another run set")
+    assert not (tmp_path / "node0" / "results").exists() and not (tmp_path / "node1" / "results").exists()
+
+
+def test_a_multi_node_launch_is_checked_against_the_profile(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--profile", "zionex-8gpu", "--emulate", "--nnodes", "2",
+         "--node-rank", "1", "--rdzv-endpoint", f"127.0.0.1:{free_port()}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2
+    assert error_lines(proc.stderr) == [("harness: error: profile zionex-8gpu has one node; --nnodes 2 needs a "
+                                         "profile of 2 nodes (e.g. zionex-2x8gpu)")]
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", "--nnodes", "2"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2 and "--nnodes > 1 needs --rdzv-endpoint HOST:PORT" in proc.stderr
