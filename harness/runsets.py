@@ -84,6 +84,7 @@ class RunSetRequest:
     cache_policy: str = "lru"
     ssd_tables: tuple[int, ...] | None = None  # set to the SSD tier (indices); with "ssd", None: all
     data: Path | None = None  # the dataset's files (--data); None: the benchmark's generator
+    overlap: bool = True  # overlap a sharded run's communication with its computation (the same arithmetic)
     nodes: Nodes = field(default_factory=Nodes)  # the launchers: this node's rank among them (--nnodes, --node-rank, ...)
 
 
@@ -490,6 +491,7 @@ def _worker_config(plan: RunSetPlan, index: int, seed: Seed, log_path: Path, bes
             if plan.embedding_tier else None
         ),
         data=plan.data,
+        overlap=plan.request.overlap,
     )
 
 

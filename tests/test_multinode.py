@@ -103,6 +103,14 @@ def test_two_launchers_train_one_run_and_only_node_0_writes_results(tmp_path):
     assert first["data_parallelism"] == 4 and first["seed"] == 11
     # every rank took part: each one's memory report came back to rank 0
     assert [r["rank"] for r in first["harness_memory"]["ranks"]] == [0, 1, 2, 3]
+    # what crossed between the two launchers' ranks is what the planner projected (this plan's
+    # tables are table-wise and data-parallel: every kind's inter-node bytes are exact)
+    projection, measured = first["harness_comm_projection"], first["harness_comm_stats"]["per_step"]
+    assert all(projection["exact_inter_node"].values())
+    for kind, bytes_ in projection["per_step"].items():
+        assert measured[kind]["inter_node_bytes"] == bytes_["inter_node_bytes"], kind
+    assert measured["forward_all_to_all"]["inter_node_bytes"] > 0
+    assert projection["seconds_per_step"] > 0 and first["harness_comm_overlap"] is True
     check = subprocess.run([sys.executable, "-m", "harness", "check", str(logs[0])], capture_output=True, text=True, check=False)
     assert check.returncode == 0, check.stdout
 

@@ -108,6 +108,9 @@ class TerminalReporter(Reporter):
 @click.option("--data", "data", type=click.Path(path_type=Path), default=None, metavar="PATH",
               help="Train on the dataset at PATH (Criteo TSV days or train.txt, or MLPerf's npy layout; the "
                    "benchmark says which); it is validated before the first run. Default: the benchmark's generator.")
+@click.option("--overlap/--no-overlap", default=True, show_default=True,
+              help="In a sharded run, overlap the all-to-alls and the dense all-reduce with computation (the "
+                   "arithmetic is the same either way).")
 @click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Launchers of the run set, one per node of the profile: every node runs this same command "
                    "with its own --node-rank.")
@@ -123,7 +126,7 @@ class TerminalReporter(Reporter):
 def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_dir: Path, seeds: tuple[int, ...],
         resume: bool, division: str, status: str, threads: int | None, emulate: bool, comm_forward: str,
         comm_backward: str, comm_allreduce: str, embedding_tier: str, cache_fraction: float,
-        cache_policy: str, ssd_tables: str | None, data: Path | None, nnodes: int, node_rank: int,
+        cache_policy: str, ssd_tables: str | None, data: Path | None, overlap: bool, nnodes: int, node_rank: int,
         rdzv_endpoint: str | None, rdzv_id: str, local_addr: str | None) -> None:
     """Train the reference DLRM N times to the target AUC; write MLPerf logs; print the score."""
     from harness.launch import Nodes
@@ -136,7 +139,7 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
         seeds=seeds, resume=resume, division=division, status=status, threads=threads, emulate=emulate,
         comm=(("forward", comm_forward), ("backward", comm_backward), ("allreduce", comm_allreduce)),
         embedding_tier=embedding_tier, cache_fraction=cache_fraction, cache_policy=cache_policy,
-        ssd_tables=_indices(ssd_tables), data=data, nodes=nodes,
+        ssd_tables=_indices(ssd_tables), data=data, nodes=nodes, overlap=overlap,
     ), progress=lambda message: click.echo(f"  {message}"))
     click.echo(
         f"{plan.spec.name} on {plan.system}: {plan.runs} run(s) to AUC {plan.spec.target_auc} "

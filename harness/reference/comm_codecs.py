@@ -69,6 +69,11 @@ def _as_bytes(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.uint8).reshape(-1)
 
 
+def is_scaled(codec: Codec) -> bool:
+    """Whether ``codec`` sends a scale per row (fp8, int8): its rows must be whole rows of values."""
+    return codec in _ROW_OVERHEAD
+
+
 def wire_bytes(codec: Codec, rows: int, cols: int) -> int:
     """Bytes on the wire for a ``rows x cols`` float32 tensor."""
     return rows * (cols * codec.bytes_per_element + _ROW_OVERHEAD.get(codec, 0))

@@ -40,6 +40,9 @@ class RunConfig:
     # the dataset's manifest (harness.reference.datasets.dataset_manifest: its files, already
     # validated by the run set); None: the benchmark's own generator
     data: dict[str, Any] | None = None
+    # overlap communication with computation (a sharded run): the dense all-reduce with the
+    # backward pass, the pooled embeddings' all-to-alls with the bottom MLP and its backward
+    overlap: bool = True
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)

@@ -373,8 +373,13 @@ class TrainingSession:
         loss = self._loss(item)
         loss.backward()
         self.dense_optimizer.step()
+        self._after_backward()
         self._step += 1
         return loss.detach()
+
+    def _after_backward(self) -> None:
+        """What a step still has to do after the dense optimizer's step (a sharded session: the
+        embedding updates whose gradients were still travelling)."""
 
     # ------------------------------------------------------------------ evaluation
     def _eval_split_bytes(self) -> int:

@@ -6,10 +6,10 @@ unsharded :class:`~harness.reference.session.TrainingSession`); under
 shards (:class:`~harness.reference.distributed.session.DistributedSession`). Both train with
 the session's own loop, as ``Trainer.run`` does.
 
-JOB.json: ``{"out": DIR, "steps": N, "batch": GBS, "seed": S, "nodes": n, "per_node": a, ["auc": true,
+JOB.json: ``{"out": DIR, "steps": N, "batch": GBS, "seed": S, "nodes": n, "per_node": a, ["auc": true, "overlap": false,
 "eval_cache_bytes": 0, "hyperparameters": {...: changes to the benchmark's}, "dims": [one per table],
 "rows": every table's rows, "no_teacher_cache": true, "full_build": true, "benchmark": a spec file,]
-"plans": {NAME: {"types": {TABLE_OR_*: SHARDING_TYPE_OR_LIST}, "comm": {...}, "ssd": {...}}, ...}}``
+"plans": {NAME: {"types": {TABLE_OR_*: SHARDING_TYPE_OR_LIST}, "comm": {...}, "ssd": {...}, "overlap": b}, ...}}``
 (a list of types is given to the tables in turn: a mixed plan; ``"ssd": {"cache_fraction": f,
 "policy": p}`` moves the shards of every table that is not data-parallel to the SSD tier of
 the same plan, behind caches). For each plan, rank 0 writes ``DIR/NAME.json`` (the global mean
@@ -54,13 +54,17 @@ def benchmark(job: dict) -> BenchmarkSpec:
     return spec_from_dict(raw, what="the driver's benchmark")
 
 
-def run_config(job: dict, world: int, plan: dict | None, comm: dict, tier: dict | None = None) -> RunConfig:
+def run_config(job: dict, world: int, plan: dict | None, comm: dict, tier: dict | None = None, *,
+               overlap: bool = True) -> RunConfig:
     spec = benchmark(job)
     hp = {**spec.reference_hyperparameters, "global_batch_size": job["batch"], **job.get("hyperparameters", {})}
     if hp["opt_name"] != "adagrad":
         hp = {k: v for k, v in hp.items() if not k.startswith("opt_adagrad_")}
+    profile = {"name": "test", "device_type": "cpu", "nodes": job.get("nodes", 1),
+               "accelerators_per_node": job.get("per_node", world)}
     return RunConfig.offline(spec.raw, hp, job["seed"], who="test", emulated=True, world_size=world,
-                             sharding_plan=plan, comm=comm, embedding_tier=tier)
+                             sharding_plan=plan, comm=comm, embedding_tier=tier, profile=profile,
+                             overlap=overlap)
 
 
 def on_ssd(plan: dict, ssd: dict, path: Path) -> tuple[dict, dict]:
@@ -127,7 +131,8 @@ def main(job_path: str) -> None:
         tier = None
         if entry.get("ssd") and plan is not None:
             plan, tier = on_ssd(plan, entry["ssd"], out / f"{name}.tables.bin")
-        config = run_config(job, world, plan, entry.get("comm", {}), tier)
+        config = run_config(job, world, plan, entry.get("comm", {}), tier,
+                            overlap=entry.get("overlap", job.get("overlap", True)))
         if job.get("full_build"):  # the path before per-rank materialisation: the whole tables on every rank first
             whole = FusedEmbeddingCollection(config.benchmark["dataset"]["table_rows"],
                                              config.benchmark["model"]["embedding_dim"],
@@ -137,6 +142,11 @@ def main(job_path: str) -> None:
         losses = LossRecorder(world)
         session.train(losses, eval_at=[], until=job["steps"], stop_at_target=False)
         memory = session.memory_report()  # before anything below gathers whole tables
+        traffic = None
+        if world > 1:  # the training steps' traffic, every rank's, and the planner's projection of it
+            report = session.comm_report()
+            traffic = {"total": report["total"], "per_step": session.measured_per_step(report),
+                       "projection": session.comm_projection()}
         weight = session.table_weights() if world > 1 else session.model.sparse_arch.embeddings.table_weights()
         auc = session.evaluate() if job.get("auc") else None
         cache = session.cache_report() if tier is not None else None
@@ -147,7 +157,7 @@ def main(job_path: str) -> None:
             stats = session.comm_stats.to_dict() if world > 1 else {}  # type: ignore[attr-defined]
             (out / f"{name}.json").write_text(json.dumps(
                 {"losses": losses.losses, "types": types, "auc": auc, "stats": stats, "world": world, "cache": cache,
-                 "dense_sha256": dense, "memory": memory}
+                 "dense_sha256": dense, "memory": memory, "traffic": traffic}
             ))
             torch.save(torch.cat([w.flatten() for w in weight]), out / f"{name}.pt")  # every table, flat
     if world > 1:

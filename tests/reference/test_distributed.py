@@ -153,6 +153,44 @@ def test_shards_on_the_ssd_tier_train_bit_for_bit_as_in_memory(tmp_path):
 
 
 @pytest.mark.slow
+def test_table_row_wise_over_two_nodes_crosses_nodes_as_the_planner_projects(single, tmp_path):
+    """2 nodes x 2 ranks, every table table-row-wise: the rows of each table on the ranks of one
+    node, its outputs summed inside the node before crossing. Training follows single-process
+    training within 1e-5 on the loss over 50 steps, with and without overlap (the same
+    arithmetic: the same losses bit for bit), and the bytes every collective sent over the
+    inter-node links equal the planner's projection exactly (per step, summed over the ranks)."""
+    twrw = {"*": "table_row_wise"}
+    results = run_driver(tmp_path, "w4", 4, {"overlap": {"types": twrw},
+                                             "sync": {"types": twrw, "overlap": False},
+                                             "rw": {"types": {"*": "row_wise"}}},
+                         nodes=2, hyperparameters=EQUIVALENCE_HP)
+    got = results["overlap"]
+    gap = max(abs(a - b) for a, b in zip(single["losses"], got["losses"]))
+    assert len(got["losses"]) == STEPS and gap <= 1e-5, f"table-row-wise on 2 nodes: loss gap {gap:.3g}"
+    assert got["losses"] == results["sync"]["losses"]
+    traffic = got["traffic"]
+    assert traffic["projection"]["nodes"] == 2 and traffic["projection"]["exact_inter_node"]["input_all_to_all"]
+    for kind, measured in traffic["per_step"].items():
+        projected = traffic["projection"]["per_step"][kind]["inter_node_bytes"]
+        assert measured["inter_node_bytes"] == projected, (kind, measured, projected)
+    forward = traffic["per_step"]["forward_all_to_all"]["inter_node_bytes"]
+    dim = load_benchmark("dlrm_synthetic").raw["model"]["embedding_dim"]
+    # each sample's vector of each table crosses once, from the node of the table: half the samples
+    assert forward == BATCH // 2 * TABLES * dim * 4
+    # row-wise shards every table over both nodes: each of the 4 row shards sends its partial vectors
+    rw = results["rw"]["traffic"]["per_step"]["forward_all_to_all"]["inter_node_bytes"]
+    assert rw == 4 * BATCH // 2 * TABLES * dim * 4 and forward / rw == 0.25
+
+
+def test_the_traffic_model_uses_the_codecs_wire_sizes():
+    from harness.reference.planner.traffic import wire_bytes as projected
+
+    for codec in Codec:
+        for rows, cols in ((1, 1), (7, 64), (512, 13)):
+            assert projected(codec, rows, cols) == wire_bytes(codec, rows, cols), codec
+
+
+@pytest.mark.slow
 def test_quantized_communication_is_deterministic_and_counted(tmp_path):
     """Same seed, world size and codecs: the same losses, tables and AUC, bit for bit, in two launches.
     Bytes sent follow the codecs' sizes exactly."""

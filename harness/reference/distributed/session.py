@@ -37,10 +37,21 @@ from harness.reference.batches import NUM_DENSE, Batch
 from harness.reference.comm_codecs import CommConfig
 from harness.reference.datasets import Dataset
 from harness.reference.distributed.comm import Comm, CommStats, ddp_comm_hook
-from harness.reference.distributed.sharded import InputDist, ShardedEmbeddingCollection, shardings_from_plan
+from harness.reference.distributed.sharded import (
+    Hierarchy,
+    InputDist,
+    ShardedEmbeddingCollection,
+    shardings_from_plan,
+)
 from harness.reference.model import DLRM
 from harness.reference.run_config import RunConfig
-from harness.reference.session import EVAL_CACHE_BYTES, Feed, TrainingSession, prefetch, roc_auc
+from harness.reference.session import (
+    EVAL_CACHE_BYTES,
+    Feed,
+    TrainingSession,
+    prefetch,
+    roc_auc,
+)
 from harness.reference.tiered import CacheStats
 
 # the dense part's buffers are constants: no broadcast before each forward (torch >= 2.13 renamed the option)
@@ -52,14 +63,20 @@ _NO_BUFFER_SYNC = (
 
 
 class DenseTower(nn.Module):
-    """The dense part of the DLRM: bottom MLP, interaction and top MLP (data-parallel)."""
+    """The dense part of the DLRM: bottom MLP, interaction and top MLP (data-parallel).
+
+    ``pooled`` is the embeddings, or a lookup in flight (``wait()`` gives them): it is waited for
+    after the bottom MLP, so the output all-to-alls travel while the bottom MLP computes."""
 
     def __init__(self, model: DLRM):
         super().__init__()
         self.dense_arch, self.interaction, self.over_arch = model.dense_arch, model.interaction, model.over_arch
 
-    def forward(self, dense: torch.Tensor, pooled: torch.Tensor) -> torch.Tensor:
-        return self.over_arch(self.interaction(self.dense_arch(dense), pooled))
+    def forward(self, dense: torch.Tensor, pooled: Any) -> torch.Tensor:
+        bottom = self.dense_arch(dense)
+        if not isinstance(pooled, torch.Tensor):
+            pooled = pooled.wait()
+        return self.over_arch(self.interaction(bottom, pooled))
 
 
 class ShardedDLRM(nn.Module):
@@ -75,7 +92,8 @@ class ShardedDLRM(nn.Module):
     """
 
     def __init__(self, model: DLRM, plan: dict[str, Any], comms: tuple[Comm, Comm, Comm], codecs: CommConfig,
-                 device_ids: list[int] | None = None, tiers: dict[str, Any] | None = None, *, device: Any = None):
+                 device_ids: list[int] | None = None, tiers: dict[str, Any] | None = None, *, device: Any = None,
+                 hierarchy: Hierarchy | None = None, overlap: bool = False, bucket_cap_mb: float | None = None):
         super().__init__()
         dense_comm, emb_comm, input_comm = comms
         emb = model.sparse_arch.embeddings
@@ -83,11 +101,14 @@ class ShardedDLRM(nn.Module):
                                         emb_comm.world_size)
         self.sparse_arch = ShardedEmbeddingCollection(emb, shardings, emb_comm, input_comm, codecs, tiers, device=device,
                                                       capacity=plan.get("rank_capacity_bytes"),
-                                                      plan_config=plan.get("config"))
+                                                      plan_config=plan.get("config"), hierarchy=hierarchy,
+                                                      overlap=overlap)
+        self.overlap = overlap
         self.dense = DistributedDataParallel(
-            DenseTower(model), device_ids=device_ids, process_group=dense_comm.group, **_NO_BUFFER_SYNC
+            DenseTower(model), device_ids=device_ids, process_group=dense_comm.group, **_NO_BUFFER_SYNC,
+            **({"bucket_cap_mb": bucket_cap_mb} if bucket_cap_mb else {}),
         )
-        self.dense.register_comm_hook((dense_comm, codecs.allreduce), ddp_comm_hook)
+        self.dense.register_comm_hook((dense_comm, codecs.allreduce, overlap), ddp_comm_hook)
 
     def distribute(self, sparse: torch.Tensor, sizes: list[int] | None = None) -> InputDist:
         return self.sparse_arch.distribute(sparse, sizes)
@@ -96,7 +117,12 @@ class ShardedDLRM(nn.Module):
         self.sparse_arch.queue_next(ids)
 
     def forward(self, dense: torch.Tensor, ids: InputDist) -> torch.Tensor:
-        return self.dense(dense, self.sparse_arch(ids))
+        # with overlap the lookup's all-to-alls travel while the bottom MLP computes
+        pooled = self.sparse_arch.start(ids)
+        return self.dense(dense, pooled if self.overlap else pooled.wait())
+
+    def finish_backward(self) -> None:
+        self.sparse_arch.finish_backward()
 
 
 class Pipeline:
@@ -162,7 +188,9 @@ class DistributedSession(TrainingSession):
         if config.sharding_plan is None:
             raise HarnessError("a distributed run needs a sharding plan in its run config", ErrorCategory.BAD_INPUT)
         self.codecs = CommConfig.from_names(config.comm)
-        self.comm_stats = CommStats()
+        self.comm_stats = CommStats()  # the training steps' collectives
+        self.eval_comm_stats = CommStats()  # the evaluations'
+        self.overlap = bool(config.overlap)
         self._eval_plan: list[tuple[Batch, list[int]]] | None = None
         super().__init__(config, dataset=dataset)
 
@@ -177,11 +205,13 @@ class DistributedSession(TrainingSession):
         return torch.device("cpu")
 
     def _build(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-        self.comms = (
-            Comm(None, self.comm_stats),
-            Comm(dist.new_group(backend=None), self.comm_stats),
-            Comm(dist.new_group(backend=None), self.comm_stats),
+        per_node = self.ranks_per_node()
+        self.comms = (  # the dense all-reduce (its own group: it may run on its own thread), embeddings, input
+            Comm(dist.new_group(backend=None), self.comm_stats, per_node),
+            Comm(dist.new_group(backend=None), self.comm_stats, per_node),
+            Comm(dist.new_group(backend=None), self.comm_stats, per_node),
         )
+        self.hierarchy = self._hierarchy(per_node)
         full = self._unsharded(embedding_device="meta")  # the tables described, not made: each shard is made once
         dense_params = full.dense_parameters()
         device_ids = [self.device.index] if self.device.type == "cuda" else None
@@ -189,11 +219,45 @@ class DistributedSession(TrainingSession):
         tiers = {"policy": tier.get("policy", "lru"), "batch": self.global_batch_size,
                  **({"path": f"{tier['path']}.rank{self.rank}"} if tier.get("path") else {})}
         plan = self.config.sharding_plan or {}
-        model = ShardedDLRM(full, plan, self.comms, self.codecs, device_ids, tiers, device=self.device)
+        model = ShardedDLRM(full, plan, self.comms, self.codecs, device_ids, tiers, device=self.device,
+                            hierarchy=self.hierarchy, overlap=self.overlap,
+                            bucket_cap_mb=self.config.profile.get("ddp_bucket_cap_mb"))
         self._tiered = None  # the sharded collection keeps its shards' caches itself
         # from the plan, not from this rank's shards: every rank must agree (the report is a collective)
         self._ssd_shards = any(s.get("tier") == "ssd" for t in plan.get("tables", []) for s in t.get("shards", []))
         return model, self._dense_optimizer(dense_params)
+
+    def ranks_per_node(self) -> int:
+        """The profile's ranks per node (every rank of the run when it has one node); checked
+        against the launch when torchrun started this node's ranks itself."""
+        per_node = int(self.config.profile.get("accelerators_per_node") or self.world_size)
+        nodes = int(self.config.profile.get("nodes") or 1)
+        if per_node * nodes != self.world_size:
+            per_node = self.world_size  # a profile that does not describe this world: one node
+        local = os.environ.get("LOCAL_WORLD_SIZE")
+        if local is not None and int(local) not in (per_node, self.world_size):
+            raise HarnessError(f"torchrun started {local} ranks on this node; the profile has {per_node} per node",
+                               ErrorCategory.BAD_INPUT)
+        return per_node
+
+    def _hierarchy(self, per_node: int) -> Hierarchy | None:
+        """The node groups and the groups of one local index across nodes (every rank makes all
+        of them, in the same order); None on one node."""
+        nodes = self.world_size // per_node
+        if nodes <= 1 or per_node <= 1:
+            return None
+        intra, _ = dist.new_subgroups_by_enumeration(
+            [list(range(n * per_node, (n + 1) * per_node)) for n in range(nodes)], backend=None)
+        cross, _ = dist.new_subgroups_by_enumeration(
+            [[m * per_node + j for m in range(nodes)] for j in range(per_node)], backend=None)
+        return Hierarchy(per_node, Comm(intra, self.comm_stats, per_node), Comm(cross, self.comm_stats, per_node))
+
+    def _comms(self) -> list[Comm]:
+        extra = [self.hierarchy.intra, self.hierarchy.cross] if self.hierarchy is not None else []
+        return [*self.comms, *extra]
+
+    def _after_backward(self) -> None:
+        self.model.finish_backward()
 
     def _embeddings(self) -> Any:
         return self.model.sparse_arch
@@ -271,6 +335,9 @@ class DistributedSession(TrainingSession):
             raise HarnessError("a sharded session evaluates its eval split only", ErrorCategory.NOT_IMPLEMENTED)
         self.model.eval()
         scores, labels = [], []
+        comms = self._comms()
+        for c in comms:  # the evaluation's traffic is not the training steps'
+            c.stats = self.eval_comm_stats
         try:
             for batch, sizes in self._eval_items():
                 logits = self.model(batch.dense, self.model.distribute(batch.sparse, sizes))
@@ -278,6 +345,8 @@ class DistributedSession(TrainingSession):
                 labels.append(batch.labels.cpu())
         finally:
             self.model.train()
+            for c in comms:
+                c.stats = self.comm_stats
         mine = (torch.cat(scores).numpy(), torch.cat(labels).numpy())
         gathered: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
         dist.gather_object(mine, gathered, dst=0)
@@ -290,8 +359,39 @@ class DistributedSession(TrainingSession):
 
     # ------------------------------------------------------------------ state and caches
     def close(self) -> None:
-        """Settle the cached shards' reads and write-backs and stop their thread."""
+        """Settle the cached shards' reads and write-backs and stop their thread (and the dense
+        all-reduce's)."""
         self.embeddings.close()
+        self.comms[0].close()
+
+    def comm_projection(self) -> dict[str, Any]:
+        """The planner's bytes per link class and kind of one training step of this run's plan,
+        and their seconds at the profile's links (:func:`~harness.reference.planner.traffic.project_traffic`)."""
+        from harness.reference.planner.traffic import project_traffic
+
+        links = self.config.profile.get("interconnect") or {}
+        dense = sum(p.numel() for p in self.model.dense.module.parameters())
+        return project_traffic(self.config.sharding_plan or {}, ranks_per_node=self.ranks_per_node(),
+                               codecs=self.codecs.to_names(), dense_values=dense,
+                               intra_bw_bytes_per_s=float(links.get("intra_node_bw_bytes_per_s", 0)) / 2,
+                               scale_out_bw_bytes_per_s=float(links.get("scale_out_bw_bytes_per_s", 0)) / 2)
+
+    def measured_per_step(self, report: dict[str, Any]) -> dict[str, Any]:
+        from harness.reference.planner.traffic import measured_per_step
+
+        first = report["ranks"][0]
+        return measured_per_step(report["total"], first["steps"], sum(r["input_batches"] for r in report["ranks"])
+                                 // self.world_size, self.world_size)
+
+    def comm_report(self) -> dict[str, Any]:
+        """Every rank's training traffic per kind and link class, and their sum (a collective)."""
+        mine = {"rank": self.rank, "steps": self.step_count, "input_batches": self.comm_stats.input_batches,
+                **self.comm_stats.to_dict()}
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, mine)
+        total = {kind: {k: sum(r[kind][k] for r in gathered) for k in gathered[0][kind]}
+                 for kind in gathered[0] if isinstance(gathered[0][kind], dict)}
+        return {"ranks": gathered, "total": total}
 
     def full_weight(self) -> torch.Tensor:
         """The whole unsharded tables, on every rank (a collective: for tests and small tables)."""

@@ -21,6 +21,23 @@ one mechanism, as in torchrec's ``ShardedEmbeddingBagCollection``:
 Data-parallel tables are full replicas on every rank: looked up locally, their gradients
 summed over ranks (the all-reduce codec) and applied identically everywhere.
 
+**Two link classes** (a :class:`Hierarchy`: several nodes of ``L`` ranks; rank ``r`` on node
+``r // L`` at local index ``r % L``). The shards of a table-row-wise or table-column-wise table
+all live on the ranks of one node, and their outputs travel in two stages, as TorchRec's
+TW-RW distribution and the planner's cost model have them: first inside the node (an
+all-to-all on the node's group: local rank ``j`` receives every shard's partial vectors of the
+samples of the ranks of local index ``j`` on every node, and sums the row shards' and places
+the column shards' side by side), then across nodes (an all-to-all on the group of the ranks
+of local index ``j``, one per node): only the node's finished vectors cross the slow links,
+once per sample. The backward pass runs the same stages in reverse. Other types go through the
+flat all-to-all. On one node there is no second stage, and every type is flat.
+
+**Overlap** (``overlap=True``): the forward all-to-alls are started before the dense part's
+bottom MLP and waited for after it (:meth:`ShardedEmbeddingCollection.start`); the backward
+all-to-alls are started in the backward pass and waited for, and the shards updated, after it
+(:meth:`ShardedEmbeddingCollection.finish_backward`), while the bottom MLP's backward and the
+dense all-reduce run. The arithmetic is the same either way.
+
 **The SSD tier.** With ``ssd`` given, each shard the plan put on the SSD tier lives in a file
 behind a cache of its own (:class:`~harness.reference.tiered.CachedShard`): step 2 admits the
 rows a batch needs and looks them up in the cache's slots, step 4 updates those slots, so the
@@ -170,6 +187,23 @@ def _check_tiling(name: Any, shards: Sequence[ShardSpec], rows: int, dim: int) -
 
 
 @dataclass(frozen=True)
+class Hierarchy:
+    """The topology of a run over several nodes: ``ranks_per_node`` ranks per node, the collectives
+    of this rank's node (``intra``) and of the ranks of its local index, one per node (``cross``)."""
+
+    ranks_per_node: int
+    intra: Comm
+    cross: Comm
+
+    @property
+    def nodes(self) -> int:
+        return self.cross.world_size
+
+
+HIERARCHICAL_TYPES = (ShardingType.TABLE_ROW_WISE, ShardingType.TABLE_COLUMN_WISE)
+
+
+@dataclass(frozen=True)
 class KeyedIds:
     """The ids of one row range of one table, for the samples of every rank (jagged)."""
 
@@ -198,6 +232,7 @@ class InputDist:
             ids.append(torch.cat([p[1] for p in parts]) if parts else sparse.new_empty(0))
         self._send_ids: list[torch.Tensor] | None = ids
         k = len(coll.keys_of[coll.rank])
+        coll.input_comm.stats.input_batches += 1
         self._lengths = coll.input_comm.all_to_all_start(lengths, [k * n for n in self.sizes], INPUT)
         self._ids: PendingAllToAll | None = None
         self._received: list[torch.Tensor] = []
@@ -237,18 +272,43 @@ class InputDist:
 
 
 class _ShardedLookup(torch.autograd.Function):
-    """The sharded lookup; its backward sends the gradients to the shards and updates them."""
+    """The pooled embeddings of a started lookup (:class:`PendingPooled`); its backward sends
+    the gradients to the shards and updates them (now, or in ``finish_backward`` with overlap)."""
 
     @staticmethod
-    def forward(ctx, dummy: torch.Tensor, coll: ShardedEmbeddingCollection, keyed: list[KeyedIds],
-                sparse: torch.Tensor, sizes: list[int]) -> torch.Tensor:
-        ctx.coll, ctx.keyed, ctx.sparse, ctx.sizes = coll, keyed, sparse, sizes
-        return coll._pooled(keyed, sparse, sizes)
+    def forward(ctx, dummy: torch.Tensor, pending: PendingPooled) -> torch.Tensor:
+        ctx.pending = pending
+        return pending.finish()
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        ctx.coll._backward(ctx.keyed, ctx.sparse, ctx.sizes, grad)
-        return None, None, None, None, None
+        p = ctx.pending
+        p.coll._backward(p.keyed, p.sparse, p.sizes, grad)
+        return None, None
+
+
+class PendingPooled:
+    """A lookup whose output all-to-alls are on their way; :meth:`wait` gives the pooled
+    embeddings (through the autograd function when training, so that backward reaches the shards)."""
+
+    def __init__(self, coll: ShardedEmbeddingCollection, keyed: list[KeyedIds], sparse: torch.Tensor,
+                 sizes: list[int], finish: Callable[[], torch.Tensor], train: bool):
+        self.coll, self.keyed, self.sparse, self.sizes = coll, keyed, sparse, sizes
+        self._finish, self._train, self._out = finish, train, None
+
+    def finish(self) -> torch.Tensor:
+        return self._finish()
+
+    def wait(self) -> torch.Tensor:
+        if self._out is None:
+            if self._train:
+                out = _ShardedLookup.apply(self.coll._dummy, self)
+            else:
+                with torch.no_grad():
+                    out = self.finish()
+            c = self.coll
+            self._out = out.view(out.shape[0], c.num_tables, c.dim) if c.uniform_dims else out
+        return self._out
 
 
 class ShardedEmbeddingCollection(nn.Module):
@@ -282,8 +342,12 @@ class ShardedEmbeddingCollection(nn.Module):
 
     def __init__(self, full: FusedEmbeddingCollection, shardings: Sequence[TableSharding], comm: Comm,
                  input_comm: Comm, codecs: CommConfig, tiers: dict[str, Any] | None = None, *, device: Any = None,
-                 capacity: dict[str, int] | None = None, plan_config: dict[str, Any] | None = None):
+                 capacity: dict[str, int] | None = None, plan_config: dict[str, Any] | None = None,
+                 hierarchy: Hierarchy | None = None, overlap: bool = False):
         super().__init__()
+        self.hier = hierarchy if hierarchy is not None and hierarchy.nodes > 1 else None
+        self.overlap = overlap
+        self._pending_backward: list[Callable[[], None]] = []
         self._device = torch.device(device) if device is not None else torch.device("cpu")
         self.comm, self.input_comm, self.codecs = comm, input_comm, codecs
         self.rank, self.world_size = comm.rank, comm.world_size
@@ -309,6 +373,7 @@ class ShardedEmbeddingCollection(nn.Module):
         mine = self.shards_of[self.rank]
         self._key_index = [self.keys_of[self.rank].index(s.key) for s in mine]
         self.shards: list[ShardSpec] = mine
+        self._init_hierarchy(shardings)
 
         self.seed = full.seed
         device = torch.device(device) if device is not None else torch.device("cpu")
@@ -356,6 +421,47 @@ class ShardedEmbeddingCollection(nn.Module):
             self.register_buffer(f"_dp_out{g}", torch.cat(
                 [torch.arange(self._out_start[t], self._out_start[t + 1]) for t in tables]).to(device), persistent=False)
         self._dummy = torch.zeros(0, requires_grad=True, device=device)
+
+    def _init_hierarchy(self, shardings: Sequence[TableSharding]) -> None:
+        """Which shards go through the two-stage (intra-node, then inter-node) distribution."""
+        hier: set[int] = set()
+        if self.hier is not None:
+            per_node = self.hier.ranks_per_node
+            for t, sh in enumerate(shardings):
+                if sh.sharding_type in HIERARCHICAL_TYPES:
+                    if len({s.rank // per_node for s in sh.shards}) != 1:
+                        raise HarnessError(f"plan table {t}: a {sh.sharding_type.value} table must have all its "
+                                           f"shards on the ranks of one node of {per_node}", ErrorCategory.BAD_INPUT)
+                    hier.add(t)
+        self.flat_of = [[s for s in shards if s.table not in hier] for shards in self.shards_of]
+        self.hier_of = [[s for s in shards if s.table in hier] for shards in self.shards_of]
+        self._flat_index = [i for i, s in enumerate(self.shards) if s.table not in hier]
+        self._hier_index = [i for i, s in enumerate(self.shards) if s.table in hier]
+        self._two_stage = False
+        if self.hier is None:
+            return
+        per_node, nodes = self.hier.ranks_per_node, self.hier.nodes
+        self.node, self.local = divmod(self.rank, per_node)
+        # the two-stage tables of each node, in table order: the cross-node chunk's layout
+        self.node_tables = [sorted({s.table for p in range(n * per_node, (n + 1) * per_node) for s in self.hier_of[p]})
+                            for n in range(nodes)]
+        self._rows_of_local: dict[tuple[int, ...], list[torch.Tensor]] = {}
+        self._two_stage = any(self.node_tables)  # the same on every rank: the plan's
+
+    def _local_rows(self, sizes: Sequence[int]) -> list[torch.Tensor]:
+        """Per local index ``j``: the global batch's rows of the samples of the ranks of local
+        index ``j`` (node by node), the rows a stage-one chunk to local rank ``j`` carries."""
+        key = tuple(sizes)
+        if key not in self._rows_of_local:
+            assert self.hier is not None
+            per_node, nodes = self.hier.ranks_per_node, self.hier.nodes
+            bounds = [0, *itertools.accumulate(sizes)]
+            self._rows_of_local[key] = [
+                torch.cat([torch.arange(bounds[m * per_node + j], bounds[m * per_node + j + 1])
+                           for m in range(nodes)]).to(self._dummy.device)
+                for j in range(per_node)
+            ]
+        return self._rows_of_local[key]
 
     def _replica_tier(self, shardings: Sequence[TableSharding], table: int) -> str:
         """The tier this rank's replica of ``table`` lives in: the plan's (replicas are resident
@@ -460,19 +566,24 @@ class ShardedEmbeddingCollection(nn.Module):
     def forward(self, ids: InputDist) -> torch.Tensor:
         """The pooled embeddings of this rank's samples, as the unsharded tables give them: ``B x
         F x D`` (tables of one dimension) or ``B x sum(dims)`` (several)."""
+        return self.start(ids).wait()
+
+    def start(self, ids: InputDist) -> PendingPooled:
+        """Look up this rank's shards for the global batch and start sending the pooled vectors
+        to their samples' ranks; the result's ``wait()`` gives this rank's pooled embeddings."""
         keyed = ids.wait()
-        if self.training and self.optimizer is not None and torch.is_grad_enabled():
-            out = _ShardedLookup.apply(self._dummy, self, keyed, ids.sparse, ids.sizes)
-        else:
-            with torch.no_grad():
-                out = self._pooled(keyed, ids.sparse, ids.sizes)
-        return out.view(out.shape[0], self.num_tables, self.dim) if self.uniform_dims else out
+        train = self.training and self.optimizer is not None and torch.is_grad_enabled()
+        with torch.no_grad():
+            finish = self._start_pooled(keyed, ids.sparse, ids.sizes)
+        return PendingPooled(self, keyed, ids.sparse, ids.sizes, finish, train)
 
     def _pooled(self, keyed: list[KeyedIds], sparse: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+        return self._start_pooled(keyed, sparse, sizes)()
+
+    def _start_pooled(self, keyed: list[KeyedIds], sparse: torch.Tensor,
+                      sizes: list[int]) -> Callable[[], torch.Tensor]:
         me = self.rank
-        bounds = [0]
-        for n in sizes:
-            bounds.append(bounds[-1] + n)
+        bounds = [0, *itertools.accumulate(sizes)]
         partials = []
         for i in range(len(self.shards)):
             k = keyed[self._key_index[i]]
@@ -481,13 +592,63 @@ class ShardedEmbeddingCollection(nn.Module):
                 partials.append(weight.index_select(0, ids))
             else:
                 partials.append(torch.nn.functional.embedding_bag(ids, weight, k.offsets, mode="sum"))
-        got = self.comm.all_to_all(self.encode_pooled(partials, bounds), self.pooled_sizes(sizes[me]), FORWARD)
-        out = self.decode_pooled(got, sizes[me])
-        for g, rep in enumerate(self.replicas):
-            columns, values = self._replica_columns(g)
-            local = rep.global_ids(sparse.index_select(1, columns))
-            out[:, values] = rep._lookup(rep.weight.detach(), local).flatten(1)
-        return out
+        flat = self.comm.all_to_all_start(self.encode_pooled([partials[i] for i in self._flat_index], bounds),
+                                          self.pooled_sizes(sizes[me]), FORWARD)
+        cross = self._start_two_stage([partials[i] for i in self._hier_index], sizes) if self._two_stage else None
+
+        def finish() -> torch.Tensor:
+            out = self.decode_pooled(flat.wait(), sizes[me])
+            if cross is not None:
+                self._place_two_stage(out, cross.wait(), sizes[me])
+            for g, rep in enumerate(self.replicas):
+                columns, values = self._replica_columns(g)
+                local = rep.global_ids(sparse.index_select(1, columns))
+                out[:, values] = rep._lookup(rep.weight.detach(), local).flatten(1)
+            return out
+
+        return finish
+
+    def _start_two_stage(self, partials: Sequence[torch.Tensor], sizes: Sequence[int]) -> PendingAllToAll:
+        """Stage one (inside the node, done when this returns) and the start of stage two (across
+        nodes) of the two-stage tables' pooled vectors (see the module docstring)."""
+        assert self.hier is not None
+        codec, per_node, nodes = self.codecs.forward, self.hier.ranks_per_node, self.hier.nodes
+        rows = self._local_rows(sizes)
+        chunks = [torch.cat([encode(p.index_select(0, rows[j]), codec) for p in partials]) if partials
+                  else self._empty_bytes() for j in range(per_node)]
+        n_me = rows[self.local].numel()
+        node_ranks = range(self.node * per_node, (self.node + 1) * per_node)
+        got = self.hier.intra.all_to_all(chunks, [sum(wire_bytes(codec, n_me, s.cols) for s in self.hier_of[p])
+                                                  for p in node_ranks], FORWARD)
+        tables = self.node_tables[self.node]
+        summed = {t: torch.zeros(n_me, self.dims[t], device=self._dummy.device) for t in tables}
+        for p, chunk in zip(node_ranks, got):
+            at = 0
+            for s in self.hier_of[p]:
+                n = wire_bytes(codec, n_me, s.cols)
+                summed[s.table][:, s.col_offset : s.col_offset + s.cols] += decode(chunk[at : at + n], codec,
+                                                                                   n_me, s.cols)
+                at += n
+        # stage two: to the rank of my local index on node m, the vectors of its samples
+        seg = [sizes[m * per_node + self.local] for m in range(nodes)]
+        parts = {t: summed[t].split(seg) for t in tables}
+        send = [torch.cat([encode(parts[t][m], codec) for t in tables]) if tables else self._empty_bytes()
+                for m in range(nodes)]
+        recv = [sum(wire_bytes(codec, sizes[self.rank], self.dims[t]) for t in self.node_tables[m]) for m in range(nodes)]
+        return self.hier.cross.all_to_all_start(send, recv, FORWARD)
+
+    def _place_two_stage(self, out: torch.Tensor, got: Sequence[torch.Tensor], batch: int) -> None:
+        codec = self.codecs.forward
+        for m, chunk in enumerate(got):
+            at = 0
+            for t in self.node_tables[m]:
+                n = wire_bytes(codec, batch, self.dims[t])
+                lo = self._out_start[t]
+                out[:, lo : lo + self.dims[t]] = decode(chunk[at : at + n], codec, batch, self.dims[t])
+                at += n
+
+    def _empty_bytes(self) -> torch.Tensor:
+        return torch.empty(0, dtype=torch.uint8, device=self._dummy.device)
 
     def _lookup_rows(self, i: int, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """A weight and indices into it that look up local shard ``i``'s rows ``ids``: the
@@ -522,18 +683,19 @@ class ShardedEmbeddingCollection(nn.Module):
         ]
 
     def pooled_sizes(self, batch: int) -> list[int]:
-        """Bytes this rank receives from each rank for its ``batch`` samples."""
+        """Bytes this rank receives from each rank for its ``batch`` samples (flat all-to-all)."""
         codec = self.codecs.forward
-        return [sum(wire_bytes(codec, batch, s.cols) for s in shards) for shards in self.shards_of]
+        return [sum(wire_bytes(codec, batch, s.cols) for s in shards) for shards in self.flat_of]
 
     def decode_pooled(self, got: Sequence[torch.Tensor], batch: int) -> torch.Tensor:
-        """The ``batch x sum(dims)`` embeddings from every rank's chunk: column shards side by
-        side, row shards summed (data-parallel tables are left zero)."""
+        """The ``batch x sum(dims)`` embeddings from every rank's chunk of the flat all-to-all:
+        column shards side by side, row shards summed (data-parallel and two-stage tables are
+        left zero)."""
         codec = self.codecs.forward
         out = torch.zeros(batch, self._out_start[-1], device=self._dummy.device)
         for p, chunk in enumerate(got):
             at = 0
-            for s in self.shards_of[p]:
+            for s in self.flat_of[p]:
                 n = wire_bytes(codec, batch, s.cols)
                 lo = self._out_start[s.table] + s.col_offset
                 out[:, lo : lo + s.cols] += decode(chunk[at : at + n], codec, batch, s.cols)
@@ -543,42 +705,116 @@ class ShardedEmbeddingCollection(nn.Module):
     # ------------------------------------------------------------------ backward
     @torch.no_grad()
     def _backward(self, keyed: list[KeyedIds], sparse: torch.Tensor, sizes: list[int], grad: torch.Tensor) -> None:
+        """Send the pooled gradients to the shards and update them: now, or with ``overlap`` when
+        :meth:`finish_backward` is called (the all-to-alls travel meanwhile)."""
         codec, w = self.codecs.backward, self.world_size
         # the gradient of the global-batch mean (see the module's docstring), one row per sample
         grad = grad.reshape(grad.shape[0], -1).contiguous() / w
-        empty = torch.empty(0, dtype=torch.uint8, device=grad.device)
 
         def block(s: ShardSpec) -> torch.Tensor:
             lo = self._out_start[s.table] + s.col_offset
             return grad[:, lo : lo + s.cols].contiguous()
 
-        chunks = [torch.cat([encode(block(s), codec) for s in self.shards_of[p]]) if self.shards_of[p] else empty
-                  for p in range(w)]
-        recv = [sum(wire_bytes(codec, n, s.cols) for s in self.shards) for n in sizes]
-        got = self.comm.all_to_all(chunks, recv, BACKWARD)
-        at = [0] * w
-        for i, shard in enumerate(self.shards):
-            blocks = []
-            for q, n in enumerate(sizes):
-                size = wire_bytes(codec, n, shard.cols)
-                blocks.append(decode(got[q][at[q] : at[q] + size], codec, n, shard.cols))
-                at[q] += size
-            pooled_grad = torch.cat(blocks)
-            k = keyed[self._key_index[i]]
-            if k.one_per_sample:
-                per_id = pooled_grad
-            else:
-                bag = torch.repeat_interleave(torch.arange(k.lengths.numel(), device=grad.device), k.lengths)
-                per_id = pooled_grad.index_select(0, bag)
-            rows, summed = coalesce(k.values, per_id)
-            if i in self.cached:
-                self.cached[i].update(rows, summed, self.optimizer)
-            else:
-                sparse_update(self._weights[i], self._states[i], rows, summed, self.optimizer)  # type: ignore[arg-type]
-        for g, rep in enumerate(self.replicas):
-            columns, values = self._replica_columns(g)
-            self._replica_backward(rep, sparse.index_select(1, columns),
-                                   grad.index_select(1, values).view(grad.shape[0], -1, rep.dim))
+        chunks = [torch.cat([encode(block(s), codec) for s in self.flat_of[p]]) if self.flat_of[p]
+                  else self._empty_bytes() for p in range(w)]
+        recv = [sum(wire_bytes(codec, n, self.shards[i].cols) for i in self._flat_index) for n in sizes]
+        flat = self.comm.all_to_all_start(chunks, recv, BACKWARD)
+        cross = self._start_two_stage_backward(grad, sizes) if self._two_stage else None
+
+        def finish() -> None:
+            got = flat.wait()
+            at = [0] * w
+            pooled: dict[int, torch.Tensor] = {}
+            for i in self._flat_index:
+                cols, blocks = self.shards[i].cols, []
+                for q, n in enumerate(sizes):
+                    size = wire_bytes(codec, n, cols)
+                    blocks.append(decode(got[q][at[q] : at[q] + size], codec, n, cols))
+                    at[q] += size
+                pooled[i] = torch.cat(blocks)
+            if cross is not None:
+                pooled.update(self._finish_two_stage_backward(cross.wait(), sizes))
+            for i in range(len(self.shards)):
+                self._update_shard(i, keyed[self._key_index[i]], pooled[i])
+            for g, rep in enumerate(self.replicas):
+                columns, values = self._replica_columns(g)
+                self._replica_backward(rep, sparse.index_select(1, columns),
+                                       grad.index_select(1, values).view(grad.shape[0], -1, rep.dim))
+
+        if self.overlap:
+            self._pending_backward.append(finish)
+        else:
+            finish()
+
+    @torch.no_grad()
+    def finish_backward(self) -> None:
+        """Wait for the backward all-to-alls started in the backward pass and update the shards
+        and replicas (with ``overlap``; nothing to do without)."""
+        pending, self._pending_backward = self._pending_backward, []
+        for finish in pending:
+            finish()
+
+    def _update_shard(self, i: int, k: KeyedIds, pooled_grad: torch.Tensor) -> None:
+        """Apply local shard ``i``'s pooled gradients (the global batch's) to the rows it looked up."""
+        if k.one_per_sample:
+            per_id = pooled_grad
+        else:
+            bag = torch.repeat_interleave(torch.arange(k.lengths.numel(), device=pooled_grad.device), k.lengths)
+            per_id = pooled_grad.index_select(0, bag)
+        rows, summed = coalesce(k.values, per_id)
+        if i in self.cached:
+            self.cached[i].update(rows, summed, self.optimizer)
+        else:
+            sparse_update(self._weights[i], self._states[i], rows, summed, self.optimizer)  # type: ignore[arg-type]
+
+    def _start_two_stage_backward(self, grad: torch.Tensor, sizes: Sequence[int]) -> PendingAllToAll:
+        """Stage two in reverse: to the rank of my local index on node ``m``, the gradients of my
+        samples' vectors of node ``m``'s two-stage tables."""
+        assert self.hier is not None
+        codec, per_node, nodes = self.codecs.backward, self.hier.ranks_per_node, self.hier.nodes
+
+        def cols(t: int) -> torch.Tensor:
+            return grad[:, self._out_start[t] : self._out_start[t] + self.dims[t]].contiguous()
+
+        send = [torch.cat([encode(cols(t), codec) for t in self.node_tables[m]]) if self.node_tables[m]
+                else self._empty_bytes() for m in range(nodes)]
+        tables = self.node_tables[self.node]
+        recv = [sum(wire_bytes(codec, sizes[m * per_node + self.local], self.dims[t]) for t in tables)
+                for m in range(nodes)]
+        return self.hier.cross.all_to_all_start(send, recv, BACKWARD)
+
+    def _finish_two_stage_backward(self, got: Sequence[torch.Tensor], sizes: Sequence[int]) -> dict[int, torch.Tensor]:
+        """Stage one in reverse (inside the node): every two-stage shard of this rank gets its
+        columns' gradients of the whole global batch, in its order."""
+        assert self.hier is not None
+        codec, per_node = self.codecs.backward, self.hier.ranks_per_node
+        tables = self.node_tables[self.node]
+        parts: dict[int, list[torch.Tensor]] = {t: [] for t in tables}
+        for m, chunk in enumerate(got):
+            n, at = sizes[m * per_node + self.local], 0
+            for t in tables:
+                size = wire_bytes(codec, n, self.dims[t])
+                parts[t].append(decode(chunk[at : at + size], codec, n, self.dims[t]))
+                at += size
+        node_grad = {t: torch.cat(parts[t]) for t in tables}  # the samples of my local index, node by node
+        node_ranks = range(self.node * per_node, (self.node + 1) * per_node)
+        send = [torch.cat([encode(node_grad[s.table][:, s.col_offset : s.col_offset + s.cols].contiguous(), codec)
+                           for s in self.hier_of[p]]) if self.hier_of[p] else self._empty_bytes() for p in node_ranks]
+        rows = self._local_rows(sizes)
+        recv = [sum(wire_bytes(codec, rows[j].numel(), self.shards[i].cols) for i in self._hier_index)
+                for j in range(per_node)]
+        got = self.hier.intra.all_to_all(send, recv, BACKWARD)
+        total, at, out = sum(sizes), [0] * per_node, {}
+        for i in self._hier_index:
+            c = self.shards[i].cols
+            full = torch.empty(total, c, device=self._dummy.device)
+            for j in range(per_node):
+                n = rows[j].numel()
+                size = wire_bytes(codec, n, c)
+                full.index_copy_(0, rows[j], decode(got[j][at[j] : at[j] + size], codec, n, c))
+                at[j] += size
+            out[i] = full
+        return out
 
     def _replica_backward(self, rep: FusedEmbeddingCollection, sparse: torch.Tensor, grad: torch.Tensor) -> None:
         """Sum a replica group's gradients over the ranks and apply them on every rank alike."""

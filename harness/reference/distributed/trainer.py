@@ -44,13 +44,20 @@ class DistributedTrainer(Trainer):
             types[t["sharding_type"]] = types.get(t["sharding_type"], 0) + 1
         self.log.event("harness_sharding_plan", {"fingerprint": plan.get("fingerprint", ""), "sharding_types": types})
         self.log.event("harness_comm_codecs", self.codecs.to_names())
+        self.log.event("harness_comm_overlap", bool(self.config.overlap))
+
+    def _log_init_stop(self, session) -> None:
+        if isinstance(session, DistributedSession):
+            self.log.event("harness_comm_projection", session.comm_projection())
+        super()._log_init_stop(session)
 
     def _log_run_stop(self, result: RunResult, epoch_num: float) -> None:
         super()._log_run_stop(result, epoch_num)
         session = self.session
-        if isinstance(session, DistributedSession):
-            self.log.event("harness_comm_stats", {"rank": self.rank, "steps": session.step_count,
-                                                  **session.comm_stats.to_dict()})
+        if isinstance(session, DistributedSession) and result.reason_is_final():  # a collective
+            report = session.comm_report()
+            self.log.event("harness_comm_stats", {**report["ranks"][0], "total": report["total"],
+                                                  "per_step": session.measured_per_step(report)})
 
 
 @contextlib.contextmanager

@@ -1,0 +1,156 @@
+"""The bytes a sharding plan puts on each link class per training step, and their time.
+
+:func:`project_traffic` follows the executor's collectives
+(:mod:`harness.reference.distributed.sharded`, :mod:`harness.reference.distributed.comm`)
+message by message: for every kind of collective, the bytes every rank sends to every other
+rank, split into those that stay inside a node (``intra_node``) and those that cross nodes
+(``inter_node``), summed over the ranks, for one training step of the global batch. A run logs
+this projection beside what its collectives counted (``harness_comm_projection``,
+``harness_comm_stats``), so the model the planner prices and the traffic the run makes can
+be compared.
+
+What is exact and what is expected: every pooled-embedding all-to-all (flat, and both stages
+of table-row-wise and table-column-wise tables over several nodes), the lengths of the input
+distribution, the ids of tables whose shards all hold every row (table-wise, column-wise,
+table-column-wise) or whose row shards all lie in one node (table-row-wise: every id of a
+remote sample crosses, once), and the sums over the ranks of the dense and data-parallel
+all-reduces with fp32, fp16 or bf16 (their chunks are whole values, so DDP's buckets do not
+change the total) are exact for batches whose samples all have the tables' pooling. The ids
+of row-wise shards spread over ranks, and the fp8/int8 all-reduce's padding to whole rows of
+256 values in each of DDP's buckets, are expectations (uniform ids; one bucket); ``exact``
+says which kinds' inter-node figures are exact for the plan. Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from harness.reference.planner.types import CommPrecision, ShardingType
+
+INPUT, FORWARD, BACKWARD, DENSE, REPLICA = (
+    "input_all_to_all", "forward_all_to_all", "backward_all_to_all", "dense_all_reduce", "replica_all_reduce")
+KINDS = (INPUT, FORWARD, BACKWARD, DENSE, REPLICA)
+INTRA, INTER = "intra_node", "inter_node"
+ID_BYTES = 8  # ids and lengths travel as int64
+ROW_OVERHEAD = {CommPrecision.FP8: 4, CommPrecision.INT8: 8}  # a row's fp32 scale (+ bias)
+ALL_REDUCE_ROW = 256  # values per row of a scaled codec in the all-reduce
+TWO_STAGE = (ShardingType.TABLE_ROW_WISE.value, ShardingType.TABLE_COLUMN_WISE.value)
+
+
+def wire_bytes(codec: CommPrecision, rows: int, cols: int) -> int:
+    """Bytes on the wire for ``rows x cols`` float32 values sent as ``codec`` (the codecs' rule)."""
+    return rows * (cols * codec.bytes_per_element + ROW_OVERHEAD.get(codec, 0))
+
+
+def project_traffic(plan: Mapping[str, Any], *, ranks_per_node: int, codecs: Mapping[str, str],
+                    dense_values: int, intra_bw_bytes_per_s: float = 0.0,
+                    scale_out_bw_bytes_per_s: float = 0.0) -> dict[str, Any]:
+    """Bytes per link class and kind of one training step of ``plan`` (``Plan.to_dict()``), over
+    every rank, and the seconds of the busiest rank at the given one-way link bandwidths.
+
+    ``dense_values``: the dense part's parameter count (DDP all-reduces their gradients).
+    """
+    w = int(plan["world_size"])
+    per_node = ranks_per_node if w % ranks_per_node == 0 else w
+    nodes = w // per_node
+    b = int(plan["batch_size"]) // w
+    fwd, bwd, red = (CommPrecision(codecs.get(k, "fp32")) for k in ("forward", "backward", "allreduce"))
+    two_stage_on = nodes > 1 and per_node > 1
+
+    def node(r: int) -> int:
+        return r // per_node
+
+    sent = {kind: {INTRA: 0.0, INTER: 0.0} for kind in KINDS}
+    by_rank = [{INTRA: 0.0, INTER: 0.0} for _ in range(w)]
+
+    def send(kind: str, src: int, dst: int, nbytes: float) -> None:
+        if src == dst or not nbytes:
+            return
+        link = INTRA if node(src) == node(dst) else INTER
+        sent[kind][link] += nbytes
+        by_rank[src][link] += nbytes
+
+    flat: list[list[dict[str, Any]]] = [[] for _ in range(w)]
+    hier: list[list[dict[str, Any]]] = [[] for _ in range(w)]
+    keys: list[set[tuple[int, int, int]]] = [set() for _ in range(w)]
+    tables = plan["tables"]
+    node_tables: list[list[int]] = [[] for _ in range(nodes)]
+    replica_values = 0
+    exact_ids = True
+    for t, table in enumerate(tables):
+        if table["sharding_type"] == ShardingType.DATA_PARALLEL.value:
+            replica_values += int(table["rows"]) * int(table["dim"])
+            continue
+        two_stage = two_stage_on and table["sharding_type"] in TWO_STAGE
+        partial_nodes = set()
+        for s in table["shards"]:
+            r = int(s["rank"])
+            (hier if two_stage else flat)[r].append({**s, "table": t})
+            keys[r].add((t, int(s["row_offset"]), int(s["rows"])))
+            if int(s["rows"]) != int(table["rows"]):
+                partial_nodes.add(node(r))
+        if two_stage:
+            node_tables[node(int(table["shards"][0]["rank"]))].append(t)
+        exact_ids &= len(partial_nodes) <= 1
+
+    for src in range(w):
+        for dst in range(w):
+            # input: lengths of every key of dst, then the ids of src's samples in each key's rows
+            send(INPUT, src, dst, len(keys[dst]) * b * ID_BYTES)
+            send(INPUT, src, dst, sum(b * tables[t]["pooling"] * rows / tables[t]["rows"]
+                                      for t, _, rows in keys[dst]) * ID_BYTES)
+            # flat pooled vectors: src's shards' vectors of dst's samples, and back
+            send(FORWARD, src, dst, sum(wire_bytes(fwd, b, int(s["cols"])) for s in flat[src]))
+            send(BACKWARD, src, dst, sum(wire_bytes(bwd, b, int(s["cols"])) for s in flat[dst]))
+            if not two_stage_on or not any(node_tables):
+                continue
+            if node(src) == node(dst):  # stage one: the samples of dst's local index, nodes times b
+                send(FORWARD, src, dst, sum(wire_bytes(fwd, nodes * b, int(s["cols"])) for s in hier[src]))
+                send(BACKWARD, src, dst, sum(wire_bytes(bwd, nodes * b, int(s["cols"])) for s in hier[dst]))
+            elif src % per_node == dst % per_node:  # stage two: one local index, across nodes
+                dims = [int(tables[t]["dim"]) for t in node_tables[node(src)]]
+                send(FORWARD, src, dst, sum(wire_bytes(fwd, b, d) for d in dims))
+                dims = [int(tables[t]["dim"]) for t in node_tables[node(dst)]]
+                send(BACKWARD, src, dst, sum(wire_bytes(bwd, b, d) for d in dims))
+
+    # the all-reduces: reduce-scatter then all-gather of chunks; over the ranks, each chunk goes
+    # to every other rank once in each stage
+    for kind, values in ((DENSE, dense_values), (REPLICA, replica_values)):
+        if not values or w == 1:
+            continue
+        width = ALL_REDUCE_ROW if red in ROW_OVERHEAD else 1
+        total = wire_bytes(red, -(-values // width), width)
+        for link, others in ((INTRA, per_node - 1), (INTER, w - per_node)):
+            sent[kind][link] += 2 * others * total
+            for r in range(w):
+                by_rank[r][link] += 2 * others * total / w
+
+    def seconds(r: int) -> float:
+        intra = by_rank[r][INTRA] / intra_bw_bytes_per_s if intra_bw_bytes_per_s > 0 else 0.0
+        inter = by_rank[r][INTER] / scale_out_bw_bytes_per_s if scale_out_bw_bytes_per_s > 0 else 0.0
+        return intra + inter
+
+    busiest = max(range(w), key=seconds)
+    return {
+        "nodes": nodes, "ranks_per_node": per_node, "batch_per_rank": b,
+        "per_step": {kind: {f"{INTRA}_bytes": round(v[INTRA], 3), f"{INTER}_bytes": round(v[INTER], 3)}
+                     for kind, v in sent.items()},
+        "exact_inter_node": {INPUT: exact_ids, FORWARD: True, BACKWARD: True,
+                             DENSE: red not in ROW_OVERHEAD, REPLICA: red not in ROW_OVERHEAD},
+        "seconds_per_step": round(seconds(busiest), 9), "busiest_rank": busiest,
+        "link_bytes_per_s": {INTRA: intra_bw_bytes_per_s, INTER: scale_out_bw_bytes_per_s},
+    }
+
+
+def measured_per_step(total: Mapping[str, Mapping[str, float]], steps: int, input_batches: int, ranks: int,
+                      kinds: Sequence[str] = KINDS) -> dict[str, dict[str, float]]:
+    """A run's counted bytes (``harness_comm_stats``'s ``total``, summed over the ranks) per
+    training step (the input distribution's per batch distributed), in :func:`project_traffic`'s
+    shape, with the seconds a rank waited in them per step (the mean over the ranks)."""
+    out = {}
+    for kind in kinds:
+        n = max(input_batches if kind == INPUT else steps, 1)
+        out[kind] = {**{f"{link}_bytes": round(total[kind][f"{link}_bytes"] / n, 3) for link in (INTRA, INTER)},
+                     "seconds": round(total[kind]["seconds"] / n / max(ranks, 1), 9)}
+    return out
