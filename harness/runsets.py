@@ -563,6 +563,9 @@ def _run_one(plan: RunSetPlan, index: int, config: RunConfig, reporter: Reporter
         raise HarnessError(
             f"run {index} failed: {_worker_failure(stderr_path)} (log kept at {failed})", ErrorCategory.RUN_FAILED
         )
+    if not staged.is_file():  # global rank 0 is this node's: it must have written the log
+        raise HarnessError(f"run {index}: the ranks ended without an error but wrote no log at {staged}",
+                           ErrorCategory.RUN_FAILED)
     final = plan.result_path(index)
     final.parent.mkdir(parents=True, exist_ok=True)
     os.replace(staged, final)
