@@ -29,7 +29,7 @@ from harness.hw_profiles import (
     profile_names,
 )
 
-SHIPPED = ["bigbasin-8gpu", "dgx-a100-8gpu", "dgx-h100-8gpu", "h200-1gpu", "zionex-16x8gpu", "zionex-8gpu"]
+SHIPPED = ["bigbasin-8gpu", "dgx-a100-8gpu", "dgx-h100-8gpu", "h200-1gpu", "zionex-16x8gpu", "zionex-2x8gpu", "zionex-8gpu"]
 
 
 @pytest.fixture(scope="module")
