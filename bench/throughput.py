@@ -3,6 +3,7 @@
     python bench/throughput.py                       # the fixed small config on CPU
     python bench/throughput.py --config dcnv2        # MLPerf dlrm_dcnv2's architecture (rows capped)
     python bench/throughput.py --device cuda         # the same on a GPU
+    python bench/throughput.py --profile-step        # first, where a step's time goes, phase by phase
 
 Both models get the identical architecture, batch and (in-memory) data; a step is
 forward + backward + optimizer. The baseline is what a PyTorch user writes first: one
@@ -13,13 +14,16 @@ into the embedding backward (see ``harness/reference/embeddings.py``).
 
 Timings alternate between the two models over several rounds and report the median, so
 both see the same machine noise; the last line is the ratio ours / baseline. Beside them it
-prints the bound the machine's matrix-multiply rate puts on the MLP part (its FLOPs per
-sample, forward + backward, over a measured GEMM rate).
+prints the bound the machine's matrix-multiply rate puts on the dense part: the time of its
+own GEMMs (every layer's forward and two backward multiplies, and the interaction's, at the
+benchmark's batch; each shape the median of 7 repetitions), so the fraction of the bound is
+stable from run to run (:func:`gemm_bound`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass
@@ -92,7 +96,7 @@ class BaselineDLRM(nn.Module):
             self.w = nn.ModuleList(nn.Linear(cfg.dcn_rank, w, device=device) for _ in range(cfg.dcn_layers))
         self.cols = torch.tensor((0, *cfg.pooling)).cumsum(0).tolist()
 
-    def forward(self, dense, sparse):
+    def forward(self, dense, sparse):  # as a user writes it (the timed step); the pieces below serve --profile-step
         x = self.bottom(dense)
         e = [bag(sparse[:, self.cols[f] : self.cols[f + 1]]) for f, bag in enumerate(self.bags)]
         if self.cfg.interaction is Interaction.DOT:
@@ -105,6 +109,30 @@ class BaselineDLRM(nn.Module):
             for v, w in zip(self.v, self.w):
                 features = x0 * w(v(features)) + features
         return self.top(features).squeeze(1)
+
+    def lookups(self, sparse):
+        """The pooled embeddings, ``B x F x D``."""
+        return torch.stack([bag(sparse[:, self.cols[f] : self.cols[f + 1]]) for f, bag in enumerate(self.bags)], 1)
+
+    def interact(self, x, e):
+        if self.cfg.interaction is Interaction.DOT:
+            z = torch.cat([x.unsqueeze(1), e], dim=1)
+            zz = torch.bmm(z, z.transpose(1, 2))[:, self.li, self.lj]
+            return torch.cat([x, zz], dim=1)
+        x0 = torch.cat([x, e.flatten(1)], dim=1)
+        features = x0
+        for v, w in zip(self.v, self.w):
+            features = x0 * w(v(features)) + features
+        return features
+
+
+class BaselineInteraction(nn.Module):
+    def __init__(self, base: BaselineDLRM):
+        super().__init__()
+        self.base = base
+
+    def forward(self, x, e):
+        return self.base.interact(x, e)
 
 
 def mlp_flops_per_sample(cfg: DLRMConfig) -> float:
@@ -121,6 +149,55 @@ def mlp_flops_per_sample(cfg: DLRMConfig) -> float:
     for w in cfg.top_mlp:
         macs, n_in = macs + n_in * w, w
     return 3 * 2 * macs
+
+
+def mlp_gemms(cfg: DLRMConfig, batch: int) -> list[tuple[int, int, int]]:
+    """The matrix multiplies of one training step of the dense part, ``(m, k, n)`` each: every
+    layer's forward ``(B x in) @ (in x out)`` and its two backward ones (input and weight
+    gradients), for the bottom MLP, the DCN layers' low-rank pair (or the dot interaction's
+    batched ``(F+1) x D`` products, as one ``B(F+1) x D x (F+1)`` multiply) and the top MLP."""
+    layers, n_in = [], cfg.num_dense
+    for w in cfg.bottom_mlp:
+        layers.append((n_in, w))
+        n_in = w
+    out = []
+    if cfg.interaction is Interaction.DCN:
+        for _ in range(cfg.dcn_layers):
+            layers += [(cfg.interaction_width, cfg.dcn_rank), (cfg.dcn_rank, cfg.interaction_width)]
+    else:
+        n = cfg.num_sparse + 1
+        out += [(batch * n, cfg.embedding_dim, n)] * 3  # forward, and the two gradients (the same shape)
+    n_in = cfg.interaction_width
+    for w in cfg.top_mlp:
+        layers.append((n_in, w))
+        n_in = w
+    for k, n in layers:
+        out += [(batch, k, n), (batch, n, k), (n, batch, k)]  # forward, input gradient, weight gradient
+    return out
+
+
+def gemm_bound(cfg: DLRMConfig, batch: int, device, reps: int = 7) -> tuple[float, float]:
+    """The samples/s the machine's matrix-multiply rate allows the dense part, and that rate:
+    every multiply of a step (:func:`mlp_gemms`), each timed as the median of ``reps``
+    repetitions after a warm-up, summed. The bound uses the layers' own shapes at the
+    benchmark's batch, so it is what these GEMMs can do here, not a square matrix's peak."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    total_s, flops = 0.0, 0.0
+    for m, k, n in mlp_gemms(cfg, batch):
+        a = torch.randn(m, k, generator=g).to(device)
+        b = torch.randn(k, n, generator=g).to(device)
+        for _ in range(2):
+            a @ b
+        times = []
+        for _ in range(reps):
+            _sync(device)
+            t = time.perf_counter()
+            a @ b
+            _sync(device)
+            times.append(time.perf_counter() - t)
+        total_s += statistics.median(times)
+        flops += 2 * m * k * n
+    return batch / total_s, flops / total_s
 
 
 def gemm_flops_per_s(device, size: int = 2048, reps: int = 20) -> float:
@@ -195,6 +272,58 @@ def time_steps(step, batches, device) -> float:
     return (time.perf_counter() - t) / len(batches)
 
 
+PHASES = ("lookups (forward)", "bottom MLP", "interaction", "top MLP + loss", "backward: dense part",
+          "backward: embeddings (+ fused update)", "optimizer step", "Python and the rest")
+
+
+def profile_phases(model: nn.Module, embeddings, dense_arch, interaction, over_arch, step_fn, optimizer,
+                   batches: list[Batch], device) -> dict[str, float]:
+    """Milliseconds per step of each phase, each timed on its own (synchronised on a GPU) over
+    ``batches``: the forward pieces, the backward of the dense part (from the loss to the
+    pooled embeddings) apart from the embeddings' own backward (the scatter of their gradients
+    and, for ours, the fused Adagrad update), the dense optimizer's step; "the rest" is the
+    whole step (``step_fn``, timed on its own) minus the phases."""
+    loss_fn = nn.BCEWithLogitsLoss()
+    acc = dict.fromkeys(PHASES, 0.0)
+
+    @contextlib.contextmanager
+    def phase(name: str):
+        _sync(device)
+        t = time.perf_counter()
+        yield
+        _sync(device)
+        acc[name] += time.perf_counter() - t
+
+    for b in batches:
+        optimizer.zero_grad(set_to_none=True)
+        with phase(PHASES[0]):
+            e = embeddings(b.sparse)
+        with phase(PHASES[1]):
+            d = dense_arch(b.dense)
+        e_in = e.detach().requires_grad_()
+        with phase(PHASES[2]):
+            z = interaction(d, e_in)
+        with phase(PHASES[3]):
+            loss = loss_fn(over_arch(z).reshape(-1), b.labels)
+        with phase(PHASES[4]):
+            loss.backward()
+        with phase(PHASES[5]):
+            e.backward(e_in.grad)
+        with phase(PHASES[6]):
+            optimizer.step()
+    whole = time_steps(step_fn, batches, device)
+    out = {k: v / len(batches) * 1e3 for k, v in acc.items()}
+    out[PHASES[-1]] = whole * 1e3 - sum(v for k, v in out.items() if k != PHASES[-1])
+    return out
+
+
+def print_profile(ours: dict[str, float], base: dict[str, float]) -> None:
+    print(f"{'phase (ms per step)':<40} {'ours':>9} {'baseline':>9}")
+    for name in PHASES:
+        print(f"{name:<40} {ours[name]:9.2f} {base[name]:9.2f}")
+    print(f"{'step':<40} {sum(ours.values()):9.2f} {sum(base.values()):9.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", choices=["small", "dcnv2"], default="small")
@@ -202,6 +331,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=None, help="default: 2048 (small), 1024 (dcnv2 on CPU)")
     ap.add_argument("--steps", type=int, default=None, help="timed steps per round (default 10 small, 3 dcnv2 on CPU)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--profile-step", action="store_true", help="print where a step's time goes, phase by phase")
     ap.add_argument("--max-rows", type=int, default=None, help="cap on table rows for dcnv2 (default 200k on CPU, 4M on GPU: two models with fp32 Adagrad state must fit)")
     args = ap.parse_args()
     device = torch.device(args.device)
@@ -222,7 +352,8 @@ def main() -> None:
     ours_step = session.step  # the engine's own step: schedule, forward, fused backward, optimizers
     torch.manual_seed(0)
     base = BaselineDLRM(cfg, device)
-    base_step = stepper(base, torch.optim.Adagrad(base.parameters(), lr=bc.lr, eps=1e-8))
+    base_opt = torch.optim.Adagrad(base.parameters(), lr=bc.lr, eps=1e-8)
+    base_step = stepper(base, base_opt)
 
     batches = make_batches(cfg, bc.batch_size, steps, device)
     for step in (ours_step, base_step):  # warm up both
@@ -235,10 +366,19 @@ def main() -> None:
     ours_sps = bc.batch_size / statistics.median(ours_t)
     base_sps = bc.batch_size / statistics.median(base_t)
 
+    if args.profile_step:
+        m = session.model
+        ours_phases = profile_phases(m, m.sparse_arch, m.dense_arch, m.interaction, m.over_arch, ours_step,
+                                     session.dense_optimizer, batches, device)
+        base_int = BaselineInteraction(base)
+        base_phases = profile_phases(base, base.lookups, base.bottom, base_int, base.top, base_step, base_opt,
+                                     batches, device)
+        print_profile(ours_phases, base_phases)
+
     flops = mlp_flops_per_sample(cfg)
-    rate = gemm_flops_per_s(device)
-    bound = rate / flops
-    print(f"MLP + interaction: {flops / 1e6:.2f} MFLOP/sample (fwd+bwd); measured GEMM rate {rate / 1e9:.1f} GFLOP/s")
+    bound, rate = gemm_bound(cfg, bc.batch_size, device)
+    print(f"MLP + interaction: {flops / 1e6:.2f} MFLOP/sample (fwd+bwd); its GEMMs at batch {bc.batch_size} run at "
+          f"{rate / 1e9:.1f} GFLOP/s here (each shape's median of 7)")
     print(f"matrix-multiply bound:   {bound:12,.0f} samples/s")
     print(f"baseline (EmbeddingBag sparse + torch.optim.Adagrad): {base_sps:12,.0f} samples/s  ({base_sps / bound:.2f} of bound)")
     print(f"ours (fused tables + fused Adagrad):                  {ours_sps:12,.0f} samples/s  ({ours_sps / bound:.2f} of bound)")

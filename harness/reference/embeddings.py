@@ -19,6 +19,7 @@ import dataclasses
 import enum
 import itertools
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -111,6 +112,59 @@ def distinct(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
             torch.from_numpy(np.diff(starts, append=n)))
 
 
+def _segments(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """On CPU: the sorted distinct ids, the positions of ``ids`` in that order (stable: each id's
+    positions ascending) and where each distinct id's positions start; None where
+    :func:`distinct` would use ``torch.unique`` (another device, ids too large to pack)."""
+    flat = ids.reshape(-1)
+    n = flat.numel()
+    bits = max(1, (n - 1).bit_length())
+    if ids.device.type != "cpu" or n == 0 or int(flat.max()) >= 1 << (62 - bits) or int(flat.min()) < 0:
+        return None
+    keys = np.sort((flat.numpy() << bits) | np.arange(n, dtype=np.int64))
+    rows = keys >> bits
+    first = np.empty(n, dtype=bool)
+    first[0] = True
+    np.not_equal(rows[1:], rows[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    return (torch.from_numpy(rows[starts]), torch.from_numpy(keys & ((1 << bits) - 1)), torch.from_numpy(starts))
+
+
+def coalesce_bags(ids: torch.Tensor, bag_of_id: torch.Tensor | None, bag_grads: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per distinct id, the sum of the gradients of the bags that looked it up.
+
+    Args:
+        ids: ``N`` int64 row ids, with repeats.
+        bag_of_id: ``N``: the bag (row of ``bag_grads``) of each id; None: id ``i``'s is row ``i``.
+        bag_grads: ``M x D`` gradient rows, one per bag.
+
+    Returns:
+        ``(unique_ids, summed)``: ``U`` sorted distinct ids and their ``U x D`` summed gradients,
+        each the sum over the id's positions in ascending order (so the same sum, bit for bit,
+        as adding them one by one in the ids' order).
+
+    On CPU the sum is one ``embedding_bag`` over the bags' rows in the order of the sorted ids
+    (its "bags" are the distinct ids): a segment sum by PyTorch's fused pooling kernel, with no
+    ``N x D`` copy of the gradients per id and no sparse tensor to coalesce, about 3 times faster
+    than either for the multi-hot ``dlrm_dcnv2`` batch.
+    """
+    flat = ids.reshape(-1)
+    grads = bag_grads.reshape(bag_grads.shape[0], -1)
+    if flat.numel() == 0:
+        return flat.new_empty(0), grads.new_zeros(0, grads.shape[1])
+    seg = _segments(flat)
+    if seg is not None:
+        unique_ids, order, starts = seg
+        rows = order if bag_of_id is None else bag_of_id.reshape(-1).index_select(0, order)
+        return unique_ids, torch.nn.functional.embedding_bag(rows, grads, starts, mode="sum")
+    unique_ids, inverse, _ = distinct(flat)
+    per_id = grads if bag_of_id is None else grads.index_select(0, bag_of_id.reshape(-1))
+    summed = torch.zeros(unique_ids.numel(), grads.shape[1], dtype=grads.dtype, device=grads.device)
+    summed.index_add_(0, inverse.reshape(-1), per_id)
+    return unique_ids, summed
+
+
 def coalesce(ids: torch.Tensor, grads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Sum the gradient rows of duplicate ids, deterministically.
 
@@ -121,10 +175,23 @@ def coalesce(ids: torch.Tensor, grads: torch.Tensor) -> tuple[torch.Tensor, torc
     Returns:
         ``(unique_ids, summed)``: ``U`` sorted distinct ids and their ``U x D`` summed gradients.
     """
-    unique_ids, inverse, _ = distinct(ids)
-    summed = torch.zeros(unique_ids.numel(), grads.shape[1], dtype=grads.dtype, device=grads.device)
-    summed.index_add_(0, inverse, grads)
-    return unique_ids, summed
+    return coalesce_bags(ids, None, grads)
+
+
+_WORKSPACES = threading.local()
+
+
+def _workspace(name: str, like: torch.Tensor) -> torch.Tensor:
+    """A tensor of ``like``'s shape, dtype and device, from a buffer of this thread kept for the
+    next call (grown when too small): its contents are whatever was last written there."""
+    buffers = getattr(_WORKSPACES, "buffers", None)
+    if buffers is None:
+        buffers = _WORKSPACES.buffers = {}
+    key = (name, like.dtype, like.device)
+    buf = buffers.get(key)
+    if buf is None or buf.numel() < like.numel():
+        buf = buffers[key] = torch.empty(like.numel(), dtype=like.dtype, device=like.device)
+    return buf[: like.numel()].view(like.shape)
 
 
 @torch.no_grad()
@@ -152,8 +219,16 @@ def sparse_update(
     # ``rows`` are distinct (coalesced), so index_add_ is an exact, ordered update of each
     # row, and cheaper than gathering the rows and scattering them back.
     if opt.kind is SparseOptimizerKind.ADAGRAD:
-        state.index_add_(0, rows, grad * grad)
-        denom = state.index_select(0, rows).sqrt_().add_(opt.eps)
+        # the same operations as ``state.index_add_(0, rows, grad * grad)`` and
+        # ``state.index_select(0, rows)``, into buffers kept from step to step: a fresh tensor of
+        # that size costs more in page faults than the arithmetic (20 ms of a 100 ms update
+        # for the dlrm_dcnv2 batch)
+        square = _workspace("square", grad)
+        torch.mul(grad, grad, out=square)
+        state.index_add_(0, rows, square)
+        denom = _workspace("denom", grad)
+        torch.index_select(state, 0, rows, out=denom)
+        denom.sqrt_().add_(opt.eps)
     else:
         state.index_add_(0, rows, grad.pow(2).mean(dim=1))
         denom = state.index_select(0, rows).sqrt_().add_(opt.eps).unsqueeze(1)
@@ -265,22 +340,11 @@ class FusedEmbeddingCollection(nn.Module):
         return pooled.view(batch, len(self.pooling), -1)
 
     def _coalesce_pooled(self, ids: torch.Tensor, grad_pooled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per distinct row, the sum of the pooled gradients of every bag that looked it up.
-
-        ``summed = M @ G`` with ``M[u, bag]`` the number of times row ``u`` is in ``bag``:
-        one sparse product, rather than copying each bag's gradient to each of its ids
-        (``B x L x D``) and summing those.
-        """
-        batch, width = ids.shape
-        unique_ids, inverse, _ = distinct(ids.reshape(-1))
+        """Per distinct row, the sum of the pooled gradients of every bag that looked it up
+        (:func:`coalesce_bags`: a segment sum of the bags' gradients in the sorted ids' order)."""
+        batch = ids.shape[0]
         bags = (torch.arange(batch, device=ids.device).unsqueeze(1) * len(self.pooling) + self.column_feature).reshape(-1)
-        counts = torch.sparse_coo_tensor(
-            torch.stack([inverse.reshape(-1), bags]),
-            torch.ones(batch * width, dtype=grad_pooled.dtype, device=ids.device),
-            (unique_ids.numel(), batch * len(self.pooling)),
-            check_invariants=False,  # in range by construction: no check per step
-        )
-        return unique_ids, torch.sparse.mm(counts, grad_pooled.reshape(batch * len(self.pooling), -1))
+        return coalesce_bags(ids.reshape(-1), bags, grad_pooled.reshape(batch * len(self.pooling), -1))
 
     def _apply_update(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
         sparse_update(self.weight.data, self.optimizer_state, rows, grad, self.optimizer)

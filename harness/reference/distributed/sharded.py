@@ -83,6 +83,7 @@ from harness.reference.distributed.comm import (
 from harness.reference.embeddings import (
     FusedEmbeddingCollection,
     coalesce,
+    coalesce_bags,
     initial_state,
     initial_weights,
     set_learning_rate,
@@ -757,11 +758,10 @@ class ShardedEmbeddingCollection(nn.Module):
     def _update_shard(self, i: int, k: KeyedIds, pooled_grad: torch.Tensor) -> None:
         """Apply local shard ``i``'s pooled gradients (the global batch's) to the rows it looked up."""
         if k.one_per_sample:
-            per_id = pooled_grad
-        else:
+            rows, summed = coalesce(k.values, pooled_grad)
+        else:  # each id's bag: a segment sum of the bags' gradients, no copy per id
             bag = torch.repeat_interleave(torch.arange(k.lengths.numel(), device=pooled_grad.device), k.lengths)
-            per_id = pooled_grad.index_select(0, bag)
-        rows, summed = coalesce(k.values, per_id)
+            rows, summed = coalesce_bags(k.values, bag, pooled_grad)
         if i in self.cached:
             self.cached[i].update(rows, summed, self.optimizer)
         else:
