@@ -111,6 +111,8 @@ def test_two_launchers_train_one_run_and_only_node_0_writes_results(tmp_path):
         assert measured[kind]["inter_node_bytes"] == bytes_["inter_node_bytes"], kind
     assert measured["forward_all_to_all"]["inter_node_bytes"] > 0
     assert projection["seconds_per_step"] > 0 and first["harness_comm_overlap"] is True
+    # the collectives proved themselves at init, across the two launchers
+    assert first["harness_self_check"]["passed"] and first["harness_self_check"]["world_size"] == 4
     check = subprocess.run([sys.executable, "-m", "harness", "check", str(logs[0])], capture_output=True, text=True, check=False)
     assert check.returncode == 0, check.stdout
 

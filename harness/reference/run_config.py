@@ -43,6 +43,8 @@ class RunConfig:
     # overlap communication with computation (a sharded run): the dense all-reduce with the
     # backward pass, the pooled embeddings' all-to-alls with the bottom MLP and its backward
     overlap: bool = True
+    # a sharded run proves its collectives at init (harness.reference.distributed.self_check)
+    self_check: bool = True
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)

@@ -26,7 +26,12 @@ import torch
 from harness.reference.comm_codecs import CommConfig
 from harness.reference.mlperf_log import MLPerfLog
 from harness.reference.run_config import RunConfig
-from harness.reference.session import SessionHooks, TrainingSession, open_session, roc_auc
+from harness.reference.session import (
+    SessionHooks,
+    TrainingSession,
+    open_session,
+    roc_auc,
+)
 from harness.rules.specs import BenchmarkSpec, spec_from_dict
 
 __all__ = ["RunConfig", "RunResult", "Trainer", "roc_auc", "run_from_config"]
@@ -129,6 +134,9 @@ class Trainer:
         for key, value in sorted(c.extra_log.items()):
             self.log.event(key, value)
 
+    def _init_checks(self) -> None:
+        """Checks of the machine that a run makes inside its init (none for one process)."""
+
     def _log_init_stop(self, session: TrainingSession) -> None:
         self.log.event("harness_dataset", session.dataset.describe())
         self.log.event("train_samples", session.dataset.train_samples)
@@ -170,6 +178,7 @@ class Trainer:
         if self.config.threads:
             torch.set_num_threads(self.config.threads)
         self._log_init_start()
+        self._init_checks()
         if self.rank == 0:
             import sklearn.metrics  # noqa: F401  (now, not at the first evaluation, inside the timed region)
         self.session = session = open_session(self.config)  # the model; the data opened, no sample made

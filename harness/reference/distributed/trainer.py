@@ -46,6 +46,18 @@ class DistributedTrainer(Trainer):
         self.log.event("harness_comm_codecs", self.codecs.to_names())
         self.log.event("harness_comm_overlap", bool(self.config.overlap))
 
+    def _init_checks(self) -> None:
+        """The self-check of the collectives (inside init, before run_start; see
+        :mod:`harness.reference.distributed.self_check`): the run stops in one line if it fails."""
+        if not self.config.self_check or self.world_size == 1:
+            return
+        from harness.reference.distributed.self_check import failure, self_check
+
+        report = self_check(self.config)
+        self.log.event("harness_self_check", report)
+        if not report["passed"]:
+            raise failure(report)
+
     def _log_init_stop(self, session) -> None:
         if isinstance(session, DistributedSession):
             self.log.event("harness_comm_projection", session.comm_projection())

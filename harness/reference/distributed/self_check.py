@@ -1,0 +1,130 @@
+"""The init-time self-check of a sharded run: its collectives, proven on the machine in use.
+
+Before ``run_start`` (inside MLPerf's init), every rank trains a small *probe* of the run's
+model for a few steps on the real process groups, sharded as the run's plan shards it (each
+table of the probe gets its table's sharding type, planned for the same profile, so the same
+collectives run: the input, output and backward all-to-alls, both stages of the hierarchy, the
+replicas' and DDP's all-reduces), and the same steps in one process on its own (the unsharded
+model, the whole global batch). The run goes on only if the global mean loss of every step
+agrees within the equivalence bound of ``tests/reference/test_distributed.py`` (1e-5 at
+learning rate 0.001, where sharded and single-process training differ only in the order of
+float sums); else it stops with both figures in one line. The log records that the check ran
+and its figures (``harness_self_check``).
+
+The probe: the run's embedding dimensions, pooling, MLPs, interaction and embedding optimizer;
+at most ``PROBE_ROWS`` rows per table (enough for every rank's row shard); synthetic data from
+the default benchmark's generator; ``PROBE_BATCH_PER_RANK`` samples per rank; fp32 codecs (the
+codecs' rounding is not an error of the collectives; they are tested for determinism apart);
+the tables in memory (the tiers are checked by the run's own ledger). It is the same code on
+gloo and on NCCL.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from harness.errors import ErrorCategory, HarnessError
+from harness.reference.run_config import RunConfig
+from harness.reference.session import SessionHooks, TrainingSession
+
+STEPS = 3
+BOUND = 1e-5
+LEARNING_RATE = 0.001
+PROBE_ROWS = 512
+PROBE_BATCH_PER_RANK = 16
+
+
+class _Losses(SessionHooks):
+    """The global mean loss of every step (a collective on every rank of a sharded session)."""
+
+    def __init__(self, world: int):
+        self.world, self.losses = world, []
+
+    def after_step(self, session: Any, loss: torch.Tensor) -> bool:
+        total = loss.detach().double().reshape(1).cpu() / self.world
+        if self.world > 1:
+            dist.all_reduce(total)
+        self.losses.append(float(total[0]))
+        return False
+
+
+def probe_configs(config: RunConfig) -> tuple[RunConfig, RunConfig]:
+    """The sharded probe's run config and the single-process one of the same steps."""
+    from harness.hw_profiles.profiles import Profile
+    from harness.reference.planner import PlannerConfig, ShardingType, plan_tables
+    from harness.reference.planner.models import tables_for_benchmark
+    from harness.rules.specs import load_benchmark, spec_from_dict
+
+    world = config.world_size
+    plan = config.sharding_plan or {}
+    raw = copy.deepcopy(config.benchmark)
+    rows = [min(int(r), max(PROBE_ROWS, world)) for r in raw["dataset"]["table_rows"]]
+    batch = PROBE_BATCH_PER_RANK * world
+    generator = copy.deepcopy(load_benchmark("dlrm_synthetic").raw["dataset"])
+    generator.pop("formats", None)
+    generator.pop("best_auc", None)
+    raw["name"] = f"{raw.get('name', 'run')}_self_check"
+    raw["dataset"] = {**generator, "table_rows": rows, "pooling": list(raw["dataset"]["pooling"]),
+                      "train_samples": batch * (STEPS + 1), "eval_samples": batch}
+    spec = spec_from_dict(raw, what="the self-check's probe")
+    types = [t.get("sharding_type") for t in plan.get("tables", [])]
+    tables = tables_for_benchmark(spec)
+    if len(types) != len(tables):
+        raise HarnessError("the self-check needs the run's sharding plan", ErrorCategory.BAD_INPUT)
+    profile = Profile.from_dict(config.profile, what="the run's profile")
+    planned = plan.get("config", {})
+    knobs = {k: planned[k] for k in ("column_block", "column_min_cols") if k in planned}  # the run's splits
+    probe_plan = plan_tables(tables, profile, PlannerConfig(
+        batch_size=batch, sharding_types=tuple((t.name, (ShardingType(st),)) for t, st in zip(tables, types)),
+        **knobs)).to_dict()
+    hp = {**config.hyperparameters, "global_batch_size": batch, "opt_base_learning_rate": LEARNING_RATE}
+    for key in [k for k in hp if "warmup" in k or "decay_start" in k or "decay_steps" in k]:
+        hp.pop(key)  # the probe trains at one rate
+    sharded = dataclasses.replace(config, benchmark=raw, hyperparameters=hp, sharding_plan=probe_plan, comm={},
+                                  embedding_tier=None, data=None, log_path=os.devnull, progress=False,
+                                  extra_log={})
+    single = dataclasses.replace(sharded, world_size=1, sharding_plan=None, emulated=True,
+                                 profile={"name": "self-check", "device_type": "cpu"})
+    return sharded, single
+
+
+def self_check(config: RunConfig) -> dict[str, Any]:
+    """Run the probe sharded and in one process (every rank, inside the run's process group);
+    its figures (``passed``: whether they agree; :func:`failure` is the error when not)."""
+    from harness.reference.distributed.session import DistributedSession
+
+    sharded_config, single_config = probe_configs(config)
+    world = dist.get_world_size()
+    sharded = DistributedSession(sharded_config)
+    got = _Losses(world)
+    try:
+        sharded.train(got, eval_at=[], until=STEPS, stop_at_target=False)
+    finally:
+        sharded.close()
+    one = TrainingSession(single_config)
+    expected = _Losses(1)
+    one.train(expected, eval_at=[], until=STEPS, stop_at_target=False)
+    gaps = [abs(a - b) for a, b in zip(got.losses, expected.losses)]
+    gap = max(gaps) if gaps else float("inf")
+    types = sorted({t["sharding_type"] for t in (sharded_config.sharding_plan or {}).get("tables", [])})
+    report = {"steps": STEPS, "world_size": world, "sharding_types": types, "max_loss_gap": gap, "bound": BOUND,
+              "sharded_losses": got.losses, "one_process_losses": expected.losses, "passed": gap <= BOUND}
+    return report
+
+
+def failure(report: dict[str, Any]) -> HarnessError:
+    """The one-line error of a failed self-check, with both figures."""
+    gaps = [abs(a - b) for a, b in zip(report["sharded_losses"], report["one_process_losses"])]
+    step = gaps.index(max(gaps)) if gaps else 0
+    sharded = report["sharded_losses"][step] if gaps else float("nan")
+    one = report["one_process_losses"][step] if gaps else float("nan")
+    return HarnessError(
+        f"self-check failed: the sharded probe's loss differs from one process's by {report['max_loss_gap']:.3g} "
+        f"at step {step} (bound {report['bound']:g}): sharded {sharded:.8f}, one process {one:.8f}; this machine's "
+        "collectives or the sharded executor do not compute what one process does", ErrorCategory.RUN_FAILED)
