@@ -56,7 +56,7 @@ class _Losses(SessionHooks):
 
 def probe_configs(config: RunConfig) -> tuple[RunConfig, RunConfig]:
     """The sharded probe's run config and the single-process one of the same steps."""
-    from harness.hw_profiles.profiles import Profile
+    from harness.hw_profiles.profiles import MemoryTier, Profile
     from harness.reference.planner import PlannerConfig, ShardingType, plan_tables
     from harness.reference.planner.models import tables_for_benchmark
     from harness.rules.specs import load_benchmark, spec_from_dict
@@ -77,7 +77,10 @@ def probe_configs(config: RunConfig) -> tuple[RunConfig, RunConfig]:
     tables = tables_for_benchmark(spec)
     if len(types) != len(tables):
         raise HarnessError("the self-check needs the run's sharding plan", ErrorCategory.BAD_INPUT)
-    profile = Profile.from_dict(config.profile, what="the run's profile")
+    run_profile = Profile.from_dict(config.profile, what="the run's profile")
+    # the probe checks the collectives, not the tiers: its tables in HBM, whatever the capacities
+    unbounded = MemoryTier(1 << 50, run_profile.hbm.bandwidth_bytes_per_s or 1)
+    profile = dataclasses.replace(run_profile, hbm=unbounded)
     planned = plan.get("config", {})
     knobs = {k: planned[k] for k in ("column_block", "column_min_cols") if k in planned}  # the run's splits
     probe_plan = plan_tables(tables, profile, PlannerConfig(
