@@ -236,6 +236,10 @@ class TrainingSession:
         torch.manual_seed(self.config.seed)
         if self.device.type == "cuda":
             torch.use_deterministic_algorithms(True, warn_only=True)
+            # fp32 linear layers, as the log states (lowest_numerical_precision_in_linear fp32):
+            # no TF32 on Ampere and later, whatever torch's defaults
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
         return DLRM(self.spec.model_config(), sparse_optimizer=self._sparse_optimizer(), device=self.device,
                     seed=self.config.seed, embedding_device=embedding_device)
 
