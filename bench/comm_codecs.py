@@ -22,7 +22,7 @@ Columns:
   only (taken before evaluation, whose forward passes are all-to-alls too);
 - ``train fwd/bwd ms``: milliseconds a rank waits in one of those all-to-alls while training,
   averaged over ranks; it includes waiting for slower ranks, so it is mostly skew here;
-- ``micro ms``: the forward all-to-all alone, as ``ShardedEmbeddingCollection._pooled`` does
+- ``micro ms``: the forward all-to-all alone, as ``ShardedEmbeddingCollection._start_pooled`` does
   its communication (encode a ``B_local x cols`` block per destination and shard, all-to-all,
   decode), on its own process group, after a barrier so skew is not counted (and another
   between encoding and sending, not counted): per repetition the slowest rank's time, median

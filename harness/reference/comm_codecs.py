@@ -25,11 +25,12 @@ from dataclasses import dataclass
 import torch
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.reference.planner.traffic import ROW_OVERHEAD
 from harness.reference.planner.types import CommPrecision as Codec
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 _MLPERF_NAME = {Codec.BF16: "bfloat16"}  # MLPerf's spelling; the others are the same
-_ROW_OVERHEAD = {Codec.FP8: 4, Codec.INT8: 8}  # fp32 scale (+ fp32 bias) per row
+_ROW_OVERHEAD = ROW_OVERHEAD  # fp32 scale (+ fp32 bias) per row: fp8 4 bytes, int8 8 (the planner's traffic model's)
 
 
 def mlperf_precision(codec: Codec) -> str:

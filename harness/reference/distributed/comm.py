@@ -42,16 +42,22 @@ import torch.distributed as dist
 
 from harness.reference.comm_codecs import Codec, decode, encode, is_scaled, wire_bytes
 
-# kinds of collectives, as logged
-INPUT = "input_all_to_all"  # embedding ids to the ranks that hold their rows
-FORWARD = "forward_all_to_all"  # pooled embeddings back to the ranks of their samples
-BACKWARD = "backward_all_to_all"  # their gradients to the ranks that hold the rows
-DENSE = "dense_all_reduce"  # gradients of the dense part (DDP), averaged
-REPLICA = "replica_all_reduce"  # gradients of the data-parallel tables, summed
-KINDS = (INPUT, FORWARD, BACKWARD, DENSE, REPLICA)
-INTRA, INTER = "intra_node", "inter_node"  # link classes
-
-ALL_REDUCE_ROW = 256  # values per codec row in the all-reduce (the fp8/int8 scale's granularity)
+# the kinds of collectives as logged, their link classes, and the all-reduce's row of values for
+# fp8/int8 (one scale each): the traffic model's names, so counts and projections speak alike.
+# INPUT: embedding ids to the ranks that hold their rows; FORWARD: pooled embeddings back to the
+# ranks of their samples; BACKWARD: their gradients to the ranks that hold the rows; DENSE:
+# gradients of the dense part (DDP), averaged; REPLICA: of the data-parallel tables, summed.
+from harness.reference.planner.traffic import (  # noqa: F401  (INTRA: re-exported)
+    ALL_REDUCE_ROW,
+    BACKWARD,
+    DENSE,
+    FORWARD,
+    INPUT,
+    INTER,
+    INTRA,
+    KINDS,
+    REPLICA,
+)
 
 
 @dataclass

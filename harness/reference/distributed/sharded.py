@@ -578,9 +578,6 @@ class ShardedEmbeddingCollection(nn.Module):
             finish = self._start_pooled(keyed, ids.sparse, ids.sizes)
         return PendingPooled(self, keyed, ids.sparse, ids.sizes, finish, train)
 
-    def _pooled(self, keyed: list[KeyedIds], sparse: torch.Tensor, sizes: list[int]) -> torch.Tensor:
-        return self._start_pooled(keyed, sparse, sizes)()
-
     def _start_pooled(self, keyed: list[KeyedIds], sparse: torch.Tensor,
                       sizes: list[int]) -> Callable[[], torch.Tensor]:
         me = self.rank
