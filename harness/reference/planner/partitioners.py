@@ -35,6 +35,7 @@ from harness.reference.planner.types import (
     ShardLoad,
     Storage,
     Tier,
+    imbalance,
 )
 
 _TARGET_FILL = 0.95  # of a tier's total capacity given to targets, leaving room to pack
@@ -56,9 +57,7 @@ class Partition:
     @property
     def imbalance(self) -> float:
         """Max over mean rank cost (as :attr:`Plan.imbalance`)."""
-        costs = self.rank_costs
-        mean = sum(costs) / len(costs)
-        return max(costs) / mean if mean > 0 else 1.0
+        return imbalance(self.rank_costs)
 
     def faster_than(self, other: Partition) -> bool:
         """Whether its rank costs, slowest first, are below ``other``'s at the first rank where

@@ -237,6 +237,12 @@ class Shard:
         }
 
 
+def imbalance(costs: list[float]) -> float:
+    """Max over mean of per-rank costs: 1.0 is perfect balance (and so is no cost at all)."""
+    mean = sum(costs) / len(costs)
+    return max(costs) / mean if mean > 0 else 1.0
+
+
 @dataclass(frozen=True)
 class Plan:
     """Where every shard of every table lives, and what it costs per rank and per step."""
@@ -260,9 +266,7 @@ class Plan:
     @property
     def imbalance(self) -> float:
         """Max over mean rank cost: 1.0 is perfect balance."""
-        costs = self.rank_costs
-        mean = sum(costs) / len(costs)
-        return max(costs) / mean if mean > 0 else 1.0
+        return imbalance(self.rank_costs)
 
     @property
     def step_time_s(self) -> float:
