@@ -6,17 +6,20 @@ from pathlib import Path
 
 import click
 
-from harness.leaderboard import write_leaderboard
-from harness.leaderboard.collect import build_leaderboard
-
 
 @click.command()
 @click.argument("roots", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--output", "-o", "out_dir", type=click.Path(path_type=Path), default=Path("site"), show_default=True,
               help="Folder for index.html, leaderboard.md, leaderboard.csv and leaderboard.json.")
-@click.option("--baseline", default=None, help="System whose score the speedups are relative to.")
+@click.option("--baseline", default=None,
+              help="System the speedups are relative to: its name, folder, label or round/submitter/system.")
 def leaderboard(roots: tuple[Path, ...], out_dir: Path, baseline: str | None) -> None:
     """Score and compare every run set under ROOTS (results trees in the MLPerf layout)."""
+    from harness.leaderboard.labels import runs_text
+
+    from harness.leaderboard import write_leaderboard
+    from harness.leaderboard.collect import build_leaderboard
+
     board = build_leaderboard(list(roots), baseline=baseline)
     written = write_leaderboard(board, out_dir)
     sets = sum(len(g["entries"]) for g in board["benchmarks"])
@@ -26,5 +29,8 @@ def leaderboard(roots: tuple[Path, ...], out_dir: Path, baseline: str | None) ->
         for e in group["entries"]:
             score = f"{e['score_minutes']:.4f} min" if e["score_minutes"] is not None else "no score"
             where = f"#{e['rank']}" if e["ranked"] else "not ranked"
-            click.echo(f"  {group['benchmark']:<14} {where:<10} {e['submitter']} / {e['system']}: {score}")
+            click.echo(f"  {group['benchmark']:<14} {where:<10} {e['submitter']} / {e['label']}: {score}"
+                       f" ({runs_text(e)} runs)")
+            for reason in e["reasons"]:  # every reason, as the Markdown lists them
+                click.echo(f"  {'':<14} {'':<10}   - {reason}")
     click.echo(f"leaderboard: {written['index.html']} (also .md, .csv, .json in {out_dir})")

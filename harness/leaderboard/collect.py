@@ -37,6 +37,7 @@ from harness.rules.results import (
     run_set_stats,
     scaling_factor,
 )
+from harness.leaderboard.labels import assign_labels, resolve_baseline, system_key
 from harness.rules.specs import BenchmarkSpec, benchmark_names, load_benchmark
 
 _ROUND = re.compile(r"^v(\d+)\.(\d+)$")
@@ -181,7 +182,8 @@ def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | No
     if stats.score is None:
         reasons.append(f"no score: {stats.score_error}")
 
-    count = _int(desc.get("number_of_nodes", 1)) * _int(desc.get("accelerators_per_node", 0))
+    nodes = max(_int(desc.get("number_of_nodes", 1)), 1)
+    count = nodes * _int(desc.get("accelerators_per_node", 0))
     score = stats.score.minutes if stats.score else None
     host = f"{_int(desc.get('host_processors_per_node', 0))} x {desc.get('host_processor_model_name', 'unknown')}"
     throughputs = [log.throughput for log in logs if log.throughput is not None]
@@ -197,12 +199,14 @@ def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | No
         "source": str(ref.benchmark_dir),
         "accelerator_model": str(desc.get("accelerator_model_name") or "none"),
         "accelerator_count": count,
+        "nodes": nodes,
         "host": host,
         "profile": profile,
         "division": str(desc.get("division") or "unknown"),
         "availability": str(desc.get("status") or "unknown"),
         "emulated": emulated,
         "runs": len(logs),
+        "required_runs": required,
         "converged_runs": stats.score.converged_runs if stats.score else sum(lg.converged(target) for lg in logs),
         "run_minutes": [lg.run_time(target).minutes * factor for lg in logs if lg.run_start_ms is not None and lg.run_stop_ms is not None],
         "score_minutes": score,
@@ -259,8 +263,11 @@ def build_leaderboard(roots: Sequence[Path], *, baseline: str | None = None) -> 
                 "entries": [],
             })
             group["entries"].append(entry)
+    everything = [e for group in groups.values() for e in group["entries"]]
+    assign_labels(everything)
+    base = resolve_baseline(everything, baseline) if baseline else None
     for group in groups.values():
-        _rank(group["entries"], baseline)
+        _rank(group["entries"], base)
     board = {
         "generated_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "harness_version": __version__,
@@ -272,14 +279,14 @@ def build_leaderboard(roots: Sequence[Path], *, baseline: str | None = None) -> 
     return board
 
 
-def _rank(entries: list[dict[str, Any]], baseline: str | None) -> None:
+def _rank(entries: list[dict[str, Any]], baseline: tuple[str, str] | None) -> None:
     ranked = sorted((e for e in entries if e["ranked"]), key=lambda e: e["score_minutes"])
     for i, e in enumerate(ranked, start=1):
         e["rank"] = i
-    base = next(
-        (e for e in entries if baseline in (e["system"], Path(e["source"]).parent.name) and e["score_minutes"]), None
-    ) if baseline else None
+    # the baseline system's entry of this benchmark (a benchmark it did not run has no speedups)
+    base = next((e for e in entries if system_key(e) == baseline and e["score_minutes"]), None)
     for e in entries:
+        e["baseline"] = baseline is not None and system_key(e) == baseline
         if base is not None and e["score_minutes"]:
             e["speedup_vs_baseline"] = base["score_minutes"] / e["score_minutes"]
     entries.sort(key=lambda e: (not e["ranked"], e["rank"] or 0, e["score_minutes"] is None, e["score_minutes"] or 0))

@@ -18,12 +18,19 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
+from harness.leaderboard.labels import runs_text
+
 Entry = dict[str, Any]
 
 DASH = "\u2014"
 _DOT = " \u00b7 "
-PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2",
-           "#b07aa1", "#edc948", "#9c755f", "#ff9da7", "#86bcb6")
+# Distinct colours for the first series: Kelly's colours of maximum contrast (less white,
+# black and grey, which mark axes and unranked entries), ordered so neighbours differ most;
+# past them :func:`series_colour` walks the hue circle by the golden angle, so no two series of
+# a page ever share a colour however many systems it shows.
+PALETTE = ("#0067a5", "#f38400", "#008856", "#be0032", "#875692", "#882d17", "#e68fac",
+           "#8db600", "#604e97", "#f6a600", "#a1caf1", "#b3446c", "#c2b280", "#2b3d26",
+           "#e25822", "#654522", "#f99379", "#dcd300", "#f3c300")
 _BADGE_CLASS = {"pass": "ok", "fail": "bad"}
 _FADED = ' fill-opacity="0.3" stroke="{colour}" stroke-dasharray="3 2"'  # an unranked entry's bar
 
@@ -229,7 +236,8 @@ def _th(column: _Column, *, sorted_by: bool) -> str:
 
 def _td(column: _Column, entry: Entry, baseline: str | None) -> str:
     cell = column.cell(entry, baseline)
-    cls = ' class="num"' if column.numeric else (' class="wrap"' if column.wrap else "")
+    classes = " ".join(c for c, on in (("num", column.numeric), ("wrap", column.wrap)) if on)
+    cls = f' class="{classes}"' if classes else ""
     return f'<td data-key="{column.key}" data-sort="{_sort_attr(cell.sort)}"{cls}>{cell.html}</td>'
 
 
@@ -249,8 +257,8 @@ def _submitter_cell(e: Entry, _: str | None) -> _Cell:
 
 
 def _system_cell(e: Entry, baseline: str | None) -> _Cell:
-    badge = " " + _badge("baseline", "baseline") if baseline is not None and e["system"] == baseline else ""
-    return _Cell(f"{escape(e['system'])}{badge}", e["system"])
+    badge = " " + _badge("baseline", "baseline") if e.get("baseline") else ""
+    return _Cell(f"{escape(e['label'])}{badge}", e["label"])
 
 
 def _hardware_cell(e: Entry, _: str | None) -> _Cell:
@@ -260,8 +268,7 @@ def _hardware_cell(e: Entry, _: str | None) -> _Cell:
 
 
 def _runs_cell(e: Entry, _: str | None) -> _Cell:
-    return _Cell(f'<span title="converged / total runs">{e["converged_runs"]}/{e["runs"]}</span>',
-                 e["converged_runs"])
+    return _Cell(f'<span title="converged / total runs">{escape(runs_text(e))}</span>', e["converged_runs"])
 
 
 def _score_cell(e: Entry, _: str | None) -> _Cell:
@@ -286,13 +293,13 @@ _RANK = _Column("rank", "#", "rank (ranked entries only)", True,
 _REASONS = _Column("reasons", "Why not ranked", "reasons the entry is not ranked", False, _reasons_cell, wrap=True)
 _COLUMNS: tuple[_Column, ...] = (
     _Column("submitter", "Submitter", "submitter (and MLPerf round)", False, _submitter_cell, wrap=True),
-    _Column("system", "System", "system name", False, _system_cell),
+    _Column("system", "System", "system name", False, _system_cell, wrap=True),
     _Column("hardware", "Hardware", "accelerators (count x model) and host; sorts by count", True,
-            _hardware_cell),
+            _hardware_cell, wrap=True),
     _Column("profile", "Profile", "hardware profile", False, lambda e, _: _text_cell(e["profile"])),
     _Column("division", "Division", "closed or open", False, lambda e, _: _text_cell(e["division"])),
     _Column("availability", "Availability", "available, preview or research", False,
-            lambda e, _: _text_cell(e["availability"])),
+            lambda e, _: _text_cell(e["availability"]), wrap=True),
     _Column("runs", "Runs", "converged / total runs", True, _runs_cell),
     _Column("score", "Score (min)", "olympic mean of the runs in minutes, with its 95% interval", True,
             _score_cell),
@@ -439,7 +446,7 @@ def _legend(items: Sequence[_LegendItem], top: float, frame: _Frame) -> tuple[st
     """Legend items laid out in rows under the plot; returns the SVG and the height used."""
     parts, x, y, row_height = [], frame.x0, top, 16.0
     for item in items:
-        label = _clip(item.label, 30)
+        label = item.label  # never clipped: labels are unique only whole
         width = 22 + 6.2 * len(label) + 14
         if x + width > frame.width - 4 and x > frame.x0:
             x, y = frame.x0, y + row_height
@@ -470,29 +477,39 @@ def _empty_chart(frame: _Frame, message: str) -> str:
             f'text-anchor="middle">{escape(message)}</text>')
 
 
+def series_colour(i: int) -> str:
+    """The ``i``-th series colour: the palette, then hues by the golden angle at three lightnesses."""
+    if i < len(PALETTE):
+        return PALETTE[i]
+    k = i - len(PALETTE)
+    hue = (k * 137.508 + 20.0) % 360.0
+    lightness = (38, 52, 64)[k % 3]
+    return f"hsl({hue:.1f} 62% {lightness}%)"
+
+
 def _system_colours(benchmarks: Iterable[dict[str, Any]]) -> dict[str, str]:
-    """One colour per system name across the page, in order of first appearance."""
+    """One colour per entry label (one per system) across the page, in order of first appearance."""
     colours: dict[str, str] = {}
     for bench in benchmarks:
         ranked, unranked = _split(bench["entries"])
         for entry in ranked + unranked:
-            colours.setdefault(entry["system"], PALETTE[len(colours) % len(PALETTE)])
+            colours.setdefault(entry["label"], series_colour(len(colours)))
     return colours
 
 
 def _who(entry: Entry) -> str:
     """``submitter / system`` with the entry's caveats, for tooltips."""
     notes = [note for note, on in (("emulated", entry["emulated"]), ("not ranked", not entry["ranked"])) if on]
-    return f"{entry['submitter']} / {entry['system']}" + (f" ({', '.join(notes)})" if notes else "")
+    return f"{entry['submitter']} / {entry['label']}" + (f" ({', '.join(notes)})" if notes else "")
 
 
 def _names(entries: Iterable[Entry]) -> str:
-    return ", ".join(f"{e['submitter']} / {e['system']}" for e in entries)
+    return ", ".join(f"{e['submitter']} / {e['label']}" for e in entries)
 
 
 def _system_legend(entries: Iterable[Entry], colours: dict[str, str],
                    mark: Callable[[str], str]) -> list[_LegendItem]:
-    seen = dict.fromkeys(e["system"] for e in entries)
+    seen = dict.fromkeys(e["label"] for e in entries)
     return [_LegendItem(system, mark(colours[system])) for system in seen]
 
 
@@ -511,19 +528,19 @@ def _charts(bench: dict[str, Any], entries: list[Entry], colours: dict[str, str]
 
 
 def _time_chart(benchmark: str, entries: list[Entry], colours: dict[str, str]) -> tuple[str, str]:
-    """Horizontal bars: each entry's score, its runs' minutes as dots and the 95% interval."""
+    """Horizontal bars: each entry's score, its runs' minutes as dots and the 95% interval; each
+    bar under its entry's whole label; a log axis when the minutes span more than 10x."""
     drawn = [e for e in entries if _finite(e["score_minutes"]) is not None
              or any(_finite(m) is not None for m in e["run_minutes"])]
     skipped = [e for e in entries if e not in drawn]
-    row = 26.0
-    frame = _Frame(height=max(row * len(drawn), 60), left=138)
+    row = 34.0
+    frame = _Frame(height=max(row * len(drawn), 60), left=18)
     values = [v for e in drawn for v in (e["score_minutes"], *e["run_minutes"], *(e["score_interval_95"] or ()))
               if _finite(v) is not None]
-    ticks = _nice_ticks(0.0, max(values, default=1.0))
-    x = _Scale(ticks.values[0], ticks.values[-1], frame.x0, frame.x1)
-    body = [_x_axis(x, ticks, frame, "minutes to train")]
+    x, ticks = _time_scale(values, frame.x0, frame.x1)
+    body = [_x_axis(x, ticks, frame, "minutes to train" + (" (log scale)" if x.log else ""))]
     for i, entry in enumerate(drawn):
-        body.append(_time_row(entry, x, frame.y0 + row * (i + 0.5), frame, colours[entry["system"]]))
+        body.append(_time_row(entry, x, frame.y0 + row * (i + 0.5) + 6, frame, colours[entry["label"]]))
     if not drawn:
         body.append(_empty_chart(frame, "no scores or runs"))
     legend, legend_height = _legend([
@@ -533,35 +550,70 @@ def _time_chart(benchmark: str, entries: list[Entry], colours: dict[str, str]) -
         _LegendItem("not ranked", _swatch_rect("#8c959f", _FADED.format(colour="#8c959f"))),
     ], frame.below, frame)
     svg = _svg("time", benchmark, f"Time to train per entry, {benchmark}", "".join(body) + legend,
-               frame.below + legend_height + 6)
+               frame.below + legend_height + 6, extra_attrs=f' data-x-scale="{_scale_name(x)}"')
     caption = ("Bar: the score (olympic mean, minutes). Dots: each run's minutes. "
                "Whisker: the 95% interval. Faded bars are not ranked.")
+    if x.log:
+        caption += " The minutes span more than 10x, so the axis is logarithmic."
     if skipped:
         caption += f" Not drawn (no score and no run times): {escape(_names(skipped))}."
     return svg, caption
+
+
+LOG_SPAN = 10.0  # a time axis whose values span more than this factor is drawn logarithmic
+
+
+def _scale_name(scale: _Scale) -> str:
+    return "log" if scale.log else "linear"
+
+
+def _time_scale(values: Sequence[float], px_lo: float, px_hi: float, *,
+                flip: bool = False) -> tuple[_Scale, _Ticks]:
+    """A scale over minutes: from 0 and linear, or logarithmic when the positive values span
+    more than :data:`LOG_SPAN`; ``flip`` maps high values to ``px_lo`` (a y axis)."""
+    positive = [v for v in values if v > 0]
+    if positive and max(positive) / min(positive) > LOG_SPAN:
+        ticks = _decade_ticks(min(positive), max(positive))
+        log = True
+    else:
+        ticks = _nice_ticks(0.0, max(values, default=1.0))
+        log = False
+    lo, hi = ticks.values[0], ticks.values[-1]
+    return (_Scale(lo, hi, px_hi, px_lo, log=log) if flip else _Scale(lo, hi, px_lo, px_hi, log=log)), ticks
+
+
+def _decade_ticks(lo: float, hi: float) -> _Ticks:
+    """Log-axis ticks at 1, 2 and 5 x 10^k (only 10^k past three decades) covering [lo, hi]."""
+    steps = (1.0,) if hi / lo > 1000 else (1.0, 2.0, 5.0)
+    candidates = [m * 10.0 ** k for k in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 2)
+                  for m in steps]
+    below = max(c for c in candidates if c <= lo * (1 + 1e-9))
+    above = min(c for c in candidates if c >= hi * (1 - 1e-9))
+    values = [c for c in candidates if below <= c <= above]
+    return _Ticks(values, [f"{v:g}" for v in values])
 
 
 def _time_row(entry: Entry, x: _Scale, y: float, frame: _Frame, colour: str) -> str:
     ranked = entry["ranked"]
     who = _who(entry)
     label_class = "row-label" if ranked else "row-label muted"
-    label = (f'<text class="{label_class}" x="{_n(frame.x0 - 8)}" y="{_n(y)}" dy="0.32em" text-anchor="end">'
-             f'{_tip(who)}{escape(_clip(entry["system"], 21))}</text>')
+    label = (f'<text class="{label_class}" x="{_n(frame.x0)}" y="{_n(y - 12)}" text-anchor="start">'
+             f'{_tip(who)}{escape(entry["label"])}</text>')
     parts = [label]
     score = _finite(entry["score_minutes"])
     if score is not None:
         style = ' fill-opacity="0.85"' if ranked else _FADED.format(colour=colour)
-        parts.append(f'<rect class="bar" x="{_n(x(0))}" y="{_n(y - 8)}" width="{_n(x(score) - x(0))}" height="16" '
-                     f'rx="2" fill="{colour}"{style}>{_tip(f"{who}: score {_minutes(score)} min")}</rect>')
+        parts.append(f'<rect class="bar" x="{_n(x(x.lo))}" y="{_n(y - 6)}" width="{_n(x(score) - x(x.lo))}" '
+                     f'height="12" rx="2" fill="{colour}"{style}>{_tip(f"{who}: score {_minutes(score)} min")}</rect>')
     interval = entry["score_interval_95"]
     low, high = (_finite(v) for v in interval) if interval else (None, None)
-    if low is not None and high is not None:
+    if low is not None and high is not None and (not x.log or low > 0):
         parts.append(f'<path class="interval" d="M{_n(x(low))} {_n(y - 4)}V{_n(y + 4)}M{_n(x(low))} {_n(y)}'
                      f'H{_n(x(high))}M{_n(x(high))} {_n(y - 4)}V{_n(y + 4)}">'
                      f'{_tip(f"95% interval {_minutes(low)}-{_minutes(high)} min")}</path>')
-    for j, minutes in enumerate(m for m in map(_finite, entry["run_minutes"]) if m is not None):
-        jitter = ((j % 3) - 1) * 3.0
-        parts.append(f'<circle class="run-dot" cx="{_n(x(minutes))}" cy="{_n(y + jitter)}" r="3.2">'
+    for j, minutes in enumerate(m for m in map(_finite, entry["run_minutes"]) if m is not None and (not x.log or m > 0)):
+        jitter = ((j % 3) - 1) * 2.5
+        parts.append(f'<circle class="run-dot" cx="{_n(x(minutes))}" cy="{_n(y + jitter)}" r="3">'
                      f'{_tip(f"run {j + 1}: {_minutes(minutes)} min")}</circle>')
     return "".join(parts)
 
@@ -578,13 +630,15 @@ def _curves_chart(bench: dict[str, Any], entries: list[Entry], colours: dict[str
     frame = _Frame(height=230)
     times = [t for _, _, pts in curves for t, _ in pts]
     aucs = [a for _, _, pts in curves for _, a in pts] + ([target] if target is not None else [])
-    x_ticks = _nice_ticks(0.0, max(times, default=1.0))
+    x, x_ticks = _time_scale(times, frame.x0, frame.x1)
+    if x.log:  # a point at 0 minutes has no place on a log axis
+        curves = [(e, c, kept) for e, c, pts in curves if (kept := [(t, a) for t, a in pts if t > 0])]
     y_ticks = _nice_ticks(min(aucs, default=0.5), max(aucs, default=1.0))
-    x = _Scale(x_ticks.values[0], x_ticks.values[-1], frame.x0, frame.x1)
     y = _Scale(y_ticks.values[0], y_ticks.values[-1], frame.y1, frame.y0)
-    body = [_x_axis(x, x_ticks, frame, "minutes since run_start"), _y_axis(y, y_ticks, frame, "AUC")]
+    x_title = "minutes since run_start" + (" (log scale)" if x.log else "")
+    body = [_x_axis(x, x_ticks, frame, x_title), _y_axis(y, y_ticks, frame, "AUC")]
     for entry, curve, points in curves:
-        body.append(_curve_path(entry, curve, points, x, y, colours[entry["system"]]))
+        body.append(_curve_path(entry, curve, points, x, y, colours[entry["label"]]))
     if target is not None:
         ty = _n(y(target))
         body.append(f'<line class="target target-line" x1="{_n(frame.x0)}" y1="{ty}" x2="{_n(frame.x1)}" y2="{ty}">'
@@ -600,7 +654,8 @@ def _curves_chart(bench: dict[str, Any], entries: list[Entry], colours: dict[str
         items.append(_LegendItem("did not converge", _swatch_line("#8c959f", ' stroke-opacity="0.35"')))
     legend, legend_height = _legend(items, frame.below, frame)
     svg = _svg("curves", benchmark, f"AUC against minutes since run_start, {benchmark}",
-               "".join(body) + legend, frame.below + legend_height + 6)
+               "".join(body) + legend, frame.below + legend_height + 6,
+               extra_attrs=f' data-x-scale="{_scale_name(x)}"')
     caption = "Every evaluation of every run, one colour per system; faded lines did not converge. "
     caption += (f"Dashed line: the target AUC {_auc(target)}." if target is not None
                 else "This benchmark has no target AUC.")
@@ -612,7 +667,7 @@ def _curve_path(entry: Entry, curve: dict[str, Any], points: list[tuple[float, f
     d = "M" + "L".join(f"{_n(x(t))} {_n(y(a))}" for t, a in points)
     faded = "" if curve["converged"] else ' stroke-opacity="0.35"'
     state = "converged" if curve["converged"] else "did not converge"
-    tip = _tip(f"{entry['submitter']} / {entry['system']}, {curve['run']} ({state})")
+    tip = _tip(f"{entry['submitter']} / {entry['label']}, {curve['run']} ({state})")
     last_t, last_a = points[-1]
     end_tip = _tip(f"{curve['run']}: AUC {_auc(last_a)} at {_minutes(last_t)} min")
     end_faded = faded.replace("stroke", "fill")
@@ -622,21 +677,26 @@ def _curve_path(entry: Entry, curve: dict[str, Any], points: list[tuple[float, f
 
 
 def _scaling_chart(benchmark: str, entries: list[Entry], colours: dict[str, str]) -> tuple[str, str]:
-    """Score against accelerator count, one point per entry; log x when counts span over 10x."""
+    """Score against accelerator count, one point per entry: accelerators always on a log axis
+    (the same for every benchmark), the score on a log axis when it spans more than 10x; points
+    of one count side by side, so none hides another."""
     drawn = [e for e in entries if e["accelerator_count"] > 0 and _finite(e["score_minutes"]) is not None]
     no_accelerators = [e for e in entries if e["accelerator_count"] <= 0]
     no_score = [e for e in entries if e["accelerator_count"] > 0 and _finite(e["score_minutes"]) is None]
     counts = [float(e["accelerator_count"]) for e in drawn]
-    log = bool(counts) and max(counts) / min(counts) > 10
     frame = _Frame(height=230)
-    x_ticks = _log_ticks(min(counts), max(counts)) if log else _nice_ticks(0.0, max(counts, default=1.0), integer=True)
-    y_ticks = _nice_ticks(0.0, max((e["score_minutes"] for e in drawn), default=1.0))
-    x = _Scale(x_ticks.values[0], x_ticks.values[-1], frame.x0 + 10, frame.x1 - 10, log=log)
-    y = _Scale(y_ticks.values[0], y_ticks.values[-1], frame.y1, frame.y0)
-    x_title = "accelerators (log scale)" if log else "accelerators"
-    body = [_x_axis(x, x_ticks, frame, x_title), _y_axis(y, y_ticks, frame, "score (minutes)")]
+    x_ticks = _log_ticks(min(counts), max(counts)) if counts else _log_ticks(1.0, 8.0)
+    y, y_ticks = _time_scale([e["score_minutes"] for e in drawn], frame.y0, frame.y1, flip=True)
+    x = _Scale(x_ticks.values[0], x_ticks.values[-1], frame.x0 + 14, frame.x1 - 14, log=True)
+    body = [_x_axis(x, x_ticks, frame, "accelerators (log scale)"),
+            _y_axis(y, y_ticks, frame, "score (minutes" + (", log scale)" if y.log else ")"))]
+    by_count: dict[int, list[Entry]] = {}
     for entry in drawn:
-        body.append(_scaling_point(entry, x, y, colours[entry["system"]]))
+        by_count.setdefault(entry["accelerator_count"], []).append(entry)
+    for group in by_count.values():
+        for k, entry in enumerate(group):
+            dodge = (k - (len(group) - 1) / 2) * 12.0
+            body.append(_scaling_point(entry, x, y, colours[entry["label"]], dodge))
     if not drawn:
         body.append(_empty_chart(frame, "no entry has both accelerators and a score"))
     items = _system_legend(drawn, colours, lambda c: f'<circle cx="8" cy="5" r="4.5" fill="{c}"/>')
@@ -645,8 +705,10 @@ def _scaling_chart(benchmark: str, entries: list[Entry], colours: dict[str, str]
                                  '<circle cx="8" cy="5" r="4" fill="#fff" stroke="#8c959f" stroke-width="2"/>'))
     legend, legend_height = _legend(items, frame.below, frame)
     svg = _svg("scaling", benchmark, f"Score against accelerator count, {benchmark}", "".join(body) + legend,
-               frame.below + legend_height + 6, extra_attrs=f' data-x-scale="{"log" if log else "linear"}"')
+               frame.below + legend_height + 6, extra_attrs=f' data-x-scale="log" data-y-scale="{_scale_name(y)}"')
     caption = "One point per entry; lower is faster. Hollow points are not ranked."
+    if any(len(g) > 1 for g in by_count.values()):
+        caption += " Entries with the same accelerator count are drawn side by side."
     if no_accelerators:
         caption += f" Skipped, no accelerators (count 0): {escape(_names(no_accelerators))}."
     if no_score:
@@ -654,11 +716,11 @@ def _scaling_chart(benchmark: str, entries: list[Entry], colours: dict[str, str]
     return svg, caption
 
 
-def _scaling_point(entry: Entry, x: _Scale, y: _Scale, colour: str) -> str:
+def _scaling_point(entry: Entry, x: _Scale, y: _Scale, colour: str, dodge: float = 0.0) -> str:
     score, count = float(entry["score_minutes"]), entry["accelerator_count"]
     paint = f'fill="{colour}"' if entry["ranked"] else f'fill="#fff" stroke="{colour}" stroke-width="2"'
     tip = f"{_who(entry)}: {count} x {entry['accelerator_model']}, {_minutes(score)} min"
-    return (f'<circle class="point" cx="{_n(x(count))}" cy="{_n(y(score))}" r="5.5" {paint}>'
+    return (f'<circle class="point" cx="{_n(x(count) + dodge)}" cy="{_n(y(score))}" r="5.5" {paint}>'
             f"{_tip(tip)}</circle>")
 
 

@@ -6,6 +6,8 @@ import csv
 import io
 from typing import Any
 
+from harness.leaderboard.labels import runs_text
+
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("rank", "Rank"),
     ("submitter", "Submitter"),
@@ -38,13 +40,13 @@ def cells(entry: dict[str, Any]) -> dict[str, str]:
     return {
         "rank": str(entry["rank"]) if entry["rank"] else "-",
         "submitter": entry["submitter"],
-        "system": entry["system"],
+        "system": entry["label"],
         "round": entry["round"] or "",
         "hardware": f"{entry['accelerator_count']} x {entry['accelerator_model']}; host {entry['host']}",
         "profile": entry["profile"] or "",
         "division": entry["division"],
         "availability": entry["availability"],
-        "runs": f"{entry['converged_runs']}/{entry['runs']}",
+        "runs": runs_text(entry),
         "score": _num(entry["score_minutes"], ".4f"),
         "interval": f"{interval[0]:.4f}-{interval[1]:.4f}" if interval else "",
         "cv": _num(entry["coefficient_of_variation"], ".1%"),

@@ -12,6 +12,8 @@ import math
 import statistics
 from typing import Any
 
+from harness.leaderboard.labels import assign_labels
+
 SCRIPT_SUBMITTER = "<script>alert(1)</script>"
 TRICKY_SYSTEM = 'a&b "quoted" <i>x</i>'
 BASELINE_SYSTEM = "zionex-8gpu"
@@ -47,7 +49,8 @@ def _entry(*, submitter: str, system: str, benchmark: str, model: str, count: in
         "rank": rank, "ranked": ranked, "reasons": reasons or [],
         "submitter": submitter, "system": system, "round": None,
         "source": f"results/{submitter}/results/{system}/{benchmark}",
-        "accelerator_model": model, "accelerator_count": count, "host": host,
+        "accelerator_model": model, "accelerator_count": count, "nodes": 1, "host": host,
+        "baseline": system == BASELINE_SYSTEM, "required_runs": None,
         "profile": system, "division": "closed", "availability": "available", "emulated": False,
         "runs": len(run_minutes), "converged_runs": len(run_minutes), "run_minutes": run_minutes,
         **stats,
@@ -115,11 +118,17 @@ def _synthetic_small() -> dict[str, Any]:
 
 
 def sample_board() -> dict[str, Any]:
-    """A fresh, schema-valid leaderboard with two benchmarks (6 + 3 entries)."""
-    return {
+    """A fresh, schema-valid leaderboard with two benchmarks (6 + 3 entries), labelled as
+    :func:`harness.leaderboard.collect.build_leaderboard` labels its entries."""
+    board = {
         "generated_at": "2025-01-15T12:00:00+00:00",
         "harness_version": "0.1.0",
         "baseline_system": BASELINE_SYSTEM,
         "roots": ["results", "../shared/mlperf-logs"],
         "benchmarks": [_dlrm_dcnv2(), _synthetic_small()],
     }
+    for bench in board["benchmarks"]:
+        for e in bench["entries"]:
+            e["required_runs"] = bench["required_runs"]
+    assign_labels(e for bench in board["benchmarks"] for e in bench["entries"])
+    return board

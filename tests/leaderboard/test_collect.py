@@ -125,3 +125,64 @@ def test_a_missing_root_is_one_line_and_exit_2(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "nope is not a directory" in proc.stderr
     assert not (tmp_path / "site").exists()
+
+
+# ---- labels and the baseline -------------------------------------------------------------
+
+def test_colliding_system_names_get_unique_labels_with_round_and_size(shared_logs, tmp_path):
+    from tests.leaderboard.colliding_tree import COLLIDING_SYSTEM, colliding_tree
+
+    board = build_leaderboard([colliding_tree(shared_logs, tmp_path / "root")])
+    entries = [e for _, e in _entries(board)]
+    labels = [e["label"] for e in entries]
+    assert len(set(labels)) == len(labels) == 10
+    same = sorted(e["label"] for e in entries if e["system"] == COLLIDING_SYSTEM)
+    assert same == [f"{COLLIDING_SYSTEM} (v4.0)", f"{COLLIDING_SYSTEM} (v4.1)", f"{COLLIDING_SYSTEM} (v5.0)"]
+    # a name that collides with nothing stays bare
+    assert {e["label"] for e in entries if e["system"] == "G893-SD1"} == {"G893-SD1"}
+    validate(board, "leaderboard", what="board")
+
+
+def test_labels_add_the_size_then_the_submitter_while_names_still_collide():
+    from harness.leaderboard.labels import assign_labels
+
+    def entry(pkg, submitter, count, nodes=1):
+        return {"system": "Theia", "round": "v6.0", "submitter": submitter, "accelerator_count": count,
+                "nodes": nodes, "source": f"{pkg}/results/theia/dlrmv4"}
+    entries = [entry("a/NVIDIA", "NVIDIA", 8), entry("b/NVIDIA", "NVIDIA", 64, nodes=8),
+               entry("c/Partner", "Partner", 8)]
+    assign_labels(entries)
+    assert [e["label"] for e in entries] == [
+        "Theia (v6.0, 8 accelerators, NVIDIA)", "Theia (v6.0, 8x8 accelerators)",
+        "Theia (v6.0, 8 accelerators, Partner)"]
+
+
+def test_an_unknown_baseline_is_one_line_with_close_names_and_exit_2(shared_logs, tmp_path):
+    from harness.errors import HarnessError
+
+    with pytest.raises(HarnessError) as err:
+        build_leaderboard([shared_logs], baseline="XE9680x8H200")
+    assert err.value.exit_code == 2
+    assert "names no system" in err.value.message and "'XE9680x8H200-SXM-141GB'" in err.value.message
+    proc = subprocess.run([sys.executable, "-m", "harness", "leaderboard", str(shared_logs), "-o",
+                           str(tmp_path / "site"), "--baseline", "NoSuchSystem"], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "names no system on the leaderboard" in proc.stderr
+    assert not (tmp_path / "site").exists()  # nothing written
+
+
+def test_an_ambiguous_baseline_lists_the_matches_and_how_to_pick_one(shared_logs, tmp_path):
+    from harness.errors import HarnessError
+    from tests.leaderboard.colliding_tree import COLLIDING_SYSTEM, colliding_tree
+
+    root = colliding_tree(shared_logs, tmp_path / "root")
+    with pytest.raises(HarnessError) as err:
+        build_leaderboard([root], baseline=COLLIDING_SYSTEM)
+    assert err.value.exit_code == 2
+    message = err.value.message
+    assert "names 3 systems" in message and "pick one as round/submitter/system" in message
+    for name in ("v4.0/Dell/", "v4.1/Dell/", "v5.0/Dell/"):
+        assert name + COLLIDING_SYSTEM in message
+    board = build_leaderboard([root], baseline=f"v5.0/Dell/{COLLIDING_SYSTEM}")
+    [base] = [e for _, e in _entries(board) if e["baseline"]]
+    assert base["label"] == f"{COLLIDING_SYSTEM} (v5.0)" and base["speedup_vs_baseline"] == pytest.approx(1.0)
