@@ -416,13 +416,52 @@ def _pending_indices(plan: RunSetPlan) -> list[int]:
         if existing:
             raise HarnessError(f"{plan.results_dir} has results but no run-set manifest to resume from")
         return list(range(plan.runs))
+    _check_resume_settings(manifest.get("settings"), set_settings(plan))  # first: it names the setting
     if manifest.get("fingerprint") != plan.fingerprint:
         raise HarnessError(
-            "--resume: the benchmark, hyperparameters or profile changed since the set began "
+            "--resume: the benchmark, hyperparameters, profile, plan or data changed since the set began "
             f"(fingerprint {manifest.get('fingerprint')} -> {plan.fingerprint}); start a new set instead"
         )
     done = {i for i in range(plan.runs) if plan.result_path(i).is_file()}
     return [i for i in range(plan.runs) if i not in done]
+
+
+def set_settings(plan: RunSetPlan) -> dict[str, Any]:
+    """What every run of a set must share beyond the fingerprint (the benchmark, hyperparameters,
+    profile, plan, codecs, tiers and data): the settings its logs and system description state or
+    its runs are made with. Kept in the manifest; a resume that changes one is refused."""
+    r = plan.request
+    return {
+        "division": r.division,
+        "status": r.status,
+        "submitter": r.submitter,
+        "seeds": list(r.seeds) if r.seeds else "drawn",
+        "communication codecs": dict(plan.comm),
+        "embedding tier": {"tier": r.embedding_tier, "cache_fraction": r.cache_fraction,
+                           "cache_policy": r.cache_policy,
+                           "ssd_tables": list(r.ssd_tables) if r.ssd_tables is not None else None},
+        "threads": r.threads,
+        "overlap": r.overlap,
+        "emulate": r.emulate,
+    }
+
+
+def _show_setting(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    return "default" if value is None else str(value)
+
+
+def _check_resume_settings(began: dict[str, Any] | None, now: dict[str, Any]) -> None:
+    """Refuse, in one line naming the setting, a resume whose settings differ from the set's."""
+    if began is None:  # a set begun before the settings were kept: the fingerprint alone decides
+        return
+    for name, value in now.items():
+        if name in began and began[name] != value:
+            raise HarnessError(
+                f"--resume: the set began with {name} {_show_setting(began[name])}, this command has "
+                f"{_show_setting(value)}; resume with the set's settings or start a new set (nothing was changed)"
+            )
 
 
 # --------------------------------------------------------------------------- one run
@@ -636,6 +675,7 @@ def _execute(plan: RunSetPlan, reporter: Reporter, group: NodeGroup | None) -> R
         group.admit(plan.fingerprint, [{"index": i, "config": configs[i].to_json()} for i in pending])
     manifest = _read_manifest(plan) if plan.request.resume else None
     manifest = manifest or {"fingerprint": plan.fingerprint, "benchmark": plan.spec.name, "runs": {}}
+    manifest.setdefault("settings", set_settings(plan))
     manifest["planned_runs"] = plan.runs
     detected = detect(results_dir=str(plan.request.results_dir))
     desc = system_description(

@@ -200,7 +200,7 @@ def test_ctrl_c_keeps_finished_runs_and_resume_completes_the_set(tmp_path):
     # without --resume the existing results are refused, and nothing changes
     refused = harness("run", "--benchmark", str(spec), "--runs", "2", cwd=root)
     assert refused.returncode == 2 and "--resume" in refused.stderr and "Traceback" not in refused.stderr
-    resumed = harness("run", "--benchmark", str(spec), "--runs", "2", "--resume",
+    resumed = harness("run", "--benchmark", str(spec), "--runs", "2", "--resume", "--seed", "1",
                       cwd=root, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     assert sorted(p.name for p in rdir.glob("result_*.txt")) == ["result_0.txt", "result_1.txt"]
@@ -208,6 +208,36 @@ def test_ctrl_c_keeps_finished_runs_and_resume_completes_the_set(tmp_path):
     stops = [r for r in records(rdir / "result_1.txt") if r["key"] == "run_stop"]
     assert len(stops) == 1 and stops[0]["metadata"]["status"] == "success"
     assert "score:" in resumed.stdout
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+RESUME_CHANGES = {  # the setting a resume changes -> the options that change it
+    "division": ["--division", "open"],
+    "status": ["--status", "Preview"],
+    "seeds": ["--seed", "7"],
+    "threads": ["--threads", "1"],
+    "overlap": ["--no-overlap"],
+    "embedding tier": ["--embedding-tier", "ssd"],
+}
+
+
+def test_a_resume_that_changes_a_setting_is_refused_naming_it_and_changes_nothing(tmp_path):
+    spec = write_spec(tmp_path)
+    root = tmp_path / "root"
+    root.mkdir()
+    first = harness("run", "--benchmark", str(spec), "--runs", "1", "--seed", "3", cwd=root)
+    assert first.returncode == 0, first.stderr
+    before = _tree(root / "results")
+    for setting, options in RESUME_CHANGES.items():
+        refused = harness("run", "--benchmark", str(spec), "--runs", "2", "--resume", "--seed", "3", *options,
+                          cwd=root)
+        assert refused.returncode == 2, (setting, refused.stderr)
+        assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr, refused.stderr
+        assert f"the set began with {setting} " in refused.stderr, (setting, refused.stderr)
+        assert _tree(root / "results") == before, setting
 
 
 def test_unknown_benchmark_is_one_line_and_exit_2(tmp_path):
@@ -243,3 +273,34 @@ def test_a_killed_worker_leaves_its_log_ending_aborted_and_a_one_line_error(tmp_
     recs = records(failed[0])
     assert recs[-1]["key"] == "run_stop" and recs[-1]["metadata"]["status"] == "aborted"
     assert not list((root / "results" / "reference" / "results").glob("*/tiny_synthetic/result_*.txt"))
+
+
+def test_a_set_that_fails_compliance_exits_1(tmp_path):
+    # results under a v6.0 round folder are judged by MLPerf's v6.0 rules, of which the tiny
+    # benchmark is not part: a scored set that fails its compliance check
+    spec = write_spec(tmp_path)
+    root = tmp_path / "root"
+    root.mkdir()
+    proc = harness("run", "--benchmark", str(spec), "--results", "v6.0", cwd=root)
+    assert "run set FAIL" in proc.stdout and "score:" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 1, proc.stderr
+
+
+def _reference_set(dst: Path, runs: int) -> Path:
+    src = Path(__file__).resolve().parents[1] / "harness" / "rules" / "reference_runs" / "dlrm_synthetic"
+    dst.mkdir(parents=True)
+    for i, log in enumerate(sorted(src.glob("result_*.txt"))[:runs]):
+        (dst / f"result_{i}.txt").write_text(log.read_text().replace('"status": "aborted"', '"status": "success"'))
+    return dst
+
+
+def test_a_set_asked_to_be_short_is_incomplete_not_failed(tmp_path, capsys):
+    from harness.cli.run import _compliance
+
+    short = _reference_set(tmp_path / "short" / "dlrm_synthetic", runs=2)
+    assert _compliance(short, short_by_request=True) is True
+    assert "run set incomplete (fewer runs than the benchmark requires, as asked)" in capsys.readouterr().out
+    assert _compliance(short, short_by_request=False) is False  # not asked: a set that fails
+    assert "run set FAIL" in capsys.readouterr().out
+    full = _reference_set(tmp_path / "full" / "dlrm_synthetic", runs=5)
+    assert _compliance(full, short_by_request=False) is True
