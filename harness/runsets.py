@@ -426,6 +426,12 @@ def _pending_indices(plan: RunSetPlan) -> list[int]:
     return [i for i in range(plan.runs) if i not in done]
 
 
+def run_name(index: int) -> str:
+    """How every message names run ``index``: counted from 1, with its file (counted from 0,
+    as MLPerf names result files): ``run 2 (result_1.txt)``."""
+    return f"run {index + 1} (result_{index}.txt)"
+
+
 def set_settings(plan: RunSetPlan) -> dict[str, Any]:
     """What every run of a set must share beyond the fingerprint (the benchmark, hyperparameters,
     profile, plan, codecs, tiers and data): the settings its logs and system description state or
@@ -587,10 +593,13 @@ def _run_one(plan: RunSetPlan, index: int, config: RunConfig, reporter: Reporter
         kept = plan.staging_dir / f"result_{index}.interrupted-{stamp}.txt"
         _ensure_aborted(staged, "interrupted")
         os.replace(staged, kept)
+        finished = sorted(plan.results_dir.glob("result_*.txt")) if plan.results_dir.is_dir() else []
+        where = (f"the {len(finished)} finished run(s) are in {plan.results_dir}; complete the set with the same "
+                 "command and --resume" if finished else
+                 "no run of the set had finished; the same command starts it again")
         raise HarnessError(
-            f"interrupted during run {index}: its log ends run_stop status=aborted and is kept at {kept}; "
-            f"finished runs are in {plan.results_dir}; complete the set with the same command and --resume",
-            ErrorCategory.INTERRUPTED,
+            f"interrupted during {run_name(index)}: its log ends run_stop status=aborted and is kept at {kept}; "
+            f"{where}", ErrorCategory.INTERRUPTED,
         ) from None
     remove_tables()
     if code != 0:
@@ -598,10 +607,10 @@ def _run_one(plan: RunSetPlan, index: int, config: RunConfig, reporter: Reporter
         _ensure_aborted(staged, f"worker exited with status {code}")
         os.replace(staged, failed)
         raise HarnessError(
-            f"run {index} failed: {_worker_failure(stderr_path)} (log kept at {failed})", ErrorCategory.RUN_FAILED
+            f"{run_name(index)} failed: {_worker_failure(stderr_path)} (log kept at {failed})", ErrorCategory.RUN_FAILED
         )
     if not staged.is_file():  # global rank 0 is this node's: it must have written the log
-        raise HarnessError(f"run {index}: the ranks ended without an error but wrote no log at {staged}",
+        raise HarnessError(f"{run_name(index)}: the ranks ended without an error but wrote no log at {staged}",
                            ErrorCategory.RUN_FAILED)
     final = plan.result_path(index)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -751,20 +760,20 @@ def follow_run_set(plan: RunSetPlan, reporter: Reporter | None = None) -> Follow
                 config_path = Path(tmp) / f"result_{index}.config.json"
                 stderr_path = Path(tmp) / f"result_{index}.stderr.txt"
                 _write_atomic(config_path, config.to_json())
-                reporter.message(f"run {index}: seed {config.seed}, ranks {nodes.rank * (plan.world_size // nodes.count)}"
+                reporter.message(f"{run_name(index)}: seed {config.seed}, ranks {nodes.rank * (plan.world_size // nodes.count)}"
                                  f"..{(nodes.rank + 1) * (plan.world_size // nodes.count) - 1} here")
                 code = _follow_worker(worker_command(str(config_path), plan.world_size, nodes, job), stderr_path,
                                       lambda event: None, worker_env(nodes))
                 for path in Path(tmp).glob(f"result_{index}.tables.bin*"):
                     path.unlink(missing_ok=True)
                 if code != 0:
-                    raise HarnessError(f"run {index} failed on node {nodes.rank}: {_worker_failure(stderr_path)}",
+                    raise HarnessError(f"{run_name(index)} failed on node {nodes.rank}: {_worker_failure(stderr_path)}",
                                        ErrorCategory.RUN_FAILED)
                 verdict = group.verdict(job)
                 if not verdict["ok"]:
-                    raise HarnessError(f"run {index}: node 0 reports: {verdict['message']}", ErrorCategory.RUN_FAILED)
+                    raise HarnessError(f"{run_name(index)}: node 0 reports: {verdict['message']}", ErrorCategory.RUN_FAILED)
                 done.append(index)
-                reporter.message(f"run {index}: done on node {nodes.rank} (node 0 holds its log)")
+                reporter.message(f"{run_name(index)}: done on node {nodes.rank} (node 0 holds its log)")
     finally:
         group.done()
         group.close()

@@ -160,7 +160,7 @@ def test_a_rank_killed_mid_run_fails_the_run_in_one_line_and_its_log_ends_aborte
     _, err = proc.communicate(timeout=180)
     assert proc.returncode == 1, err[-3000:]
     errors = [line for line in err.splitlines() if line.startswith("harness: error:")]
-    assert len(errors) == 1 and "run 0 failed" in errors[0] and "Traceback" not in err, err[-3000:]
+    assert len(errors) == 1 and "run 1 (result_0.txt) failed" in errors[0] and "Traceback" not in err, err[-3000:]
     [failed] = staging.glob("*/tiny_synthetic/result_0.failed-*.txt")
     [stop] = [r for r in records(failed) if r["key"] == "run_stop"]
     assert stop["metadata"]["status"] == "aborted"

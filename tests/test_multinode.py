@@ -143,7 +143,7 @@ def test_a_node_that_dies_ends_the_run_on_the_other_with_run_stop_aborted(tmp_pa
     assert time.time() - killed < 60, "node 0 took more than 60 s to notice that node 1 died"
     assert leader.returncode == 1, err0[-3000:]
     errors = error_lines(err0)
-    assert len(errors) == 1 and "run 0 failed" in errors[0] and "Traceback" not in err0, err0[-3000:]
+    assert len(errors) == 1 and "run 1 (result_0.txt) failed" in errors[0] and "Traceback" not in err0, err0[-3000:]
     [failed] = staging.glob("*/tiny_synthetic/result_0.failed-*.txt")
     [stop] = [r for r in records(failed) if r["key"] == "run_stop"]
     assert stop["metadata"]["status"] == "aborted"

@@ -188,7 +188,8 @@ def test_ctrl_c_keeps_finished_runs_and_resume_completes_the_set(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
-    assert "Traceback" not in err and "interrupted during run 1" in err and "--resume" in err
+    assert "Traceback" not in err and "interrupted during run 2 (result_1.txt)" in err and "--resume" in err
+    assert "the 1 finished run(s) are in" in err
     rdir = result_dir(root)
     assert [p.name for p in rdir.glob("result_*.txt")] == ["result_0.txt"]
     interrupted = list(staged_run_1.parent.glob("result_1.interrupted-*.txt"))
@@ -267,7 +268,7 @@ def test_a_killed_worker_leaves_its_log_ending_aborted_and_a_one_line_error(tmp_
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1
     error_lines = [line for line in err.splitlines() if line.startswith("harness: error:")]
-    assert len(error_lines) == 1 and "run 0 failed" in error_lines[0] and "Traceback" not in err
+    assert len(error_lines) == 1 and "run 1 (result_0.txt) failed" in error_lines[0] and "Traceback" not in err
     failed = list(staging.glob("*/tiny_synthetic/result_0.failed-*.txt"))
     assert len(failed) == 1
     recs = records(failed[0])
@@ -304,3 +305,21 @@ def test_a_set_asked_to_be_short_is_incomplete_not_failed(tmp_path, capsys):
     assert "run set FAIL" in capsys.readouterr().out
     full = _reference_set(tmp_path / "full" / "dlrm_synthetic", runs=5)
     assert _compliance(full, short_by_request=False) is True
+
+
+def test_ctrl_c_before_any_run_finished_points_to_no_missing_folder(tmp_path):
+    spec = write_spec(tmp_path, **{"dataset.train_samples": 2_000_000, "quality.target": 0.99})
+    root = tmp_path / "root"
+    root.mkdir()
+    proc = start_harness("run", "--benchmark", str(spec), "--runs", "2", cwd=root)
+    wait_for_run_start(root)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    [line] = [line for line in err.splitlines() if line.startswith("harness: error:")]
+    assert "interrupted during run 1 (result_0.txt)" in line
+    assert "no run of the set had finished; the same command starts it again" in line
+    assert "finished run(s) are in" not in line
+    kept = line.split("is kept at ", 1)[1].split(";", 1)[0]
+    assert Path(root, kept).is_file()  # every folder the message names exists

@@ -21,6 +21,7 @@ from harness.runsets import (
     execute_run_set,
     follow_run_set,
     plan_run_set,
+    run_name,
 )
 
 DEFAULT_BENCHMARK = "dlrm_synthetic"
@@ -36,9 +37,11 @@ class TerminalReporter(Reporter):
 
     def run_started(self, index: int, total: int, seed: Seed, train_samples: int) -> None:
         chosen = " (chosen)" if seed.source is SeedSource.USER else ""
+        # one rate, labelled: the trainer's training samples/s (tqdm's own would count eval time too)
         self._bar = tqdm(
-            total=train_samples, desc=f"run {index + 1}/{total} seed {seed.value}{chosen}", unit="sample",
-            unit_scale=True, leave=False, dynamic_ncols=True, mininterval=0.5,
+            total=train_samples, desc=f"run {index + 1} of {total} (result_{index}.txt), seed {seed.value}{chosen}",
+            unit="sample", unit_scale=True, leave=False, dynamic_ncols=True, mininterval=0.5,
+            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} samples [{elapsed}<{remaining}]{postfix}",
         )
         self._postfix = {}
 
@@ -47,7 +50,7 @@ class TerminalReporter(Reporter):
             return
         self._bar.update(max(0, int(event.get("samples", 0)) - self._bar.n))
         if "samples_per_s" in event:
-            self._postfix["samples/s"] = f"{event['samples_per_s']:,.0f}"
+            self._postfix["training"] = f"{event['samples_per_s']:,.0f} samples/s"
         if "auc" in event:
             self._postfix["AUC"] = f"{event['auc']:.4f}"
         if "cache_hit_rate" in event:
@@ -60,7 +63,7 @@ class TerminalReporter(Reporter):
             self._bar = None
         verdict = "reached the target" if outcome.converged else "did NOT reach the target"
         auc = f", final AUC {outcome.final_auc:.5f}" if outcome.final_auc is not None else ""
-        click.echo(f"run {outcome.index}: {outcome.minutes * 60:8.2f} s  {verdict}{auc}  ({outcome.log_path})")
+        click.echo(f"{run_name(outcome.index)}: {outcome.minutes * 60:8.2f} s  {verdict}{auc}  ({outcome.log_path})")
 
     def message(self, text: str) -> None:
         click.echo(text)
