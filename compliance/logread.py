@@ -7,6 +7,11 @@ strips whitespace. This module does the same, with three differences that make i
 hostile input: it reads bytes in bounded chunks, so a 2 GB line costs no more memory than
 :data:`MAX_LINE_BYTES`; a line longer than that is reported, not parsed; and line numbers
 are the file's own (1-based), not the index among MLLOG lines.
+
+It is the one reader of MLLOG files: the checker takes every record with the problems beside
+them (:func:`parse_log`); scoring, the leaderboard and the harness's own readers of its logs
+take the records' JSON objects and stop at the first line that is not one (:func:`read_records`).
+Torch-free, as all of ``compliance/``.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from harness.errors import ErrorCategory, HarnessError
 
 TOKEN = b":::MLLOG "
 MAX_LINE_BYTES = 1 << 20  # 1 MiB: real MLLOG lines are well under 10 kB
@@ -108,22 +115,60 @@ class ParseProblem:
     message: str
 
 
-def mllog_text(line: RawLine) -> str | None:
-    """The JSON text of an MLLOG line (after the last token), or None when it is not one."""
+def mllog_text(line: RawLine, *, encoding: str = "latin-1") -> str | None:
+    """The JSON text of an MLLOG line (after the last token), or None when it is not one.
+
+    ``latin-1`` as MLPerf's checker reads logs; the readers of values (names shown to people)
+    pass ``utf-8``, the encoding logs are written in, and get U+FFFD for bytes that are not.
+    """
     at = line.data.rfind(TOKEN)
     if at < 0:
         return None
-    return line.data[at + len(TOKEN) :].decode("latin-1").strip()
+    return line.data[at + len(TOKEN) :].decode(encoding, errors="replace").strip()
 
 
-def parse_record(lineno: int, text: str) -> Record | ParseProblem:
-    """A record, or why the line is not one. Never raises."""
+def mllog_texts(path: Path, *, max_line_bytes: int = MAX_LINE_BYTES,
+                encoding: str = "latin-1") -> Iterator[tuple[int, str | None]]:
+    """``(line number, JSON text)`` of each MLLOG line of a file, other lines skipped; the text
+    is None for an MLLOG line longer than ``max_line_bytes`` (not read). Raises OSError."""
+    for line in iter_lines(path, max_line_bytes=max_line_bytes):
+        if line.too_long:
+            if line.has_token:
+                yield line.lineno, None
+            continue
+        text = mllog_text(line, encoding=encoding)
+        if text is not None:
+            yield line.lineno, text
+
+
+def _json_object(lineno: int, text: str) -> dict[str, Any] | ParseProblem:
     try:
         obj = json.loads(text)
     except (ValueError, RecursionError) as err:
         return ParseProblem(lineno, f"not JSON ({getattr(err, 'msg', type(err).__name__)})")
     if not isinstance(obj, dict):
         return ParseProblem(lineno, f"an MLLOG record must be a JSON object, not {type(obj).__name__}")
+    return obj
+
+
+def parse_object(lineno: int, text: str) -> dict[str, Any] | ParseProblem:
+    """The JSON object of an MLLOG line with a string ``key`` (the other fields as they are),
+    or why the line is not one. Never raises."""
+    obj = _json_object(lineno, text)
+    if isinstance(obj, ParseProblem):
+        return obj
+    if "key" not in obj:
+        return ParseProblem(lineno, "MLLOG record lacks key")
+    if not isinstance(obj["key"], str):
+        return ParseProblem(lineno, "MLLOG record's key is not a string")
+    return obj
+
+
+def parse_record(lineno: int, text: str) -> Record | ParseProblem:
+    """A record, or why the line is not one. Never raises."""
+    obj = _json_object(lineno, text)
+    if isinstance(obj, ParseProblem):
+        return obj
     missing = [k for k in ("key", "time_ms", "value", "metadata") if k not in obj]
     if missing:
         return ParseProblem(lineno, f"MLLOG record lacks {', '.join(missing)}")
@@ -156,18 +201,36 @@ def parse_log(path: Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> ParsedLog:
     records: list[Record] = []
     problems: list[ParseProblem] = []
     try:
-        for line in iter_lines(path, max_line_bytes=max_line_bytes):
-            if line.too_long:
-                if line.has_token:
-                    problems.append(ParseProblem(line.lineno, f"MLLOG line longer than {max_line_bytes} bytes, not read"))
-                continue
-            text = mllog_text(line)
+        for lineno, text in mllog_texts(path, max_line_bytes=max_line_bytes):
             if text is None:
+                problems.append(ParseProblem(lineno, f"MLLOG line longer than {max_line_bytes} bytes, not read"))
                 continue
-            parsed = parse_record(line.lineno, text)
+            parsed = parse_record(lineno, text)
             (records if isinstance(parsed, Record) else problems).append(parsed)
     except OSError as err:
         return ParsedLog(path, records, problems, unreadable=err.strerror or type(err).__name__)
     except MemoryError:
         return ParsedLog(path, records, problems, unreadable="out of memory")
     return ParsedLog(path, records, problems)
+
+
+def read_records(path: Path, *, what: str = "MLLOG line") -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, record)`` of each MLLOG line of a file, in order, for the readers that
+    take a log's values rather than judge it: other lines are skipped, a rank prefix
+    (``0: :::MLLOG {...}``) is allowed, and a record is any JSON object with a string ``key``.
+
+    The first MLLOG line that is not one, an MLLOG line over :data:`MAX_LINE_BYTES` and an
+    unreadable file are each one HarnessError naming the file (and line): ``malformed <what>``.
+    """
+    try:
+        for lineno, text in mllog_texts(Path(path), encoding="utf-8"):
+            if text is None:
+                raise HarnessError(f"{path}:{lineno}: MLLOG line longer than {MAX_LINE_BYTES} bytes")
+            obj = parse_object(lineno, text)
+            if isinstance(obj, ParseProblem):
+                raise HarnessError(f"{path}:{lineno}: malformed {what}: {obj.message}")
+            yield lineno, obj
+    except OSError as err:
+        raise HarnessError(f"{path}: cannot read ({err.strerror or type(err).__name__})", ErrorCategory.BAD_INPUT) from None
+    except MemoryError:
+        raise HarnessError(f"{path}: cannot read (out of memory)", ErrorCategory.BAD_INPUT) from None

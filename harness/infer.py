@@ -39,6 +39,7 @@ import torch
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference import synthetic
 from harness.reference.batches import NUM_DENSE
+from harness.reference.from_spec import dlrm_config
 from harness.reference.model import DLRM
 from harness.reference.run_config import RunConfig
 from harness.reference.session import SessionHooks, TrainingSession
@@ -390,7 +391,7 @@ def _train(spec: BenchmarkSpec, seed: int, train_steps: int | None,
 # ---------------------------------------------------------------------------------- the variants
 def memory_model(spec: BenchmarkSpec, state: dict[str, torch.Tensor]) -> DLRM:
     """The trained model for inference (no sparse optimizer), tables in memory."""
-    model = DLRM(spec.model_config())
+    model = DLRM(dlrm_config(spec))
     try:
         model.load_state_dict(state)
     except (RuntimeError, TypeError) as err:

@@ -3,50 +3,99 @@
 Every user-facing failure is one line on stderr and a documented exit code:
 0 success, 1 a run or check failed, 2 bad input or unknown name, 3 hardware not present,
 4 not implemented, 130 interrupted.
+
+A command's module is imported only when that command runs (or its ``--help`` is asked for):
+``harness --help`` lists the commands from :data:`COMMANDS` alone, so ``harness check`` never
+loads the training stack (torch) that ``harness run`` needs.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Mapping
 
 import click
 
-from harness.errors import HarnessError
+from harness.errors import ErrorCategory, HarnessError
+
+#: name -> ("module:attribute" of the click command, the one-line help ``harness --help`` shows)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "borrow": ("harness.cli.borrow:borrow", "Copy a lender's hyperparameters into a submitter config, with their provenance."),
+    "check": ("harness.cli.check:check",
+              "Check a result log, a results/<system>/<benchmark> run set, or a package (systems/ + results/)."),
+    "data": ("harness.cli.data:data", "Datasets: write the synthetic benchmark as Criteo files, inspect Criteo files."),
+    "infer": ("harness.cli.infer:infer", "Serve a trained model from memory and from the SSD tier under MLPerf's LoadGen."),
+    "leaderboard": ("harness.cli.leaderboard:leaderboard",
+                    "Score and compare every run set under ROOTS (results trees in the MLPerf layout)."),
+    "plan": ("harness.cli.plan:plan", "Plan the sharding of embedding tables over a profile's ranks and memory tiers."),
+    "profiles": ("harness.cli.profiles:profiles",
+                 "List the hardware profiles (``local``, the default, is this machine as detected)."),
+    "rcp": ("harness.cli.rcp:rcp", "Reference Convergence Points, as MLPerf's rcp_checker does them."),
+    "rules": ("harness.cli.rules:rules", "Versioned rule sets (compliance/rulesets/) and their export."),
+    "run": ("harness.cli.run:run", "Train the reference DLRM N times to the target AUC; write MLPerf logs; print the score."),
+    "summarize": ("harness.cli.summarize:summarize",
+                  "Scores of a results tree as MLPerf's result summarizer writes them (CSV and JSON)."),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose commands are ``"module:attribute"`` strings, imported on first use.
+
+    Listing (``--help``, completion of names) reads only the table; :meth:`get_command` imports
+    the one module asked for. A command whose module is not there is one HarnessError (exit 4)
+    when it is invoked, never when the commands are listed.
+    """
+
+    def __init__(self, *args, lazy_commands: Mapping[str, tuple[str, str]], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = dict(lazy_commands)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy_commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands or cmd_name not in self.lazy_commands:
+            return super().get_command(ctx, cmd_name)
+        target, _ = self.lazy_commands[cmd_name]
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            missing = err.name or str(err)
+            what = f"its module {module_name} is not in this installation" if missing == module_name else \
+                f"it needs the module {missing!r}, which is not installed"
+            raise HarnessError(f"harness {cmd_name} is not available: {what}", ErrorCategory.NOT_IMPLEMENTED) from None
+        command = getattr(module, attr, None)
+        if not isinstance(command, click.Command):
+            raise HarnessError(f"harness {cmd_name} is not available: {target} is not a command",
+                               ErrorCategory.NOT_IMPLEMENTED)
+        self.add_command(command, cmd_name)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list, from the table's help strings for the commands not imported yet."""
+        names = [n for n in self.list_commands(ctx) if n not in self.commands or not self.commands[n].hidden]
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = []
+        for name in names:
+            # a command not imported yet: shortened from the table as click shortens a command's help
+            command = self.commands.get(name) or click.Command(name, help=self.lazy_commands[name][1])
+            rows.append((name, command.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, lazy_commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dlrm-harness")
 def cli() -> None:
     """MLPerf-style DLRM training benchmark harness."""
 
 
-def _register() -> None:
-    from harness.cli import borrow as _borrow
-    from harness.cli import check as _check
-    from harness.cli import data as _dataset_cli
-    from harness.cli import infer as _infer
-    from harness.cli import leaderboard as _leaderboard
-    from harness.cli import plan as _plan
-    from harness.cli import profiles as _profiles
-    from harness.cli import rcp as _rcp
-    from harness.cli import rules as _rules
-    from harness.cli import run as _run
-
-    cli.add_command(_profiles.profiles)
-    cli.add_command(_run.run)
-    cli.add_command(_leaderboard.leaderboard)
-    cli.add_command(_borrow.borrow)
-    cli.add_command(_rcp.rcp)
-    cli.add_command(_plan.plan)
-    cli.add_command(_check.check)
-    cli.add_command(_rules.rules)
-    cli.add_command(_infer.infer)
-    cli.add_command(_dataset_cli.data)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, turning every HarnessError into one line and an exit code."""
-    _register()
     try:
         code = cli.main(args=argv, prog_name="harness", standalone_mode=False)
     except HarnessError as err:

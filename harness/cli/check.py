@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from compliance.check import Report, check_path
-from compliance.findings import Finding
+if TYPE_CHECKING:
+    from compliance.check import Report
+    from compliance.findings import Finding
 
 
 def _fmt(x: float | None, spec: str = ".6f") -> str:
@@ -66,6 +68,8 @@ def check(path: Path, ruleset: str | None, lenders: tuple[Path, ...], as_json: b
 
     Exit status: 0 pass, 1 fail, 2 unusable input.
     """
+    from compliance.check import check_path
+
     report = check_path(path, ruleset=ruleset, lenders=list(lenders))
     if as_json:
         click.echo(json.dumps(report.as_json(), indent=1, default=str))

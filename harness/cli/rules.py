@@ -6,11 +6,6 @@ from pathlib import Path
 
 import click
 
-from compliance.check import normalise_ruleset
-from compliance.engine import ruleset_names
-from compliance.export import export_mlperf
-from harness.rules.specs import load_benchmark
-
 
 @click.group("rules")
 def rules() -> None:
@@ -22,7 +17,7 @@ def list_rules() -> None:
     """List the rule sets and what each one is."""
     import yaml
 
-    from compliance.engine import RULESETS
+    from compliance.engine import RULESETS, ruleset_names
 
     for name in ruleset_names():
         raw = yaml.safe_load(RULESETS.joinpath(name).joinpath("common.yaml").read_text())
@@ -36,6 +31,10 @@ def list_rules() -> None:
               help="Benchmark whose rule set to export.")
 def export(out_dir: Path, ruleset: str | None, benchmark: str) -> None:
     """Write a rule set as mlperf_logging compliance-checker configs into OUT_DIR."""
+    from compliance.check import normalise_ruleset
+    from compliance.export import export_mlperf
+    from harness.rules.specs import load_benchmark
+
     name = normalise_ruleset(ruleset) if ruleset else load_benchmark(benchmark).compliance_ruleset
     written = export_mlperf(name, out_dir)
     click.echo(f"wrote {len(written)} mlperf_logging configs for rule set {name} to {out_dir}")

@@ -9,7 +9,7 @@ import click
 from tqdm import tqdm
 
 from harness.hw_profiles import DEFAULT_PROFILE
-from harness.reference.planner.types import CommPrecision as Codec  # torch-free: `harness run --help` loads no torch
+from harness.reference.planner.types import CommPrecision as Codec  # torch-free, as comm_codecs is not
 from harness.rules.seeds import Seed, SeedSource
 from harness.runsets import (
     DEFAULT_STATUS,

@@ -12,16 +12,14 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from mlperf_logging.mllog import mllog
 
+from compliance.logread import read_records
 from compliance.schemas import schema_errors
 from harness.errors import ErrorCategory, HarnessError
-
-PREFIX = ":::MLLOG "
 
 
 class EventType(enum.Enum):
@@ -99,42 +97,10 @@ def _root_dir() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def mllog_payloads(path: Path) -> Iterator[tuple[int, str]]:
-    """``(line number, text after the prefix)`` of each MLLOG line of a log file.
-
-    Lines without the prefix (other output) are skipped; the prefix may follow a rank
-    marker (``0: :::MLLOG {...}``). Lines are split by :func:`compliance.logread.iter_lines`,
-    the checker's own reader, so no line costs more memory than its bound. An unreadable
-    file, or an MLLOG line over that bound, is one HarnessError.
-    """
-    from compliance.logread import MAX_LINE_BYTES, iter_lines
-
-    prefix = PREFIX.encode()
-    try:
-        for line in iter_lines(path):
-            if line.too_long:
-                if line.has_token:
-                    raise HarnessError(f"{path}:{line.lineno}: MLLOG line longer than {MAX_LINE_BYTES} bytes")
-                continue
-            at = line.data.find(prefix)
-            if at >= 0:
-                yield line.lineno, line.data[at + len(prefix) :].decode("utf-8", errors="replace")
-    except OSError as err:
-        raise HarnessError(f"{path}: cannot read ({err.strerror})", ErrorCategory.BAD_INPUT) from None
-
-
 def parse_records(path: Path) -> list[dict[str, Any]]:
-    """The MLLOG records of a log file, in order (lines without the prefix are skipped).
+    """The MLLOG records of a log file, in order (lines without the prefix are skipped), read by
+    :func:`compliance.logread.read_records`, the one MLLOG reader.
 
     A line with the prefix whose JSON is malformed raises HarnessError naming file and line.
     """
-    records = []
-    for lineno, text in mllog_payloads(path):
-        try:
-            record = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise HarnessError(f"{path}:{lineno}: malformed MLLOG line: {err.msg}") from None
-        if not isinstance(record, dict) or "key" not in record:
-            raise HarnessError(f"{path}:{lineno}: MLLOG record is not an object with a key")
-        records.append(record)
-    return records
+    return [record for _, record in read_records(path, what="MLLOG line")]

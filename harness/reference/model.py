@@ -20,7 +20,6 @@ a ReLU after every layer but the last, which outputs one logit.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,11 +29,7 @@ from torch import nn
 from harness.errors import HarnessError
 from harness.reference.batches import NUM_DENSE
 from harness.reference.embeddings import FusedEmbeddingCollection, GroupedEmbeddingCollection, SparseOptimizerConfig
-
-
-class Interaction(enum.Enum):
-    DOT = "dot"
-    DCN = "dcn"
+from harness.rules.specs import Interaction  # the spec's own enum: a spec's interaction is the config's
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from harness.errors import ErrorCategory, HarnessError
 from harness.reference.batches import Batch
 from harness.reference.datasets import Dataset, check_epoch, open_dataset
 from harness.reference.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig, SparseOptimizerKind
+from harness.reference.from_spec import dlrm_config, sparse_optimizer_kind
 from harness.reference.model import DLRM
 from harness.reference.run_config import RunConfig
 from harness.reference.schedules import LearningRatePolicy
@@ -213,7 +214,7 @@ class TrainingSession:
         lr = self.schedule.sparse(0)
         if hp["opt_name"] == "adagrad":
             return SparseOptimizerConfig(
-                kind=self.spec.embedding_optimizer, learning_rate=lr,
+                kind=sparse_optimizer_kind(self.spec), learning_rate=lr,
                 eps=float(hp.get("opt_adagrad_epsilon", 1e-8)),
                 initial_accumulator_value=float(hp.get("opt_adagrad_initial_accumulator_value", 0.0)),
             )
@@ -240,7 +241,7 @@ class TrainingSession:
             # no TF32 on Ampere and later, whatever torch's defaults
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
-        return DLRM(self.spec.model_config(), sparse_optimizer=self._sparse_optimizer(), device=self.device,
+        return DLRM(dlrm_config(self.spec), sparse_optimizer=self._sparse_optimizer(), device=self.device,
                     seed=self.config.seed, embedding_device=embedding_device)
 
     def _build(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:

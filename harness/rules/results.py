@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from compliance.logread import read_records
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.mlperf_log import mllog_payloads
 from harness.rules.scoring import RunTime, Score, olympic_score
 
 RESULT_GLOB = "result_*.txt"
@@ -41,6 +41,8 @@ class RunLog:
     throughput: float | None
     eval_times_ms: tuple[float, ...] = ()  # time_ms of each eval_accuracy record
     values: Mapping[str, Any] = field(default_factory=dict, hash=False)  # last value of each key, as the checker keeps them
+    # samples_count of the last eval_accuracy before run_stop: the rcp_checker's convergence for benchmarks counted in samples
+    stop_samples_count: Any = None
 
     @property
     def eval_points(self) -> list[tuple[float, float, float]]:
@@ -60,15 +62,20 @@ class RunLog:
 
 
 def read_run_log(path: Path) -> RunLog:
-    """Parse one result log. A malformed MLLOG record is an error naming file and line."""
+    """Read one result log (through :func:`compliance.logread.read_records`, the one MLLOG reader).
+    A malformed MLLOG record is an error naming file and line."""
     benchmark = start = stop = status = throughput = None
     evals: list[tuple[float, float]] = []
     eval_times: list[float] = []
     values: dict[str, Any] = {}
-    for lineno, text in mllog_payloads(path):
-        record = _record(path, lineno, text)
+    last_samples = stop_samples = None
+    for lineno, record in read_records(path, what="MLLOG record"):
+        if record["key"] in ("run_start", "run_stop") and not _is_number(record.get("time_ms")):
+            raise HarnessError(f"{path}:{lineno}: {record['key']} has no numeric time_ms")
         key, value, meta = record.get("key"), record.get("value"), record.get("metadata") or {}
         values[key] = value
+        if key == "eval_accuracy" and stop is None:
+            last_samples = meta.get("samples_count") if isinstance(meta, dict) else None
         if key == "submission_benchmark":
             benchmark = str(value)
         elif key == "run_start" and start is None:
@@ -76,29 +83,19 @@ def read_run_log(path: Path) -> RunLog:
         elif key == "run_stop" and stop is None:
             stop = float(record["time_ms"])
             status = meta.get("status") if isinstance(meta, dict) else None
+            stop_samples = last_samples
         elif key == "eval_accuracy" and _is_number(value):
             epoch = meta.get("epoch_num", meta.get("samples_count", 0)) if isinstance(meta, dict) else 0
             evals.append((float(epoch) if _is_number(epoch) else 0.0, float(value)))
             eval_times.append(float(record["time_ms"]) if _is_number(record.get("time_ms")) else 0.0)
         elif key == "tracked_stats" and isinstance(value, dict) and _is_number(value.get("throughput")):
             throughput = float(value["throughput"])
-    return RunLog(path, benchmark, start, stop, status, tuple(evals), throughput, tuple(eval_times), values)
+    return RunLog(path, benchmark, start, stop, status, tuple(evals), throughput, tuple(eval_times), values,
+                  stop_samples_count=stop_samples)
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _record(path: Path, lineno: int, text: str) -> dict[str, Any]:
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise HarnessError(f"{path}:{lineno}: malformed MLLOG record: {err.msg}") from None
-    if not isinstance(record, dict) or not isinstance(record.get("key"), str):
-        raise HarnessError(f"{path}:{lineno}: MLLOG record is not an object with a string key")
-    if record.get("key") in ("run_start", "run_stop") and not _is_number(record.get("time_ms")):
-        raise HarnessError(f"{path}:{lineno}: {record['key']} has no numeric time_ms")
-    return record
 
 
 def scaling_factor(run_set_dir: Path) -> float:

@@ -1,7 +1,13 @@
-"""Benchmarks as data: ``harness/rules/benchmarks/<name>.yaml``, validated at load time."""
+"""Benchmarks as data: ``harness/rules/benchmarks/<name>.yaml``, validated at load time.
+
+Torch-free, as all of ``harness/rules/``: a spec describes its model as data
+(:class:`ModelSpec`); the reference turns that into its own model config
+(``harness.reference.from_spec``).
+"""
 
 from __future__ import annotations
 
+import enum
 import functools
 from dataclasses import dataclass
 from importlib import resources
@@ -12,11 +18,77 @@ import yaml
 
 from compliance.schemas import validate
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.embeddings import SparseOptimizerKind
-from harness.reference.model import DLRMConfig, Interaction
 from harness.rules.hyperparameters import check_hyperparameters
 
 _DIR = resources.files("harness.rules").joinpath("benchmarks")
+
+
+class Interaction(enum.Enum):
+    """How the dense vector and the pooled embeddings meet: DLRM's pairwise dots, or DCNv2's cross network."""
+
+    DOT = "dot"
+    DCN = "dcn"
+
+
+class EmbeddingOptimizer(enum.Enum):
+    """The optimizer fused into the embedding tables' backward pass."""
+
+    ADAGRAD = "adagrad"  # elementwise, as torch.optim.Adagrad
+    ROWWISE_ADAGRAD = "rowwise_adagrad"  # one accumulator per row (FBGEMM EXACT_ROWWISE_ADAGRAD)
+    SGD = "sgd"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A benchmark's model as data: the architecture and the embeddings' optimizer.
+
+    Sizes are layer widths after the input. ``embedding_dims`` gives each table its own
+    dimension (``None``: every table ``embedding_dim``); tables of several dimensions need the
+    DCN interaction, and the bottom MLP ends at ``embedding_dim`` for the dot interaction.
+    Inconsistent values are a HarnessError here, when the spec is loaded.
+    """
+
+    table_rows: tuple[int, ...]
+    embedding_dim: int
+    pooling: tuple[int, ...]
+    bottom_mlp: tuple[int, ...]
+    top_mlp: tuple[int, ...]
+    interaction: Interaction = Interaction.DOT
+    dcn_layers: int = 3
+    dcn_rank: int = 512
+    embedding_dims: tuple[int, ...] | None = None
+    embedding_optimizer: EmbeddingOptimizer = EmbeddingOptimizer.ADAGRAD
+
+    def __post_init__(self) -> None:
+        if self.embedding_dims is not None:
+            if len(self.embedding_dims) != len(self.table_rows) or min(self.embedding_dims, default=1) < 1:
+                raise HarnessError(f"embedding_dims needs one positive dimension per table ({len(self.table_rows)}), "
+                                   f"got {list(self.embedding_dims)}")
+            if self.interaction is Interaction.DOT and len(set(self.embedding_dims)) > 1:
+                raise HarnessError("tables of several embedding dimensions need the dcn interaction: the dot "
+                                   "interaction takes dot products of vectors of one length")
+        if not self.bottom_mlp or (self.interaction is Interaction.DOT and self.bottom_mlp[-1] != self.embedding_dim):
+            raise HarnessError(
+                f"the bottom MLP must end at the embedding dimension {self.embedding_dim}, got {self.bottom_mlp}"
+            )
+        if not self.top_mlp or self.top_mlp[-1] != 1:
+            raise HarnessError(f"the top MLP must end with one output (the logit), got {self.top_mlp}")
+
+    @classmethod
+    def from_raw(cls, model: dict[str, Any], dataset: dict[str, Any]) -> ModelSpec:
+        """From a spec file's ``model`` and ``dataset`` sections (already schema-validated)."""
+        return cls(
+            table_rows=tuple(dataset["table_rows"]),
+            embedding_dim=model["embedding_dim"],
+            pooling=tuple(dataset["pooling"]),
+            bottom_mlp=tuple(model["bottom_mlp"]),
+            top_mlp=tuple(model["top_mlp"]),
+            interaction=Interaction(model["interaction"]),
+            dcn_layers=model.get("dcn_layers", 3),
+            dcn_rank=model.get("dcn_rank", 512),
+            embedding_dims=tuple(model["embedding_dims"]) if "embedding_dims" in model else None,
+            embedding_optimizer=EmbeddingOptimizer(model.get("embedding_optimizer", "adagrad")),
+        )
 
 
 @dataclass(frozen=True)
@@ -80,23 +152,10 @@ class BenchmarkSpec:
     def tunable_hyperparameters(self) -> frozenset[str]:
         return frozenset(self.raw["tunable_hyperparameters"])
 
-    @property
-    def embedding_optimizer(self) -> SparseOptimizerKind:
-        return SparseOptimizerKind(self.raw["model"].get("embedding_optimizer", "adagrad"))
-
-    def model_config(self) -> DLRMConfig:
-        m, d = self.raw["model"], self.dataset
-        return DLRMConfig(
-            table_rows=tuple(d["table_rows"]),
-            embedding_dim=m["embedding_dim"],
-            pooling=tuple(d["pooling"]),
-            bottom_mlp=tuple(m["bottom_mlp"]),
-            top_mlp=tuple(m["top_mlp"]),
-            interaction=Interaction(m["interaction"]),
-            dcn_layers=m.get("dcn_layers", 3),
-            dcn_rank=m.get("dcn_rank", 512),
-            embedding_dims=tuple(m["embedding_dims"]) if "embedding_dims" in m else None,
-        )
+    @functools.cached_property
+    def model(self) -> ModelSpec:
+        """The model as data (``harness.reference.from_spec.dlrm_config`` builds the reference's config)."""
+        return ModelSpec.from_raw(self.raw["model"], self.dataset)
 
 
 def benchmark_names() -> list[str]:
@@ -108,7 +167,7 @@ def spec_from_dict(raw: Any, *, what: str) -> BenchmarkSpec:
     """Validate ``raw`` against the benchmark schema and the model's own constraints."""
     validate(raw, "benchmark", what=what)
     spec = BenchmarkSpec(raw=raw)
-    spec.model_config()  # raises a HarnessError for an inconsistent architecture
+    _ = spec.model  # raises a HarnessError for an inconsistent architecture
     check_hyperparameters(spec.reference_hyperparameters, what=what)
     return spec
 

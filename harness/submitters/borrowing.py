@@ -34,14 +34,14 @@ def lender_from_logs(run_set_dir: Path) -> tuple[str, str, str, dict[str, Any]]:
     Every log of the set must log the same hyperparameters; the fingerprint is the logged
     ``harness_fingerprint`` when all logs carry the same one, else a hash of the values.
     """
-    from harness.reference.mlperf_log import parse_records
+    from compliance.logread import read_records
 
     logs = sorted(Path(run_set_dir).glob("result_*.txt"))
     if not logs:
         raise HarnessError(f"{run_set_dir}: no result_*.txt logs to borrow from", ErrorCategory.NOT_FOUND)
     seen: list[tuple[str, str, str | None, dict[str, Any]]] = []
     for log in logs:
-        records = parse_records(log)
+        records = [record for _, record in read_records(log)]
         values = {r["key"]: r.get("value") for r in records}
         benchmark = str(values.get("submission_benchmark", ""))
         spec = load_benchmark(benchmark)
