@@ -64,7 +64,7 @@ class RunLog:
 def read_run_log(path: Path) -> RunLog:
     """Read one result log (through :func:`compliance.logread.read_records`, the one MLLOG reader).
     A malformed MLLOG record is an error naming file and line."""
-    benchmark = start = stop = status = throughput = None
+    benchmark = start = stop = status = throughput = step_time = None
     evals: list[tuple[float, float]] = []
     eval_times: list[float] = []
     values: dict[str, Any] = {}
@@ -90,6 +90,13 @@ def read_run_log(path: Path) -> RunLog:
             eval_times.append(float(record["time_ms"]) if _is_number(record.get("time_ms")) else 0.0)
         elif key == "tracked_stats" and isinstance(value, dict) and _is_number(value.get("throughput")):
             throughput = float(value["throughput"])
+        elif key == "tracked_stats" and isinstance(value, dict) and _is_number(value.get("train_step_time")):
+            step_time = float(value["train_step_time"])
+        elif key == "train_step_time" and _is_number(value):
+            step_time = float(value)
+    if throughput is None and step_time and step_time > 0 and _is_number(values.get("global_batch_size")):
+        # some submitters log only the time of a training step (seconds): samples/s is the batch over it
+        throughput = float(values["global_batch_size"]) / step_time
     return RunLog(path, benchmark, start, stop, status, tuple(evals), throughput, tuple(eval_times), values,
                   stop_samples_count=stop_samples)
 

@@ -89,3 +89,19 @@ def test_a_malformed_record_names_file_and_line(tmp_path):
     log.write_text('x\n:::MLLOG {"key": "run_start", "time_ms": 1}\n:::MLLOG {"key": oops}\n')
     with pytest.raises(HarnessError, match=r"result_0.txt:3: malformed MLLOG record"):
         read_run_log(log)
+
+
+def test_a_log_with_only_train_step_time_has_a_throughput(shared_logs, tmp_path):
+    # a real v4.1 log whose tracked_stats carry the step time instead of the throughput
+    [src] = sorted((shared_logs / "v4.1").glob("*/results/*/*/result_0.txt"))[:1]
+    original = read_run_log(src)
+    gbs = original.values["global_batch_size"]
+    lines = []
+    for line in src.read_text(errors="replace").splitlines(keepends=True):
+        if '"key": "tracked_stats"' in line:
+            line = re.sub(r'"value": \{"throughput": [0-9.e+]+\}', '"value": {"train_step_time": 0.004}', line)
+        lines.append(line)
+    log = tmp_path / "result_0.txt"
+    log.write_text("".join(lines))
+    assert original.throughput is not None
+    assert read_run_log(log).throughput == pytest.approx(gbs / 0.004)
