@@ -6,9 +6,11 @@ crashing) or that the rest of the pipeline relies on:
 
 - the file must be a readable regular file of at most :data:`MAX_BYTES`, holding one JSON
   object (``system_desc.unreadable``, ``system_desc.not_object``);
-- each of the 33 fields the official checker requires must be present
+- each field the official checker requires of the round must be present
   (``system_desc.missing_field``); extra fields are allowed, as there (real files carry
-  ``hardware`` or ``framework_name``);
+  ``hardware`` or ``framework_name``). The fields per round are data,
+  ``compliance/system_fields/training.yaml`` (validated against ``system_fields.schema.json``
+  beside it): the same 33 in every round so far, as in every version of the official checker;
 - ``division`` is ``closed`` or ``open`` (``system_desc.division``): the package checker compares
   it with ``== 'closed'`` to decide whether the seed and RCP checks run, so ``Closed`` or
   ``semi`` would silently skip them;
@@ -28,79 +30,117 @@ crashing) or that the rest of the pipeline relies on:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import stat
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from compliance.findings import Finding, Severity
+from harness.errors import ErrorCategory, HarnessError
 
 MAX_BYTES = 10 * 1024 * 1024  # a system description is a few KiB; read no more than this
 
 CURRENT_RULESET = "6.0.0"
 
-# The 33 fields mlperf_logging's system_desc_checker requires, in its order.
-REQUIRED_FIELDS: tuple[str, ...] = (
-    "submitter",
-    "division",
-    "status",
-    "system_name",
-    "number_of_nodes",
-    "host_processors_per_node",
-    "host_processor_model_name",
-    "host_processor_core_count",
-    "host_processor_vcpu_count",
-    "host_processor_frequency",
-    "host_processor_caches",
-    "host_processor_interconnect",
-    "host_memory_capacity",
-    "host_storage_type",
-    "host_storage_capacity",
-    "host_networking",
-    "host_networking_topology",
-    "host_memory_configuration",
-    "accelerators_per_node",
-    "accelerator_model_name",
-    "accelerator_host_interconnect",
-    "accelerator_frequency",
-    "accelerator_on-chip_memories",
-    "accelerator_memory_configuration",
-    "accelerator_memory_capacity",
-    "accelerator_interconnect",
-    "accelerator_interconnect_topology",
-    "cooling",
-    "hw_notes",
-    "framework",
-    "other_software_stack",
-    "operating_system",
-    "sw_notes",
-)
+FIELDS_FILE = "training.yaml"
+FIELDS_SCHEMA = "system_fields.schema.json"
 
-# The fields the official checker joins with ``",".join(...)`` into its summary row: anything
-# but a string there (a JSON number included) makes it raise TypeError.
-SUMMARY_FIELDS: frozenset[str] = frozenset(
-    {
-        "submitter",
-        "system_name",
-        "host_processor_model_name",
-        "host_processor_core_count",
-        "accelerator_model_name",
-        "accelerators_per_node",
-        "framework",
-    }
-)
+
+@dataclass(frozen=True)
+class RoundFields:
+    """What the official checker asks of a system description in one round."""
+
+    round: tuple[int, int, int]
+    required_fields: tuple[str, ...]  # in the official checker's order
+    summary_fields: frozenset[str]  # joined into its summary row: a string or it raises TypeError
+    status: str  # "legacy", "transitional" or "strict" (see _status_findings)
+
+
+@functools.cache
+def _fields_data() -> dict[str, Any]:
+    """``compliance/system_fields/training.yaml``, validated against its schema (a broken file is a packaging bug)."""
+    folder = resources.files("compliance").joinpath("system_fields")
+    try:
+        data = yaml.safe_load(folder.joinpath(FIELDS_FILE).read_text(encoding="utf-8"))
+        schema = json.loads(folder.joinpath(FIELDS_SCHEMA).read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError) as err:
+        raise HarnessError(f"compliance/system_fields: cannot read the system description fields: {err}",
+                           ErrorCategory.NOT_FOUND) from None
+    validate_fields(data, schema)
+    return data
+
+
+def validate_fields(data: Any, schema: dict[str, Any] | None = None) -> None:
+    """Raise HarnessError unless ``data`` is a valid fields file (its schema, and every summary field required)."""
+    import jsonschema
+
+    if schema is None:
+        folder = resources.files("compliance").joinpath("system_fields")
+        schema = json.loads(folder.joinpath(FIELDS_SCHEMA).read_text(encoding="utf-8"))
+    problems = sorted(jsonschema.Draft202012Validator(schema).iter_errors(data), key=lambda e: list(e.path))
+    if problems:
+        where = "/".join(str(p) for p in problems[0].path)
+        raise HarnessError(f"compliance/system_fields/{FIELDS_FILE}: {where}: {problems[0].message}",
+                           ErrorCategory.BAD_INPUT)
+    for name, entry in data["rounds"].items():
+        extra = sorted(set(entry["summary_fields"]) - set(entry["required_fields"]))
+        if extra:
+            raise HarnessError(f"compliance/system_fields/{FIELDS_FILE}: rounds/{name}: summary fields "
+                               f"{extra} are not required fields", ErrorCategory.BAD_INPUT)
+
+
+@functools.cache
+def known_rounds() -> tuple[tuple[int, int, int], ...]:
+    """The rounds the fields file describes, in order."""
+    return tuple(sorted(parse_ruleset(r) for r in _fields_data()["rounds"]))
+
+
+@functools.cache
+def round_fields(ruleset: str | None) -> RoundFields:
+    """The fields of round ``ruleset`` (None: the current round); a round the file does not list
+    takes the latest listed round before it (the earliest listed, if it is older than all)."""
+    version = parse_ruleset(ruleset)
+    rounds = known_rounds()
+    earlier = [r for r in rounds if r <= version]
+    chosen = earlier[-1] if earlier else rounds[0]
+    entry = _fields_data()["rounds"][".".join(map(str, chosen))]
+    return RoundFields(chosen, tuple(entry["required_fields"]), frozenset(entry["summary_fields"]), entry["status"])
+
+
+def status_values() -> tuple[str, ...]:
+    return tuple(_fields_data()["status_values"])
+
+
+_RULESET_RE = re.compile(r"^(?:training_|v)?(\d+)\.(\d+)(?:\.(\d+))?$")
+
+
+def parse_ruleset(ruleset: str | None) -> tuple[int, int, int]:
+    """``"4.1.0"`` (also ``"4.1"``, ``"v4.1"``, ``"training_4.1.0"``) as ``(4, 1, 0)``; None is the current round.
+
+    A malformed ruleset is the caller's mistake, not the file's: it raises ValueError.
+    """
+    text = CURRENT_RULESET if ruleset is None else str(ruleset).strip()
+    m = _RULESET_RE.match(text)
+    if not m:
+        raise ValueError(f"not a ruleset version: {ruleset!r} (expected e.g. '4.1.0')")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+# The current round's fields (the same 33 in every round so far), for callers that want a list.
+REQUIRED_FIELDS: tuple[str, ...] = round_fields(None).required_fields
+SUMMARY_FIELDS: frozenset[str] = round_fields(None).summary_fields
 
 DIVISIONS = ("closed", "open")
 
 # The values mlperf_logging's system_desc_checker accepts for training, exactly (case and all).
-STATUS_VALUES: tuple[str, ...] = (
-    "Available on-premise",
-    "Available cloud",
-    "Research, Development, or Internal (RDI)",
-    "Preview",
-)
+STATUS_VALUES: tuple[str, ...] = status_values()
 
 # What rounds before 4.1 wrote, normalised by _normalise_status: the mllog constants
 # (onprem, cloud, research), the keys of the result summarizer's availability map
@@ -124,22 +164,8 @@ LEGACY_STATUS_VALUES: frozenset[str] = frozenset(
     }
 )
 
-# The first round whose status vocabulary is enforced; see _status_findings.
-STRICT_STATUS_FROM = (4, 1, 0)
-
-_RULESET_RE = re.compile(r"^(?:training_|v)?(\d+)\.(\d+)(?:\.(\d+))?$")
-
-
-def parse_ruleset(ruleset: str | None) -> tuple[int, int, int]:
-    """``"4.1.0"`` (also ``"4.1"``, ``"v4.1"``, ``"training_4.1.0"``) as ``(4, 1, 0)``; None is the current round.
-
-    A malformed ruleset is the caller's mistake, not the file's: it raises ValueError.
-    """
-    text = CURRENT_RULESET if ruleset is None else str(ruleset).strip()
-    m = _RULESET_RE.match(text)
-    if not m:
-        raise ValueError(f"not a ruleset version: {ruleset!r} (expected e.g. '4.1.0')")
-    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+# The first round whose status vocabulary is enforced (the first "strict" round of the fields file).
+STRICT_STATUS_FROM = min(r for r in known_rounds() if round_fields(".".join(map(str, r))).status == "strict")
 
 
 def check_system_desc(path: Path, ruleset: str | None) -> list[Finding]:
@@ -149,7 +175,7 @@ def check_system_desc(path: Path, ruleset: str | None) -> list[Finding]:
     Never raises on the file's account: a file that cannot be read as one JSON object gives a
     single ERROR finding.
     """
-    version = parse_ruleset(ruleset)
+    fields = round_fields(ruleset)
     path = Path(path)
     text, problem = _read_text(path)
     if problem is not None:
@@ -185,13 +211,13 @@ def check_system_desc(path: Path, ruleset: str | None) -> list[Finding]:
             key,
         )
 
-    for field in REQUIRED_FIELDS:
+    for field in fields.required_fields:
         if field not in contents:
             add("system_desc.missing_field", Severity.ERROR, f"missing required field {field!r}")
 
-    for field in REQUIRED_FIELDS:
+    for field in fields.required_fields:
         if field in contents:
-            problem_severity = _type_problem(field, contents[field])
+            problem_severity = _type_problem(field, contents[field], fields.summary_fields)
             if problem_severity is not None:
                 severity, message = problem_severity
                 add("system_desc.type", severity, message, field)
@@ -206,8 +232,10 @@ def check_system_desc(path: Path, ruleset: str | None) -> list[Finding]:
         )
 
     status = contents.get("status")
-    if isinstance(status, str):
-        for severity, message in _status_findings(status, version):
+    if "status" in contents and not isinstance(status, (list, dict)):  # (those are a type error already)
+        # a number, a boolean or null is no status either: the official checker compares it as is
+        shown = status if isinstance(status, str) else json.dumps(status)
+        for severity, message in _status_findings(shown, fields.status):
             add("system_desc.status", severity, message, "status")
 
     name = contents.get("system_name")
@@ -221,7 +249,7 @@ def check_system_desc(path: Path, ruleset: str | None) -> list[Finding]:
     return findings
 
 
-def _status_findings(status: str, version: tuple[int, int, int]) -> list[tuple[Severity, str]]:
+def _status_findings(status: str, mode: str) -> list[tuple[Severity, str]]:
     """The status vocabulary, by round.
 
     mlperf_logging 4.1.68 tests ``major >= 4 or (major == 4 and minor >= 1)``: the second clause
@@ -229,15 +257,17 @@ def _status_findings(status: str, version: tuple[int, int, int]) -> list[tuple[S
     shared v4.0 smc submission (status ``"cloud"``), which the v4.0 round published after
     review: the check arrived after that round, and its second clause says 4.1 was meant. So:
 
-    - ruleset >= 4.1.0: exactly one of :data:`STATUS_VALUES` (case-sensitive, as the official
+    The fields file says which rounds get which (``status: strict | transitional | legacy``):
+
+    - strict (>= 4.1.0): exactly one of :data:`STATUS_VALUES` (case-sensitive, as the official
       checker), else ERROR;
-    - 4.0.0: the older vocabulary is accepted (no error), with a WARNING that today's official
-      checker would reject it under 4.0.0;
-    - before 4.0.0: the older vocabulary (:data:`LEGACY_STATUS_VALUES`, compared ignoring case,
-      hyphens, underscores and spacing) or the new values; anything else is a WARNING, not an
-      error, since no checker of those rounds constrained the field.
+    - transitional (4.0.0): the older vocabulary is accepted (no error), with a WARNING that
+      today's official checker would reject it under 4.0.0;
+    - legacy (before 4.0.0): the older vocabulary (:data:`LEGACY_STATUS_VALUES`, compared ignoring
+      case, hyphens, underscores and spacing) or the new values; anything else is a WARNING, not
+      an error, since no checker of those rounds constrained the field.
     """
-    if version >= STRICT_STATUS_FROM:
+    if mode == "strict":
         if status in STATUS_VALUES:
             return []
         return [(Severity.ERROR, f"status {status!r} is not one of {list(STATUS_VALUES)}")]
@@ -245,7 +275,7 @@ def _status_findings(status: str, version: tuple[int, int, int]) -> list[tuple[S
         return []
     if _normalise_status(status) not in LEGACY_STATUS_VALUES:
         return [(Severity.WARNING, f"status {status!r} is not a known availability (e.g. {list(STATUS_VALUES)})")]
-    if version[0] >= 4:
+    if mode == "transitional":
         return [
             (
                 Severity.WARNING,
@@ -262,7 +292,7 @@ def _normalise_status(status: str) -> str:
     return " ".join(re.sub(r"[-_]", " ", status).lower().split())
 
 
-def _type_problem(field: str, value: Any) -> tuple[Severity, str] | None:
+def _type_problem(field: str, value: Any, summary_fields: frozenset[str] = SUMMARY_FIELDS) -> tuple[Severity, str] | None:
     """What is wrong with the type of ``value`` in ``field``, if anything."""
     kind = _json_type(value)
     if field == "other_software_stack":
@@ -272,7 +302,7 @@ def _type_problem(field: str, value: Any) -> tuple[Severity, str] | None:
     if isinstance(value, str):
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if field in SUMMARY_FIELDS:
+        if field in summary_fields:
             return (
                 Severity.ERROR,
                 (
@@ -284,7 +314,7 @@ def _type_problem(field: str, value: Any) -> tuple[Severity, str] | None:
     if isinstance(value, (list, dict)):
         return Severity.ERROR, f"field {field!r} must be a string (or a number), found {kind}"
     # null or a boolean: the official checker only crashes on them in the summary fields
-    severity = Severity.ERROR if field in SUMMARY_FIELDS else Severity.WARNING
+    severity = Severity.ERROR if field in summary_fields else Severity.WARNING
     return severity, f"field {field!r} should be a string, found {kind}"
 
 

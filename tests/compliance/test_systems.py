@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,9 +17,14 @@ from compliance.findings import Severity
 from compliance.systems import (
     REQUIRED_FIELDS,
     STATUS_VALUES,
+    _fields_data,
     check_system_desc,
+    known_rounds,
     parse_ruleset,
+    round_fields,
+    validate_fields,
 )
+from harness.errors import HarnessError
 
 ROUNDS = {
     "v0.7": "0.7.0",
@@ -311,3 +319,137 @@ def test_parse_ruleset():
     assert parse_ruleset("training_0.7.0") == (0, 7, 0)
     with pytest.raises(ValueError):
         parse_ruleset("latest")
+
+
+# -- the fields per round, against the official checker run in a subprocess --------------------
+
+_OFFICIAL_DRIVER = r"""
+import json, logging, sys
+from mlperf_logging.system_desc_checker.system_desc_checker import check_system_desc
+logging.disable(logging.CRITICAL)
+for line in sys.stdin:
+    job = json.loads(line)
+    try:
+        out = "pass" if check_system_desc(job["file"], "training", job["ruleset"])[0] else "fail"
+    except Exception as err:  # the official checker crashing is a verdict (the file cannot be used)
+        out = "crash:" + type(err).__name__
+    print(json.dumps(out), flush=True)
+"""
+
+
+def official_verdicts(jobs: list[tuple[Path, str]]) -> list[str]:
+    """The official system_desc_checker's verdict on each (file, ruleset), in one subprocess."""
+    stdin = "".join(json.dumps({"file": str(f), "ruleset": r}) + "\n" for f, r in jobs)
+    proc = subprocess.run([sys.executable, "-c", _OFFICIAL_DRIVER], input=stdin, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(out) == len(jobs)
+    return out
+
+
+def ours_fails(path: Path, ruleset: str) -> bool:
+    return any(f.is_error for f in check_system_desc(path, ruleset))
+
+
+def data_rounds() -> list[str]:
+    return [".".join(map(str, r)) for r in known_rounds()]
+
+
+def test_the_fields_file_covers_every_official_training_round():
+    from mlperf_logging.compliance_checker.mlp_compliance import rule_choices
+
+    assert set(data_rounds()) == set(rule_choices())
+
+
+def test_every_real_description_gets_the_official_verdict_in_every_round(shared_logs):
+    files = [real_system(shared_logs, rnd) for rnd in sorted(ROUNDS)]
+    jobs = [(f, r) for f in files for r in data_rounds()]
+    official_says = official_verdicts(jobs)
+    agreed = diverged = 0
+    for (path, ruleset), verdict in zip(jobs, official_says):
+        assert not verdict.startswith("crash"), (path, ruleset, verdict)
+        ours = ours_fails(path, ruleset)
+        status = json.loads(path.read_text())["status"]
+        if ours == (verdict == "fail"):
+            agreed += 1
+        else:
+            # the one documented divergence: the older status vocabulary under 4.0.0 (a warning here)
+            assert ruleset == "4.0.0" and status not in STATUS_VALUES and not ours, (path, ruleset, verdict)
+            diverged += 1
+    assert agreed + diverged == len(jobs) and diverged == sum(
+        json.loads(f.read_text())["status"] not in STATUS_VALUES for f in files)
+
+
+def test_the_required_fields_of_every_round_are_the_official_ones(shared_logs, tmp_path, dell):
+    """Removing any field we require fails the official checker too; a file with only those passes it."""
+    jobs, ours = [], []
+    for ruleset in data_rounds():
+        fields = round_fields(ruleset).required_fields
+        only = {k: dell[k] for k in fields}
+        only_path = tmp_path / ruleset / "only.json"
+        only_path.parent.mkdir()
+        only_path.write_text(json.dumps(only))
+        jobs.append((only_path, ruleset))
+        ours.append(ours_fails(only_path, ruleset))
+        for field in fields:
+            path = tmp_path / ruleset / f"without-{field}.json"
+            path.write_text(json.dumps({k: v for k, v in dell.items() if k != field}))
+            jobs.append((path, ruleset))
+            ours.append(ours_fails(path, ruleset))
+    official_says = official_verdicts(jobs)
+    assert [v == "fail" for v in official_says] == ours
+    assert sum(ours) == len(jobs) - len(data_rounds())  # each removal fails, each "only" file passes
+
+
+# (field, value, how ours relates to the official verdict)
+TYPE_MUTATIONS = [
+    ("accelerators_per_node", 8, "same"),  # the official checker crashes: an error here
+    ("host_processor_core_count", 56, "same"),
+    ("framework", None, "same"),
+    ("submitter", True, "same"),
+    ("number_of_nodes", 2, "same"),  # a number outside the summary fields is fine in both
+    ("cooling", None, "same"),  # null outside them: a warning here, a pass there
+    ("status", 4, "same"),
+    ("other_software_stack", {"cuda": "12.6"}, "same"),
+    ("hw_notes", ["a"], "stricter"),  # a list where a string is expected: the summarizer's join fails on it
+    ("host_networking", {"a": "b"}, "stricter"),
+    ("other_software_stack", 12, "stricter"),
+]
+
+
+def test_wrong_types_against_the_official_checker(tmp_path, dell):
+    jobs = []
+    for i, (field, value, _) in enumerate(TYPE_MUTATIONS):
+        contents = dict(dell)
+        contents[field] = value
+        for ruleset in ("3.1.0", "4.1.0", "6.0.0"):
+            path = tmp_path / f"{i}-{ruleset}" / "XE9680x8H200-SXM-141GB.json"
+            path.parent.mkdir()
+            path.write_text(json.dumps(contents))
+            jobs.append((path, ruleset, field, value))
+    official_says = official_verdicts([(p, r) for p, r, _, _ in jobs])
+    relation = {(f, json.dumps(v)): rel for f, v, rel in TYPE_MUTATIONS}
+    for (path, ruleset, field, value), verdict in zip(jobs, official_says):
+        official_fails = verdict != "pass"  # a crash means the file cannot be used
+        ours = ours_fails(path, ruleset)
+        if relation[(field, json.dumps(value))] == "same":
+            assert ours == official_fails, (field, value, ruleset, verdict)
+        else:  # documented: ours rejects a value type no official tool can use; the checker itself lets it by
+            assert ours and verdict == "pass", (field, value, ruleset, verdict)
+
+
+@pytest.mark.parametrize("break_it", [
+    lambda d: d["rounds"]["4.1.0"].pop("status"),
+    lambda d: d["rounds"]["4.1.0"].update(status="lenient"),
+    lambda d: d["rounds"].update({"4.2": d["rounds"]["4.1.0"]}),
+    lambda d: d["rounds"]["5.0.0"].update(required_fields=["submitter", "submitter"]),
+    lambda d: d["rounds"]["5.0.0"].update(summary_fields=["framework", "gpu_count"]),
+    lambda d: d.update(status_values=[]),
+])
+def test_a_broken_fields_file_is_rejected(break_it):
+    data = copy.deepcopy(_fields_data())
+    validate_fields(data)  # the shipped file is valid
+    break_it(data)
+    with pytest.raises(HarnessError):
+        validate_fields(data)
