@@ -284,7 +284,9 @@ def _set_rules(report: RunSetReport, logs: list[ParsedLog], lenders: list[Path],
     rules = run_set_rules(report.ruleset, levels)
     report.summary.update({"benchmark": benchmark, "division": division, "runs": len(logs)})
     if rules is None:
-        add("rules", f"rule set {report.ruleset} has no run-set rules for benchmark {benchmark!r}")
+        if not all(any(f.rule.endswith(".not_in_ruleset") for f in r.check.findings) for r in report.runs):
+            # (a benchmark the rule set lacks is said once per log already)
+            add("rules", f"rule set {report.ruleset} has no run-set rules for benchmark {benchmark!r}")
         return
     n = len(logs)
     if division == "closed" and n != rules["runs"]:
@@ -300,6 +302,7 @@ def _set_rules(report: RunSetReport, logs: list[ParsedLog], lenders: list[Path],
         dup = sorted(repr(s) for s, c in Counter(repr(s) for s in seeds if s is not None).items() if c > 1)
         if dup:
             add("seeds.distinct", f"runs share seeds {', '.join(dup)}; each run must use its own")
+    _seed_checker(report, logs, division)
     target = _target(report.ruleset, levels)
     try:
         runs = [read_run_log(log.path) for log in logs]
@@ -329,6 +332,114 @@ def _set_rules(report: RunSetReport, logs: list[ParsedLog], lenders: list[Path],
             Severity.WARNING)
     _rcp(report, add, division)
     _borrowing(report, logs, add, lenders, search_root)
+
+
+# The rounds whose package checker runs its seed checker (mlperf_logging 4.1.68), closed division only.
+SEED_CHECKER_ROUNDS = frozenset({"1.0.0", "1.1.0", "2.0.0", "2.1.0", "3.0.0", "3.1.0", "4.0.0", "4.1.0", "5.0.0",
+                                 "5.1.0", "6.0.0", "6.1.0"})
+SEEDS_ALWAYS_FROM = (4, 1, 0)  # the first round whose seed checker requires a seed in every run
+SEED_BYPASS = "seed-checker-bypass"
+_BYPASS_FILE = "package_checker_params"
+
+
+def _seed_checker(report: RunSetReport, logs: list[ParsedLog], log_division: Any) -> None:
+    """``mlperf_logging.package_checker.seed_checker``'s rule, as findings ``<ruleset>/run_set:seeds_*``.
+
+    As the package checker runs it: for a round in :data:`SEED_CHECKER_ROUNDS` whose system
+    description (``systems/<system>.json`` beside ``results/``; the logs' submission_division
+    when the set is checked outside a package) says ``closed``, unless a ``package_checker_params``
+    file in the system or benchmark folder has the line ``seed-checker-bypass``. Then every log
+    must parse (``seeds_readable``), log at least one seed through mllog, each with metadata file
+    and lineno and an integer value (``seeds_logged``, ``seeds_readable``), and no two logs may log
+    the same seed from the same file and line (``seeds_unique``). A log with more than one seed
+    record is a warning (``seeds_count``), as there.
+
+    One divergence, by round (as the system description's status vocabulary): "every run logs a
+    seed" arrived in mlcommons/logging ac0096c (September 2024, first released in 4.1.0-rc4);
+    before it a set in which *no* run logs a seed passed. 4.1.68 applies it to every round, and
+    so fails three published real packages (v2.1 Azure, v3.0 GIGABYTE, v4.0 smc log no seed).
+    Here, for rounds before :data:`SEEDS_ALWAYS_FROM`, a set that logs no seed at all is one
+    WARNING (``seeds_logged``); from 4.1.0 on, or when some runs of the set log seeds, each run
+    without one is an ERROR.
+    """
+    version = _mlperf_version(report.ruleset)
+    if version not in SEED_CHECKER_ROUNDS:
+        return
+    d = report.path
+    division = log_division
+    desc = d.parent.parent.parent / "systems" / f"{d.parent.name}.json"
+    if d.parent.parent.name == "results" and desc.is_file():
+        try:
+            import json
+
+            division = json.loads(desc.read_text(encoding="utf-8")).get("division")
+        except (OSError, ValueError, AttributeError):
+            pass  # the system description's own findings say what is wrong with it
+    if division != "closed":
+        return
+
+    def add(rule: str, message: str, path: Path, line: int | None = None, severity: Severity = Severity.ERROR) -> None:
+        report.findings.append(Finding(f"{report.ruleset}/run_set:seeds_{rule}", severity, message, path, line))
+
+    for folder in (d.parent, d):
+        params = folder / _BYPASS_FILE
+        try:
+            lines = params.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True) \
+                if params.is_file() else []
+        except OSError:
+            lines = []
+        if SEED_BYPASS in lines:  # compared with its line ending, as there: only a last line without one counts
+            add("bypass", f"the seed checker is bypassed by {params}", params, severity=Severity.WARNING)
+            return
+        if any(line.strip() == SEED_BYPASS for line in lines):
+            add("bypass", f"{params} asks to bypass the seed checker, but the official package checker compares "
+                "each line with its newline and ignores it; write it as the last line without one", params,
+                severity=Severity.WARNING)
+    seen: dict[tuple[Any, Any, int], Path] = {}
+    unseeded: list[Path] = []
+    seeded = 0
+    for log in sorted(logs, key=lambda lg: str(lg.path)):
+        if log.unreadable or log.problems:
+            why = log.unreadable or f"line {log.problems[0].lineno}: {log.problems[0].message}"
+            add("readable", f"cannot read the seeds of {log.path.name}: {why}", log.path,
+                log.problems[0].lineno if log.problems else None)
+            continue
+        records = [r for r in log.records if r.key == "seed"]
+        seeds = []
+        try:
+            for r in records:
+                meta = r.metadata
+                if not isinstance(meta, dict) or "file" not in meta or "lineno" not in meta:
+                    raise ValueError(f"line {r.lineno}: the seed record's metadata has no file and lineno")
+                try:
+                    seed = int(r.value)
+                except (TypeError, ValueError, OverflowError):
+                    raise ValueError(f"line {r.lineno}: seed {r.value!r} is not an integer") from None
+                where = (meta["file"], meta["lineno"], seed)
+                hash(where)
+                seeds.append((where, r.lineno))
+        except (ValueError, TypeError) as err:
+            add("readable", f"cannot read the seeds of {log.path.name}: {err}", log.path)
+            continue
+        if not seeds:
+            unseeded.append(log.path)
+        else:
+            seeded += 1
+        if len(seeds) > 1:
+            add("count", f"{log.path.name} logs {len(seeds)} seeds; one is expected", log.path,
+                severity=Severity.WARNING)
+        for (src, src_line, seed), lineno in seeds:
+            first = seen.setdefault((src, src_line, seed), log.path)
+            if first != log.path:
+                add("unique", f"{log.path.name} logs seed {seed} from {src}:{src_line}, as {first.name} already does; "
+                    "each run must draw its own seed", log.path, lineno)
+    if unseeded and not seeded and tuple(int(x) for x in version.split(".")) < SEEDS_ALWAYS_FROM:
+        add("logged", f"no run of the set logs a seed (through mllog): accepted in round {version}, whose seed "
+            "checker required seeds only once some run logged one; mlperf_logging 4.1.68 requires one in every run "
+            "for every round", d, severity=Severity.WARNING)
+        return
+    for path in unseeded:
+        add("logged", f"{path.name} logs no seed (through mllog)", path)
 
 
 def _target(ruleset: str, levels: list[str]) -> float | None:

@@ -20,6 +20,22 @@ verdicts agree on every real log:
 - an ``exactly_one`` key repeated with the same value is a warning, as MLPerf's checker has it,
   unless the rule says ``repeat: fail`` (the clock keys ``run_start`` and ``run_stop``: two
   of them make the timed region ambiguous, which MLPerf's checker lets through).
+
+Derived quantities (``derive:``, MLPerf's ``BEGIN`` state and ``POST`` code, as data): a rule
+file may name quantities, each with an ``initial`` value (else undefined, MLPerf's ``None``)
+and/or an expression recomputed ``from`` each record of one of the file's keys, after that
+record's checks, in declaration order. An expression is a number, ``value`` (the record's
+value), the name of a derived quantity, or one operation of a closed set (``add``, ``sub``,
+``mul``, ``div``, ``floor``, ``ceil``, ``max``, ``min``) over expressions, computed with
+Python's arithmetic as MLPerf's code does; an operation on a non-number, or one that raises
+(a division by zero, ``ceil`` of NaN), is a finding on the key and leaves that quantity and
+the ones after it unchanged for that record (MLPerf's ``POST`` stops at the exception). The
+state is per rule file, as MLPerf's ``s``. Predicates ``equals``, ``not_equals``, ``min``,
+``max``, ``above``, ``below`` and ``multiple_of`` may take ``{derived: NAME}``, the quantity's
+value when the record is checked: so the rules run in log order (a learning rate logged
+before the batch size its band is derived from fails), compared as Python compares (an
+undefined quantity fails every comparison but ``equals``, where it is ``None``). A key's
+``first_checks`` apply to its first record only (MLPerf's ``FIRST_CHECK``), after the derivations.
 """
 
 from __future__ import annotations
@@ -66,20 +82,105 @@ def load_rule_file(ruleset: str, level: str) -> dict[str, Any] | None:
     keys: dict[str, Any] = {}
     end: list[Any] = []
     run_set: dict[str, Any] | None = None
+    derive: dict[str, Any] = {}
     if "inherit" in raw:
         parent_set, _, parent_level = raw["inherit"].partition("/")
         parent = load_rule_file(parent_set, parent_level)
         if parent is None:
             raise HarnessError(f"rule file {ruleset}/{level}.yaml inherits {raw['inherit']}, which does not exist")
         keys, end, run_set = dict(parent["keys"]), list(parent["end"]), parent["run_set"]
+        derive = dict(parent["derive"])
     for name in raw.get("remove_keys", []):
         keys.pop(name, None)
     keys.update(raw.get("keys", {}))
+    derive.update(raw.get("derive", {}))
     if "end" in raw:
         end = raw["end"]
     if "run_set" in raw:
         run_set = raw["run_set"]
-    return {"keys": keys, "end": end, "run_set": run_set}
+    resolved = {"keys": keys, "end": end, "run_set": run_set, "derive": derive}
+    problem = _derive_problem(resolved)
+    if problem:
+        raise HarnessError(f"rule file {ruleset}/{level}.yaml is invalid: {problem}", ErrorCategory.BAD_INPUT)
+    return resolved
+
+
+# ---- derived quantities -------------------------------------------------------------------------
+
+_BINARY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+           "div": lambda a, b: a / b}
+_UNARY = {"floor": math.floor, "ceil": math.ceil}
+_VARIADIC = {"max": max, "min": min}
+VALUE = "value"  # in an expression: the value of the record being processed
+
+
+class DeriveError(Exception):
+    """An expression that cannot be computed (MLPerf's POST code would raise)."""
+
+
+def _expr_names(expr: Any) -> set[str]:
+    if isinstance(expr, str):
+        return {expr}
+    if isinstance(expr, dict):
+        (_, args), = expr.items()
+        return set().union(*(_expr_names(a) for a in (args if isinstance(args, list) else [args])))
+    return set()
+
+
+def _derived_refs(pred: dict[str, Any]) -> set[str]:
+    return {a["derived"] for a in pred.values() if isinstance(a, dict) and set(a) == {"derived"}}
+
+
+def _derive_problem(rules: dict[str, Any]) -> str | None:
+    """What is wrong with the file's derived quantities and references to them (None: nothing)."""
+    derive, keys = rules["derive"], rules["keys"]
+    for name, spec in derive.items():
+        if name == VALUE:
+            return f"a derived quantity may not be named {VALUE!r}"
+        if ("from" in spec) != ("expr" in spec):
+            return f"derived {name} needs both 'from' and 'expr', or neither"
+        if "from" in spec and spec["from"] not in keys:
+            return f"derived {name} is computed from {spec['from']} records, a key this file does not define"
+        unknown = _expr_names(spec.get("expr")) - set(derive) - {VALUE}
+        if unknown:
+            return f"derived {name} refers to {', '.join(sorted(unknown))}, not derived quantities"
+    for key, rule in keys.items():
+        preds = [c[k] for c in [*rule.get("checks", []), *rule.get("first_checks", [])] for k in ("value",) if k in c]
+        preds += [p for c in [*rule.get("checks", []), *rule.get("first_checks", [])]
+                  for p in c.get("metadata_values", {}).values()]
+        refs = set().union(*(_derived_refs(p) for p in preds)) if preds else set()
+        if refs - set(derive):
+            return f"{key}'s checks refer to {', '.join(sorted(refs - set(derive)))}, not derived quantities"
+        if "at_least_one" in rule and _derived_refs(rule["at_least_one"]):
+            return f"{key}'s at_least_one may not refer to a derived quantity (MLPerf evaluates it outside any try)"
+    return None
+
+
+def evaluate(expr: Any, value: Any, state: dict[str, Any]) -> Any:
+    """The value of a ``derive`` expression, with Python's arithmetic; raises :class:`DeriveError`."""
+    if isinstance(expr, str):
+        return value if expr == VALUE else state[expr]
+    if not isinstance(expr, dict):
+        return expr
+    (op, args), = expr.items()
+    operands = [_operand(evaluate(a, value, state), a) for a in (args if isinstance(args, list) else [args])]
+    try:
+        if op in _BINARY:
+            return _BINARY[op](*operands)
+        if op in _UNARY:
+            return _UNARY[op](*operands)
+        return _VARIADIC[op](operands)
+    except (ArithmeticError, ValueError, TypeError) as err:
+        raise DeriveError(f"{op} of {', '.join(_show(o) for o in operands)} fails ({err})") from None
+
+
+def _operand(x: Any, expr: Any) -> Any:
+    if isinstance(x, (int, float)):  # bool included: Python's arithmetic takes it as 0 or 1
+        return x
+    what = "this record's value" if expr == VALUE else repr(expr) if isinstance(expr, str) else "a sub-expression"
+    if x is None:
+        raise DeriveError(f"{what} is undefined (no record it derives from came earlier)")
+    raise DeriveError(f"{what} is {_show(x)}, not a number")
 
 
 # ---- value predicates -------------------------------------------------------------------------
@@ -88,10 +189,21 @@ def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def predicate_failure(pred: dict[str, Any], v: Any) -> str | None:
-    """Why ``v`` fails predicate ``pred`` (None when it holds). Equality is Python's, as MLPerf's."""
+def predicate_failure(pred: dict[str, Any], v: Any, derived: dict[str, Any] | None = None) -> str | None:
+    """Why ``v`` fails predicate ``pred`` (None when it holds). Equality is Python's, as MLPerf's.
+
+    An argument ``{derived: NAME}`` is the current value of that derived quantity (``derived``).
+    """
     for op, arg in pred.items():
-        if op == "equals":
+        if isinstance(arg, dict) and set(arg) == {"derived"}:
+            why = _derived_failure(op, arg["derived"], (derived or {}).get(arg["derived"]), v)
+            if why:
+                return why
+            continue
+        if op == "multiple_of":
+            if not _is_multiple(v, arg):
+                return f"is {_show(v)}, must be a multiple of {_show(arg)}"
+        elif op == "equals":
             if not _safe_eq(v, arg):
                 return f"is {_show(v)}, must equal {_show(arg)}"
         elif op == "not_equals":
@@ -123,6 +235,38 @@ def predicate_failure(pred: dict[str, Any], v: Any) -> str | None:
         else:  # the schema admits no other operator
             raise AssertionError(op)
     return None
+
+
+_RELATIONS = {"min": (lambda v, a: a <= v, "at least"), "max": (lambda v, a: v <= a, "at most"),
+              "above": (lambda v, a: a < v, "above"), "below": (lambda v, a: v < a, "below")}
+
+
+def _is_multiple(v: Any, m: Any) -> bool:
+    """MLPerf's ``v % m == 0``: Python's remainder, false where it raises (a str formats instead)."""
+    if isinstance(v, str):
+        return False
+    try:
+        return bool(v % m == 0)
+    except Exception:  # noqa: BLE001 - MLPerf's try: a failed CHECK
+        return False
+
+
+def _derived_failure(op: str, name: str, arg: Any, v: Any) -> str | None:
+    """``op`` against derived quantity ``name`` (value ``arg``), compared as MLPerf's Python compares."""
+    shown = f"{name} ({_show(arg)})" if arg is not None else \
+        f"{name}, which is undefined at this line (no earlier record it derives from gave it a value)"
+    if op == "equals":
+        return None if _safe_eq(v, arg) else f"is {_show(v)}, must equal {shown}"
+    if op == "not_equals":
+        return f"must not equal {shown}" if _safe_eq(v, arg) else None
+    if op == "multiple_of":
+        return None if arg is not None and _is_multiple(v, arg) else f"is {_show(v)}, must be a multiple of {shown}"
+    test, word = _RELATIONS[op]
+    try:
+        ok = bool(test(v, arg))
+    except Exception:  # noqa: BLE001 - a comparison MLPerf's code cannot make fails its CHECK
+        ok = False
+    return None if ok else f"is {_show(v)}, must be {word} {shown}"
 
 
 def _safe_eq(a: Any, b: Any) -> bool:
@@ -167,6 +311,14 @@ class _Level:
         self.log = log
         self.findings: list[Finding] = []
         self.chained: list[str] = []
+        self.ruleset = ruleset
+        self.not_in_ruleset: Finding | None = None  # the log names a division/benchmark this rule set lacks
+        # MLPerf's per-file state ``s``: each derived quantity's current value (None: undefined)
+        self.derived: dict[str, Any] = {n: d.get("initial") for n, d in rules["derive"].items()}
+        self.derive_on: dict[str, list[tuple[str, Any]]] = {}
+        for n, d in rules["derive"].items():
+            if "from" in d:
+                self.derive_on.setdefault(d["from"], []).append((n, d["expr"]))
 
     def _finding(self, rule: str, message: str, *, line: int | None = None, key: str | None = None,
                  severity: Severity = Severity.ERROR) -> None:
@@ -179,6 +331,7 @@ class _Level:
         first_of: dict[str, Record] = {}
         earliest_time: dict[str, float] = {}
         checked_first: set[str] = set()
+        first_checked: set[str] = set()
         reported: dict[str, list[Any]] = {k: [] for k in keys}
         satisfied: Counter[str] = Counter()
         collected: dict[str, list[Any]] = {}
@@ -191,7 +344,12 @@ class _Level:
                     for check in rule.get("checks", []):
                         self._apply(check, rec, seen_before, first_of, earliest_time)
                     if "chain" in rule:
-                        self._chain(rule["chain"], rec)
+                        self._chain(rule["chain"], rec, rule)
+                    self._derive(rec)
+                if rule.get("first_checks") and rec.key not in first_checked:
+                    first_checked.add(rec.key)
+                    for check in rule["first_checks"]:
+                        self._apply(check, rec, seen_before, first_of, earliest_time, rule_suffix="first")
                 if "at_least_one" in rule and predicate_failure(rule["at_least_one"], rec.value) is None:
                     satisfied[rec.key] += 1
                 if "collect" in rule and isinstance(rec.metadata, dict) and rule["collect"] in rec.metadata:
@@ -240,8 +398,25 @@ class _Level:
                 names = " or ".join(sorted(alts))
                 self._finding(f"{'|'.join(sorted(alts))}.occurs", f"none of {names} appears; at least one required")
 
-    def _chain(self, template: str, rec: Record) -> None:
+    def _derive(self, rec: Record) -> None:
+        """Recompute the quantities derived on this key, in order; stop at the first that fails."""
+        for name, expr in self.derive_on.get(rec.key, []):
+            try:
+                self.derived[name] = evaluate(expr, rec.value, self.derived)
+            except DeriveError as err:
+                self._finding(f"{rec.key}.derive", f"{rec.key} cannot give {name}: {err}", line=rec.lineno, key=rec.key)
+                return
+
+    def _chain(self, template: str, rec: Record, rule: dict[str, Any]) -> None:
         value = rec.value
+        allowed = next((c["value"]["one_of"] for c in rule.get("checks", []) if "one_of" in c.get("value", {})), None)
+        if allowed is not None and not any(_safe_eq(value, a) for a in allowed):
+            what = rec.key.removeprefix("submission_")
+            self.not_in_ruleset = Finding(
+                f"{self.id}:{rec.key}.not_in_ruleset", Severity.ERROR,
+                f"{what} {_show(value)} is not part of ruleset {self.ruleset} (its {what}s: {', '.join(map(str, allowed))})",
+                self.log.path, rec.lineno, None)
+            return
         if not isinstance(value, str) or not value or not value.replace("_", "").replace(".", "").isalnum() \
                 or ".." in value:
             self._finding(f"{rec.key}.chain", f"{rec.key} {_show(value)} names no rule file", line=rec.lineno)
@@ -249,19 +424,19 @@ class _Level:
         self.chained.append(template.replace("{value}", value))
 
     def _apply(self, check: dict[str, Any], rec: Record, seen_before: set[str], first_of: dict[str, Record],
-               earliest_time: dict[str, float]) -> None:
+               earliest_time: dict[str, float], rule_suffix: str = "") -> None:
         (kind, arg), = check.items()
         key = rec.key
-        rid = f"{key}.{kind}"
+        rid = f"{key}.{rule_suffix + '.' if rule_suffix else ''}{kind}"
         md = rec.metadata
 
         def fail(message: str) -> None:
             self._finding(rid, f"{key} {message}", line=rec.lineno, key=key)
 
         if kind == "value":
-            why = predicate_failure(arg, rec.value)
+            why = predicate_failure(arg, rec.value, self.derived)
             if why:
-                fail(f"value {why}")
+                fail(f"{'(first record) ' if rule_suffix else ''}value {why}")
         elif kind in ("metadata_has", "metadata_has_any", "metadata_values", "metadata_requires"):
             if not isinstance(md, dict):
                 fail(f"metadata is {_show(md)}, not an object")
@@ -275,9 +450,9 @@ class _Level:
             elif kind == "metadata_values":
                 for fieldname, pred in arg.items():
                     if fieldname in md:
-                        why = predicate_failure(pred, md[fieldname])
+                        why = predicate_failure(pred, md[fieldname], self.derived)
                         if why:
-                            fail(f"metadata {fieldname} {why}")
+                            fail(f"{'(first record) ' if rule_suffix else ''}metadata {fieldname} {why}")
             else:
                 for fieldname, needed in arg.items():
                     if fieldname in md:
@@ -344,6 +519,10 @@ def check_parsed(log: ParsedLog, ruleset: str) -> LogCheck:
         findings = [f for f in findings if f.key is None or f.key not in defined]
         lvl = _Level(ruleset, level, rules, log)
         lvl.run()
+        if lvl.not_in_ruleset is not None:
+            # a log of another round's benchmark (or an unknown division): one finding says so, rather
+            # than a cascade of this round's rules that were never meant for it
+            return LogCheck(log.path, ruleset, [lvl.not_in_ruleset], [*done], log)
         findings.extend(lvl.findings)
         queue.extend(lvl.chained)
     return LogCheck(log.path, ruleset, findings, done, log)

@@ -16,8 +16,12 @@ The translation keeps the engine's semantics. Where ``mlperf_logging`` would dif
 itself, the generated code compensates: ``repeat: fail`` becomes an END check on the count
 (the official checker demotes a same-value repeat to a warning), and every comparison is
 guarded by a type test (the official checker evaluates ``ATLEAST_ONE_CHECK`` outside any
-``try`` and would crash on a string). The state holds only JSON values (no sets): the official
-checker prints it with ``json.dumps`` in each failure message.
+``try`` and would crash on a string), and a ``chain`` enqueues only values its ``one_of`` admits.
+Derived quantities (``derive:``) live in ``s['d']``: their initial values in ``BEGIN``, their
+expressions as ``POST`` statements of the key they derive from (after the bookkeeping, so an
+expression that raises stops only the derivations after it, as in the engine), each operand
+tested to be a number; ``first_checks`` become ``FIRST_CHECK``. The state holds only JSON values
+(no sets): the official checker prints it with ``json.dumps`` in each failure message.
 """
 
 from __future__ import annotations
@@ -28,18 +32,35 @@ from typing import Any
 
 import yaml
 
-from compliance.engine import ROOT_LEVEL, RULESETS, load_rule_file
+from compliance.engine import ROOT_LEVEL, RULESETS, VALUE, load_rule_file
 from harness.errors import ErrorCategory, HarnessError
 
 _IS_NUM = "(isinstance({x}, (int, float)) and not isinstance({x}, bool))"
 _NUM = "(isinstance({x}, (int, float)) and not isinstance({x}, bool) and {x} == {x})"  # a number, not NaN
 
 
+def _ref(arg: Any) -> str | None:
+    """The generated expression for ``{derived: NAME}``, else None."""
+    if isinstance(arg, dict) and set(arg) == {"derived"}:
+        return f"s['d'][{arg['derived']!r}]"
+    return None
+
+
 def _pred(pred: dict[str, Any], x: str) -> str:
     parts = []
     num = _NUM.format(x=x)
     for op, arg in pred.items():
-        if op == "equals":
+        ref = _ref(arg)
+        if ref is not None:  # compared as Python compares; an exception fails the CHECK, as in the engine
+            parts.append({
+                "equals": f"({x} == {ref})", "not_equals": f"({x} != {ref})",
+                "min": f"({ref} <= {x})", "max": f"({x} <= {ref})", "above": f"({ref} < {x})",
+                "below": f"({x} < {ref})",
+                "multiple_of": f"(not isinstance({x}, str) and {ref} is not None and {x} % {ref} == 0)",
+            }[op])
+        elif op == "multiple_of":
+            parts.append(f"(not isinstance({x}, str) and {x} % {arg!r} == 0)")
+        elif op == "equals":
             parts.append(f"{x} == {arg!r}")
         elif op == "not_equals":
             parts.append(f"{x} != {arg!r}")
@@ -77,8 +98,9 @@ def _check_exprs(check: dict[str, Any]) -> list[str]:
         return [f"({_pred(p, f'v[{chr(39)}metadata{chr(39)}][{f!r}]')}) if {_md_has(f)} else "
                 f"isinstance(v['metadata'], dict)" for f, p in arg.items()]
     if kind == "metadata_requires":
-        return [f"(all(g in v['metadata'] for g in {list(need)!r})) if {_md_has(f)} else isinstance(v['metadata'], dict)"
-                for f, need in arg.items()]
+        # no comprehension: eval'd with separate locals, its scope could not see v
+        return [f"({' and '.join(f'{g!r} in v[{chr(39)}metadata{chr(39)}]' for g in need) or 'True'}) if {_md_has(f)} "
+                f"else isinstance(v['metadata'], dict)" for f, need in arg.items()]
     if kind == "after":
         return [f"{arg!r} in s['seen']"]
     if kind == "not_after":
@@ -98,11 +120,42 @@ def _check_exprs(check: dict[str, Any]) -> list[str]:
     raise AssertionError(kind)
 
 
+_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+
+
+def _derive_code(name: str, expr: Any) -> list[str]:
+    """Statements computing derived quantity ``name`` (compliance/engine.py's ``evaluate``): one
+    temporary per operation, each operand tested to be a number (bool included), as the engine does."""
+    stmts: list[str] = []
+
+    def emit(e: Any) -> str:
+        if isinstance(e, str):
+            return "v['value']" if e == VALUE else f"s['d'][{e!r}]"
+        if not isinstance(e, dict):
+            return repr(e)
+        (op, args), = e.items()
+        xs = [emit(a) for a in (args if isinstance(args, list) else [args])]
+        for x, a in zip(xs, args if isinstance(args, list) else [args]):
+            if isinstance(a, str):  # a logged value or a derived quantity (which may hold one); the rest are numbers
+                stmts.append(f"if not isinstance({x}, (int, float)): raise TypeError('not a number')")
+        t = f"_t{len(stmts)}"
+        if op in ("add", "sub", "mul", "div"):
+            stmts.append(f"{t} = {xs[0]} {_SYMBOL[op]} {xs[1]}")
+        elif op in ("floor", "ceil"):
+            stmts.append(f"{t} = math.{op}({xs[0]})")
+        else:
+            stmts.append(f"{t} = {op}([{', '.join(xs)}])")
+        return t
+
+    result = emit(expr)
+    return [*stmts, f"s['d'][{name!r}] = {result}"]
+
+
 def _tracked(keys: dict[str, Any]) -> tuple[set[str], set[str], set[str]]:
     """Keys whose records the generated code must remember: (seen/first time, earliest time, first value)."""
     seen, earliest, first_value = set(), set(), set()
     for rule in keys.values():
-        for check in rule.get("checks", []):
+        for check in [*rule.get("checks", []), *rule.get("first_checks", [])]:
             (kind, arg), = check.items()
             if kind in ("after", "not_after", "not_before_time"):
                 seen.add(arg)
@@ -123,8 +176,14 @@ def export_level(ruleset: str, level: str, out_dir: Path) -> dict[str, Any] | No
         if tracked not in keys:
             raise HarnessError(f"cannot export {ruleset}/{level}: its checks refer to {tracked}, which that rule file "
                                "does not define (the official checker only runs code for a file's own keys)")
+    initial = {name: spec.get("initial") for name, spec in rules["derive"].items()}
     out: list[dict[str, Any]] = [{"BEGIN": {"CODE": "s.update({'seen': {}, 'first_time': {}, 'earliest': {}, "
-                                                   "'first_value': {}, 'count': {}, 'collected': {}})"}}]
+                                                   "'first_value': {}, 'count': {}, 'collected': {}, "
+                                                   f"'d': {initial!r}}})"}}]
+    derive_on: dict[str, list[tuple[str, Any]]] = {}
+    for dname, spec in rules["derive"].items():
+        if "from" in spec:
+            derive_on.setdefault(spec["from"], []).append((dname, spec["expr"]))
     end_checks: list[str] = []
     for name, rule in keys.items():
         if ("submission_" in name) != bool(rule.get("first_only")):
@@ -157,9 +216,19 @@ def export_level(ruleset: str, level: str, out_dir: Path) -> dict[str, Any] | No
                         f"isinstance(v['metadata'], dict) and {c!r} in v['metadata'] else [])")
         if "chain" in rule:
             target = os.path.join(str(out_dir.resolve()), rule["chain"].replace("{value}", "{}") + ".yaml")
-            post.append(f"enqueue_config({target!r}.format(v['value']))")
+            allowed = next((c["value"]["one_of"] for c in rule.get("checks", []) if "one_of" in c.get("value", {})),
+                           None)
+            # as the engine: a value outside the rule's one_of chains to nothing (MLPerf's own code would
+            # enqueue a file that does not exist and crash)
+            guard = f" if v['value'] in {list(allowed)!r} else None" if allowed is not None else ""
+            post.append(f"enqueue_config({target!r}.format(v['value'])){guard}")
+        # derived quantities last: the first that raises stops the rest, as in the engine
+        post += [line for dname, expr in derive_on.get(name, []) for line in _derive_code(dname, expr)]
         if post:
-            record["POST"] = "; ".join(post)
+            record["POST"] = "\n".join(post)
+        first = [e for c in rule.get("first_checks", []) for e in _check_exprs(c)]
+        if first:
+            record["FIRST_CHECK"] = first
         if "at_least_one" in rule:
             record["ATLEAST_ONE_CHECK"] = _pred(rule["at_least_one"], "v['value']")
         out.append({"KEY": record})

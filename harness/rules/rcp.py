@@ -12,7 +12,8 @@ their linear interpolation.
 
 This mirrors ``mlperf_logging/rcp_checker/rcp_checker.py`` (4.1.68) step by step, including
 its quirks (population stdev of all runs, the olympic mean of the runs, the t-test's sample
-sizes, the binary search's tolerance, epochs rounded to 3 decimals). RCP files are MLPerf's
+sizes, the binary search's tolerance, epochs rounded to 3 decimals; samples, for the benchmarks
+that count convergence in samples such as dlrmv4, as logged). RCP files are MLPerf's
 JSON: ``{"<benchmark>_ref_<bs>": {"Benchmark", "BS", "Hyperparams", "Epochs to converge", ...}}``.
 """
 
@@ -42,6 +43,10 @@ _MLPERF_RCP_DIR = resources.files("mlperf_logging.rcp_checker")
 _OLYMPIC_DROP = {"unet3d": 4}  # runs dropped at each end of the sorted list; 1 otherwise
 _MAX_NOT_CONVERGED = {"unet3d": 4}  # more non-converged runs than this fail the set; 1 otherwise
 _STAT_KEYS = ("RCP Mean", "RCP Stdev", "Max Speedup", "Min Epochs")
+# Benchmarks whose convergence the checker counts in samples: the samples_count of the last
+# eval_accuracy before run_stop, as logged (not rounded), whatever the target (read_submission_file)
+SAMPLES_BENCHMARKS = frozenset({"llama2_70b_lora", "flux1", "llama31_405b", "llama31_8b", "gpt_oss_20b",
+                                "deepseekv3_671b", "qwen35_397b_grpo", "dlrmv4"})
 
 
 class Verdict(enum.Enum):
@@ -301,8 +306,18 @@ def submission_epochs(run: RunLog, target: float | None) -> float:
     """Epochs to converge of a submission run; ``NOT_CONVERGED`` unless it stopped with success.
 
     The epoch is that of the first evaluation reaching ``target``; with no target, or none
-    reaching it, the checker's rule: the last evaluation before ``run_stop``.
+    reaching it, the checker's rule: the last evaluation before ``run_stop``. For a benchmark
+    counted in samples (``SAMPLES_BENCHMARKS``, e.g. dlrmv4) always the checker's rule: the
+    ``samples_count`` of the last evaluation before ``run_stop``, unrounded.
     """
+    if run.benchmark in SAMPLES_BENCHMARKS:
+        if run.status != "success":
+            return NOT_CONVERGED
+        samples = run.stop_samples_count
+        if isinstance(samples, bool) or not isinstance(samples, (int, float)):
+            raise HarnessError(f"{run.path}: no samples_count on the last eval_accuracy before run_stop "
+                               f"({run.benchmark} converges in samples)")
+        return float(samples)
     if run.status != "success" or not run.eval_accuracies:
         return NOT_CONVERGED
     reached = reference_epochs(run, target) if target is not None else None

@@ -347,3 +347,125 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path):
     cli.add_command(rcp_cli)
     code = main(["rcp", "check", str(tmp_path)])
     assert code == 2
+
+
+# --- dlrmv4 (v6.1): convergence counted in samples ----------------------------------------
+
+DLRMV4_VERSION = "6.1.0"
+
+
+def _with_epoch_num(record: dict) -> None:
+    """Also log epoch_num (the checker ignores it for a benchmark counted in samples)."""
+    if record["key"] in ("eval_accuracy", "run_stop"):
+        record["metadata"]["epoch_num"] = 0.03
+
+
+def _eval_after_stop(run_dir: Path) -> None:
+    """An eval_accuracy after run_stop: not part of the run's convergence."""
+    for path in sorted(run_dir.glob("result_*.txt")):
+        last = [line for line in path.read_text().splitlines(keepends=True) if '"eval_accuracy"' in line][-1]
+        record = json.loads(last[last.find("{"):])
+        record["metadata"]["samples_count"] *= 3
+        path.write_text(path.read_text() + "0: :::MLLOG " + json.dumps(record) + "\n")
+
+
+DLRMV4_SETS = {  # name: (global batch size, evals per run, runs converged, extra change)
+    "8192-found": (8192, [5, 6, 6, 7, 5, 6, 8, 6, 7, 6], None, None),
+    "8192-faster-within-bound": (8192, [5] * 10, None, None),
+    "8192-too-fast": (8192, [2] * 10, None, None),
+    "12288-interpolated": (12288, [7, 8, 8, 9, 7, 8, 10, 8, 9, 8], None, None),
+    "4096-below-range": (4096, [9] * 10, None, None),
+    "65536-above-range": (65536, [6] * 10, None, None),
+    "16384-one-aborted": (16384, [7] * 10, [False] + [True] * 9, None),
+    "16384-two-aborted": (16384, [7] * 10, [False, False] + [True] * 8, None),
+    "32768-epoch-num-too": (32768, [9] * 10, None, "epoch_num"),
+    "8192-eval-after-stop": (8192, [2] * 10, None, "eval_after_stop"),
+}
+
+
+@pytest.fixture(scope="module")
+def dlrmv4_sets(tmp_path_factory) -> dict[str, Path]:
+    from tests.compliance.dlrmv4_logs import write_run_set
+
+    root = tmp_path_factory.mktemp("dlrmv4")
+    out = {}
+    for name, (gbs, evals, converged, extra) in DLRMV4_SETS.items():
+        run_dir = root / name / "dlrmv4"
+        write_run_set(run_dir, gbs=gbs, evals=evals, converged=converged)
+        if extra == "epoch_num":
+            _rewrite(run_dir, _with_epoch_num)
+        elif extra == "eval_after_stop":
+            _eval_after_stop(run_dir)
+        out[name] = run_dir
+    return out
+
+
+@pytest.fixture(scope="module")
+def dlrmv4_official(dlrmv4_sets, tmp_path_factory) -> dict[str, tuple[bool, str, float | None, float]]:
+    """``python -m mlperf_logging.rcp_checker DIR --rcp_version 6.1.0`` on each generated set."""
+    logs = tmp_path_factory.mktemp("dlrmv4_official")
+    out = {}
+    names = list(dlrmv4_sets)
+    for batch in (names[0::2], names[1::2]):  # two at a time: this machine has 2 cores
+        procs = {
+            name: subprocess.Popen(
+                [sys.executable, "-m", "mlperf_logging.rcp_checker", str(dlrmv4_sets[name]), "--rcp_version",
+                 DLRMV4_VERSION, "--log_output", str(logs / f"{name}.log")],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+            for name in batch
+        }
+        for name, proc in procs.items():
+            out[name] = _parse_official(proc.wait(timeout=120), (logs / f"{name}.log").read_text())
+    return out
+
+
+@pytest.mark.parametrize("name", list(DLRMV4_SETS))
+def test_dlrmv4_verdict_and_factor_equal_the_official_checkers(name, dlrmv4_sets, dlrmv4_official):
+    passed, message, mean, factor = dlrmv4_official[name]
+    ours = rcp.check_run_set(dlrmv4_sets[name], version=DLRMV4_VERSION)
+    assert (ours.verdict is rcp.Verdict.PASS) == passed
+    assert ours.message == message
+    if mean is not None:
+        assert f"{ours.submission_mean:.4f}" == f"{mean:.4f}"
+    if passed:  # (it logs a factor only for a passing set that it scales)
+        assert ours.normalization_factor == pytest.approx(factor, rel=1e-12)
+
+
+def test_dlrmv4_sets_reach_the_official_branches(dlrmv4_sets, dlrmv4_official):
+    got = {name: (passed, message) for name, (passed, message, _, _) in dlrmv4_official.items()}
+    assert got["8192-found"] == (True, "RCP found")
+    assert got["8192-too-fast"] == (False, "RCP found")
+    assert got["12288-interpolated"][1] == "RCP Interpolation"
+    assert got["65536-above-range"] == (False, "Missing RCP, please submit RCP with BS = 65536")
+    assert got["16384-one-aborted"][0] and got["16384-two-aborted"] == (False, "Insufficient convergence")
+    assert dlrmv4_official["8192-faster-within-bound"][3] > 1.0
+    # samples, as logged: the first eval is on the reference's grid, in samples
+    ours = rcp.check_run_set(dlrmv4_sets["8192-found"], version=DLRMV4_VERSION)
+    assert ours.epochs[0] == 66519040 and ours.rcp.name == "dlrmv4_ref_8192"
+
+
+def test_dlrmv4_statistics_equal_the_official_checkers():
+    from mlperf_logging.rcp_checker.rcp_checker import RCP_Checker
+
+    checker = RCP_Checker("training", DLRMV4_VERSION, "dlrmv4", False)
+    ours = rcp.load_rcps(rcp.rcp_file("dlrmv4", version=DLRMV4_VERSION), benchmark="dlrmv4")
+    assert [r.name for r in ours] == list(checker.rcp_data)
+    for r in ours:
+        theirs = checker.rcp_data[r.name]
+        assert (r.mean, r.stdev, r.min_acceptable_mean) == (theirs["RCP Mean"], theirs["RCP Stdev"], theirs["Min Epochs"])
+    assert [r.name for r in rcp.prune(ours, submission_runs=10)] == list(checker.pruned_rcp_data)
+
+
+def test_a_dlrmv4_run_without_samples_count_is_an_error(tmp_path):
+    from tests.compliance.dlrmv4_logs import write_run_set
+
+    run_dir = tmp_path / "dlrmv4"
+    write_run_set(run_dir)
+
+    def drop(record: dict) -> None:
+        if record["key"] == "eval_accuracy":
+            record["metadata"].pop("samples_count")
+    _rewrite(run_dir, drop, 1)
+    with pytest.raises(HarnessError, match="no samples_count"):
+        rcp.check_run_set(run_dir, version=DLRMV4_VERSION)
