@@ -324,6 +324,20 @@ class _Level:
                  severity: Severity = Severity.ERROR) -> None:
         self.findings.append(Finding(f"{self.id}:{rule}", severity, message, self.log.path, line, key))
 
+    def _what_happened(self, name: str) -> str:
+        """For a value no record reached: the best one logged, and how the run ended when it did
+        not end well (``run_stop status=aborted``), each with its line."""
+        numbers = [r for r in self.log.records if r.key == name and _number(r.value) and not math.isnan(r.value)]
+        parts = []
+        if numbers:
+            best = max(numbers, key=lambda r: r.value)
+            parts.append(f"the best is {best.value:.5g} at line {best.lineno} ({len(numbers)} logged)")
+        stop = next((r for r in self.log.records if r.key == "run_stop"), None)
+        status = stop.metadata.get("status") if stop is not None and isinstance(stop.metadata, dict) else None
+        if stop is not None and status != "success":
+            parts.append(f"the run ended run_stop status={status} at line {stop.lineno}")
+        return f": {'; '.join(parts)}" if parts else ""
+
     def run(self) -> None:
         keys = self.rules["keys"]
         records = self.log.records
@@ -362,7 +376,8 @@ class _Level:
         for name, rule in keys.items():
             if "at_least_one" in rule and reported[name] and not satisfied[name]:
                 cond = ", ".join(f"{op} {_show(a)}" for op, a in rule["at_least_one"].items())
-                self._finding(f"{name}.at_least_one", f"no {name} record has a value with {cond}")
+                self._finding(f"{name}.at_least_one",
+                              f"no {name} record has a value with {cond}{self._what_happened(name)}")
         for check in self.rules["end"]:
             spec = check["collected"]
             got = sorted(map(str, collected.get(spec["key"], [])))

@@ -192,3 +192,23 @@ def test_borrowed_values_are_checked_against_the_lenders_logs(tmp_path):
 def test_unknown_ruleset_is_refused(tmp_path):
     with pytest.raises(HarnessError, match="unknown rule set"):
         check_path(REFERENCE_RUNS / "result_0.txt", ruleset="7.7.7")
+
+
+def test_an_aborted_run_is_reported_as_what_happened(shared_logs, tmp_path):
+    # a real log whose run ended aborted, every AUC 0.5: the finding says so, with lines
+    [src] = sorted((shared_logs / "v4.1").glob("*/results/*/*/result_0.txt"))
+    lines = []
+    for line in src.read_text().splitlines(keepends=True):
+        if '"key": "eval_accuracy"' in line:
+            record = json.loads(line.split(":::MLLOG ", 1)[1])
+            record["value"] = 0.5
+            line = ":::MLLOG " + json.dumps(record) + "\n"
+        lines.append(line.replace('"status": "success"', '"status": "aborted"'))
+    log = tmp_path / "v4.1" / "result_0.txt"
+    log.parent.mkdir()
+    log.write_text("".join(lines))
+    stop_line = next(i for i, line in enumerate(lines, 1) if '"key": "run_stop"' in line)
+    first_eval = next(i for i, line in enumerate(lines, 1) if '"key": "eval_accuracy"' in line)
+    [finding] = [f for f in check_path(log).all_findings if f.rule.endswith("eval_accuracy.at_least_one")]
+    assert f"the best is 0.5 at line {first_eval}" in finding.message
+    assert f"the run ended run_stop status=aborted at line {stop_line}" in finding.message
