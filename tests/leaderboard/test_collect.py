@@ -186,3 +186,22 @@ def test_an_ambiguous_baseline_lists_the_matches_and_how_to_pick_one(shared_logs
     board = build_leaderboard([root], baseline=f"v5.0/Dell/{COLLIDING_SYSTEM}")
     [base] = [e for _, e in _entries(board) if e["baseline"]]
     assert base["label"] == f"{COLLIDING_SYSTEM} (v5.0)" and base["speedup_vs_baseline"] == pytest.approx(1.0)
+
+
+def test_the_terminal_summary_lists_every_reason_an_entry_is_not_ranked(shared_logs, tmp_path):
+    package = tmp_path / "root" / "v4.1" / "Dell"
+    shutil.copytree(shared_logs / "v4.1" / "Dell", package)
+    [run_set] = package.glob("results/*/dlrm_dcnv2")
+    for log in sorted(run_set.glob("result_*.txt"))[3:]:
+        log.unlink()  # 3 of the 10 runs left
+    for desc in (package / "systems").glob("*.json"):
+        desc.unlink()  # and no system description
+    proc = subprocess.run([sys.executable, "-m", "harness", "leaderboard", str(tmp_path / "root"), "-o",
+                           str(tmp_path / "site")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    board = json.loads((tmp_path / "site" / "leaderboard.json").read_text())
+    [entry] = [e for _, e in _entries(board)]
+    assert len(entry["reasons"]) >= 2 and not entry["ranked"]
+    for reason in entry["reasons"]:
+        assert f"- {reason}" in proc.stdout
+    assert "(3/3 of 10 required runs)" in proc.stdout
