@@ -1,70 +1,89 @@
-"""Inference with the embedding tables on the SSD tier behind a DRAM cache, driven by MLPerf's LoadGen.
+"""Inference as MLPerf Inference runs it, with the embedding tables in memory or on the SSD
+tier behind a DRAM cache (Software Defined Memory), driven by MLPerf's LoadGen.
 
-One benchmark's trained model is served twice: with its tables in memory, and with its
-tables moved into a file (:class:`~harness.reference.tiered.SsdRows`) behind a row cache of
-a fraction of the rows (:class:`~harness.reference.tiered.TieredEmbeddingCollection`).
-Caching does not change the arithmetic, so both give the same predictions, bit for bit
-(checked before timing). MLPerf's own load generator (``mlperf_loadgen``, from the
-``mlcommons-loadgen`` package) drives each variant in the Offline scenario (one query of
-every sample, answered in batches) and the Server scenario (single-sample queries at a
-Poisson rate, answered by a worker thread that batches whatever has arrived), and the
-figures are read from LoadGen's own ``mlperf_log_summary.txt``. Beside them: the bytes the
-tables keep in memory in each variant, and so the memory the SSD tier saves.
+One benchmark's trained model is served as several *systems* (variants): ``memory`` (its
+tables in memory), ``ssd`` (its rows in a file read row by row with ``pread``, O_DIRECT
+where the file system takes it, behind a row cache of a fraction of the rows:
+:mod:`harness.inference.storage`) and, with ``--storage-latency-us L``, ``ssd-<L>us`` (the
+same, each read taking L microseconds more: NAND flash against 3D XPoint, as the Software
+Defined Memory paper compares them). Caching does not change the arithmetic, so every
+variant gives the same predictions, bit for bit (checked before timing).
 
-The steps, in order: :func:`trained_model` (train the benchmark's model once, or reuse
-it), :func:`memory_model` and :func:`ssd_model` (the two variants), :func:`check_identical`,
-then :func:`run_loadgen` per variant and scenario; :func:`run_inference` does them all.
+Each (variant, scenario) is run as an MLPerf submission runs it (:mod:`harness.inference.mlperf`):
+LoadGen's official settings (``mlperf.conf``, ``dlrm-v2``) with the variant's own
+``user.conf`` (its target QPS, calibrated here or given), a PerformanceOnly run into
+``<results>/<system>/<model>/<scenario>/performance/run_1`` and an AccuracyOnly run over the
+whole eval split into ``.../accuracy``, scored (AUC) against the reference AUC: the same
+model's AUC on the eval split computed directly, in memory, outside LoadGen. Each LoadGen
+test runs in a process of its own (:mod:`harness.inference.worker`). ``--quick`` shortens
+the minimum duration and query count, and every output then says "not a valid MLPerf result".
+
+The steps, in order: :func:`trained_model`, the rows file and the variants,
+:func:`check_identical`, :func:`reference_auc`, the calibration, then per scenario and
+variant a performance and an accuracy test; :func:`run_inference` does them all.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import os
 import pickle
-import queue
 import re
+import subprocess
+import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.inference import mlperf
+from harness.inference.storage import Layout, PreadRows, SdmEmbeddings, write_rows
 from harness.reference import synthetic
 from harness.reference.batches import NUM_DENSE
 from harness.reference.from_spec import dlrm_config
 from harness.reference.model import DLRM
 from harness.reference.run_config import RunConfig
 from harness.reference.session import SessionHooks, TrainingSession
-from harness.reference.tiered import (
-    CachePolicy,
-    CacheStats,
-    SsdRows,
-    TieredEmbeddingCollection,
-    state_columns,
-)
+from harness.reference.tiered import CachePolicy
 from harness.rules.specs import BenchmarkSpec
 
 DEFAULT_MODELS_DIR = Path("results") / ".harness" / "models"
-# MLPerf's own bound for DLRM-v2 in the Server scenario (LoadGen's mlperf.conf:
-# ``dlrm-v2.Server.target_latency = 60``), at the 99th percentile.
-DEFAULT_SERVER_LATENCY_MS = 60.0
-# The default Server rate: this fraction of the rate at which the in-memory model answers
+DEFAULT_RESULTS = Path("results")
+DEFAULT_STORAGE_LATENCY_US = 100.0  # a NAND-flash read; 3D XPoint (Optane) is about 10 us
+SYSTEM_PREFIX = "harness"
+# The default Server rate of a variant: this fraction of the rate at which it answers
 # one-sample queries back to back, so its worker is about half busy even without batching.
 SERVER_LOAD_FRACTION = 0.5
-# Offline: LoadGen issues ``1.1 x expected QPS x min duration`` samples; expecting a little
-# more than the calibrated rate keeps the run at least ``min duration`` long.
+# ... of the rate of one-sample queries through the whole Server path: the model call plus
+# LoadGen's issue and completion of the query in Python, about this long (measured here: the
+# in-memory variant answered at most 5,200 one-sample queries/s while its model call took 0.09 ms)
+SERVER_QUERY_OVERHEAD_S = 1e-4
+VARIANT_KINDS = ("memory", "ssd", "ssd-latency")
+# Server: every model call answers exactly this many rows: the queries that have arrived (up to
+# this many), padded by repeating one of them (repeats read no more rows)
+SERVER_BATCH = 16
+# --quick: LoadGen's minimum duration and query count instead of the official ones
+QUICK_MIN_DURATION_MS = 2000
+QUICK_MIN_QUERY_COUNT = 100
+QUICK_ACCURACY_SAMPLES = 8192  # the accuracy runs' samples (LoadGen's accuracy_sample_count_override)
+# Offline: LoadGen issues one query of max(min_query_count, 1.1 x target QPS x min duration)
+# samples; with LoadGen 6.0.17 and the SUT's lists of ids it holds about this many bytes per
+# sample (measured: 744 MB peak RSS for a query of 4M samples)
+OFFLINE_BYTES_PER_SAMPLE = 190
+# The default Offline target: this many times the calibrated rate (LoadGen issues 1.1 x target
+# x min duration samples; a run is valid if it lasts at least the min duration, i.e. if LoadGen's
+# rate stays under 1.1 x this x the calibrated rate)
 OFFLINE_HEADROOM = 1.25
-SERVER_MIN_QUERIES = 100
+OFFLINE_MEMORY_SHARE = 0.4  # of the memory available when the run starts
 MODEL_FILE, META_FILE = "model.pt", "model.json"
-SUMMARY_FILE = "mlperf_log_summary.txt"
 LOADGEN_PACKAGE = "mlcommons-loadgen"
 
 
@@ -73,9 +92,28 @@ class Scenario(enum.Enum):
     SERVER = "server"
 
 
-class Variant(enum.Enum):
-    MEMORY = "memory"  # the tables in memory
-    SSD = "ssd"  # the tables in a file, behind a row cache
+@dataclass(frozen=True)
+class Variant:
+    """One system served: its tables in memory (``ssd`` False) or on the SSD tier, each read
+    taking ``latency_us`` more."""
+
+    name: str
+    ssd: bool
+    latency_us: float = 0.0
+
+    @property
+    def system(self) -> str:
+        return f"{SYSTEM_PREFIX}-{self.name}"
+
+
+def variants_for(latency_us: float, kinds: Sequence[str] = VARIANT_KINDS) -> tuple[Variant, ...]:
+    """The variants of ``kinds`` (``memory``, ``ssd``, ``ssd-latency``: the last only with a latency)."""
+    out = [Variant("memory", False)] if "memory" in kinds else []
+    if "ssd" in kinds:
+        out.append(Variant("ssd", True))
+    if latency_us > 0 and "ssd-latency" in kinds:
+        out.append(Variant(f"ssd-{latency_us:g}us", True, latency_us))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -83,23 +121,34 @@ class InferConfig:
     """What ``harness infer`` runs.
 
     Attributes:
-        train_steps: train exactly this many steps (then evaluate once); ``None``: train as
-            the benchmark's run does, evaluating at its cadence until the target AUC or the
-            epoch limit.
-        model_dir: where the trained model is kept (and LoadGen's logs are written);
-            ``None``: :func:`default_model_dir`.
-        max_batch: the most samples one model call answers, in both scenarios.
-        threads: torch's intra-op threads, for training and inference (LoadGen's threads need
-            CPU too, and a spinning thread pool on a busy machine is slow).
+        quick: shorter LoadGen runs (``QUICK_MIN_DURATION_MS``, ``QUICK_MIN_QUERY_COUNT``):
+            not a valid MLPerf result, and every output says so.
+        results: the results tree (``<results>/<system>/<model>/<scenario>/...``).
+        storage_latency_us: the per-read latency of the third variant (0: no third variant).
+        offline_qps, server_qps: the target QPS written to every variant's ``user.conf``
+            (``None``: each variant's calibrated rate; Server: ``SERVER_LOAD_FRACTION`` of it).
+        user_conf: one ``user.conf`` for every variant instead of the generated ones.
+        high_accuracy: check the 99.9% target (``dlrm-v2-99.9``) instead of 99% (``dlrm-v2-99``).
+        direct: read the rows file with O_DIRECT where the file system takes it.
+        train_steps: train exactly this many steps; ``None``: as the benchmark's run does.
+        model_dir: where the trained model is kept; ``None``: :func:`default_model_dir`.
+        max_batch: the most samples one Offline model call answers (Server answers each query alone).
+        threads: torch's intra-op threads.
     """
 
     benchmark: str = "dlrm_synthetic"
     scenarios: tuple[Scenario, ...] = (Scenario.OFFLINE, Scenario.SERVER)
     cache_fraction: float = 0.05
     cache_policy: CachePolicy = CachePolicy.LRU
-    duration_s: float = 10.0
+    storage_latency_us: float = DEFAULT_STORAGE_LATENCY_US
+    quick: bool = False
+    results: Path = DEFAULT_RESULTS
+    offline_qps: float | None = None
     server_qps: float | None = None
-    server_latency_ms: float = DEFAULT_SERVER_LATENCY_MS
+    user_conf: Path | None = None
+    high_accuracy: bool = False
+    direct: bool = True
+    variant_kinds: tuple[str, ...] = VARIANT_KINDS
     seed: int = 0
     train_steps: int | None = None
     model_dir: Path | None = None
@@ -109,17 +158,34 @@ class InferConfig:
     def __post_init__(self) -> None:
         checks = [
             (0.0 < self.cache_fraction <= 1.0, f"cache fraction {self.cache_fraction}: give a fraction in (0, 1]"),
-            (self.duration_s > 0, f"duration {self.duration_s} s: give a positive number of seconds"),
+            (self.storage_latency_us >= 0, f"storage latency {self.storage_latency_us} us: give 0 or more"),
+            (self.offline_qps is None or self.offline_qps > 0, f"offline QPS {self.offline_qps}: give a positive rate"),
             (self.server_qps is None or self.server_qps > 0, f"server QPS {self.server_qps}: give a positive rate"),
-            (self.server_latency_ms > 0, f"server latency {self.server_latency_ms} ms: give a positive bound"),
             (self.train_steps is None or self.train_steps >= 1, f"train steps {self.train_steps}: give at least 1"),
             (self.max_batch >= 1, f"max batch {self.max_batch}: give at least 1"),
             (self.threads >= 1, f"threads {self.threads}: give at least 1"),
             (bool(self.scenarios), "no scenario to run"),
+            (bool(variants_for(self.storage_latency_us, self.variant_kinds)),
+             "no variant to run (ssd-latency needs a --storage-latency-us above 0)"),
+            (self.user_conf is None or self.user_conf.is_file(), f"{self.user_conf}: no such user.conf"),
         ]
         for ok, message in checks:
             if not ok:
-                raise HarnessError(message, ErrorCategory.BAD_INPUT)
+                raise HarnessError(message, ErrorCategory.NOT_FOUND if "no such" in message else ErrorCategory.BAD_INPUT)
+
+    @property
+    def model_name(self) -> str:
+        """The benchmark's name in the results layout: ``dlrm-v2-99`` or ``dlrm-v2-99.9``."""
+        return "dlrm-v2-99.9" if self.high_accuracy else "dlrm-v2-99"
+
+    @property
+    def label(self) -> str | None:
+        """None for the official settings; else why this is not a valid MLPerf result."""
+        if not self.quick:
+            return None
+        return (f"{mlperf.NOT_VALID} (--quick: min duration {QUICK_MIN_DURATION_MS / 1000:g} s and min query "
+                f"count {QUICK_MIN_QUERY_COUNT} instead of mlperf.conf's, accuracy on {QUICK_ACCURACY_SAMPLES} "
+                f"eval samples)")
 
 
 def default_model_dir(benchmark: str, seed: int, train_steps: int | None) -> Path:
@@ -154,13 +220,16 @@ class TrainedModel:
 
 @dataclass(frozen=True)
 class LoadgenSummary:
-    """What LoadGen's ``mlperf_log_summary.txt`` says about one run."""
+    """What LoadGen's ``mlperf_log_summary.txt`` says about one PerformanceOnly run."""
 
     scenario: Scenario
     samples_per_s: float  # Offline: samples per second; Server: completed samples per second
     scheduled_per_s: float | None  # Server: the rate LoadGen scheduled queries at
-    p99_latency_ms: float  # Offline: the one query's latency, i.e. the whole run
+    p50_latency_ms: float
+    p99_latency_ms: float
+    p999_latency_ms: float
     valid: bool
+    constraints: dict[str, str]  # "Min duration satisfied": "Yes", ...
     path: Path
 
     def to_dict(self) -> dict[str, Any]:
@@ -168,108 +237,140 @@ class LoadgenSummary:
 
 
 @dataclass(frozen=True)
-class CacheUse:
-    """How the SSD variant's lookups were served during one run.
+class Storage:
+    """The SSD variant's reads during one run (from the worker's counts)."""
 
-    A batch whose distinct rows fit the cache goes through it (misses read from the file and
-    admitted, evicting others); a larger one bypasses it, reading each row where it is.
-    """
+    mode: str  # direct (O_DIRECT ...) or buffered (why)
+    reads: int
+    bytes_read: int
+    misses: int  # distinct rows of a model call that were not resident, summed
+    samples: int
+    model_calls: int
+    bypass_calls: int  # calls with more distinct rows than the cache holds
+    reads_equal_misses_per_call: bool
+    table_lookups: list[int]
+    table_hits: list[int]
+    added_latency_us: float  # the mean busy-wait per read, measured at start
+    read_s: float = 0.0  # time in the reads during the run (the added waits included)
 
-    batches_through_cache: int
-    batches_bypassing: int
-    lookups: int  # ids looked up by the batches through the cache
-    hits: int  # of those, the ids whose row was resident
-    unique_lookups: int  # distinct rows per batch, summed over the batches through the cache
-    unique_hits: int
-    ssd_bytes_read: int  # into the cache, and by the bypassing batches
+    @property
+    def read_us(self) -> float:
+        """Mean time of one read during the run: the device's, Python's and the added latency."""
+        return self.read_s / self.reads * 1e6 if self.reads else 0.0
+
+    @property
+    def reads_per_sample(self) -> float:
+        return self.reads / self.samples if self.samples else 0.0
+
+    @property
+    def bytes_per_sample(self) -> float:
+        return self.bytes_read / self.samples if self.samples else 0.0
+
+    @property
+    def table_hit_rates(self) -> list[float | None]:
+        return [h / n if n else None for h, n in zip(self.table_hits, self.table_lookups)]
 
     @property
     def hit_rate(self) -> float | None:
-        return self.hits / self.lookups if self.lookups else None
-
-    @property
-    def unique_hit_rate(self) -> float | None:
-        return self.unique_hits / self.unique_lookups if self.unique_lookups else None
+        n = sum(self.table_lookups)
+        return sum(self.table_hits) / n if n else None
 
     def to_dict(self) -> dict[str, Any]:
-        def rounded(x: float | None) -> float | None:
-            return None if x is None else round(x, 6)
-
-        return {**asdict(self), "hit_rate": rounded(self.hit_rate), "unique_hit_rate": rounded(self.unique_hit_rate)}
+        return {**asdict(self), "reads_per_sample": round(self.reads_per_sample, 4),
+                "bytes_per_sample": round(self.bytes_per_sample, 1),
+                "hit_rate": None if self.hit_rate is None else round(self.hit_rate, 6), "read_us": round(self.read_us, 2),
+                "table_hit_rates": [None if r is None else round(r, 4) for r in self.table_hit_rates]}
 
 
 @dataclass(frozen=True)
-class ScenarioResult:
+class RunResult:
+    """One (variant, scenario): its performance run and its accuracy run."""
+
     variant: Variant
+    scenario: Scenario
+    target_qps: float
+    qps_source: str  # calibrated, --offline-qps/--server-qps, --user-conf, or capped (why)
+    user_conf: Path
     summary: LoadgenSummary
-    target_qps: float  # Offline: the expected QPS given to LoadGen; Server: the target QPS
-    cache: CacheUse | None
-    wall_s: float
+    storage: Storage | None
+    accuracy: mlperf.AccuracyScore
+    resident_table_bytes: int
+    peak_rss_bytes: int
+    performance_s: float  # the LoadGen test's wall time
+    accuracy_s: float
+    effective: dict[str, Any]  # LoadGen's effective settings, from its detail log
+    loadgen_errors: list[str]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"variant": self.variant.value, **self.summary.to_dict(), "target_qps": round(self.target_qps, 1),
-                "cache": None if self.cache is None else self.cache.to_dict(), "wall_s": round(self.wall_s, 2)}
-
-
-@dataclass(frozen=True)
-class TableMemory:
-    """Bytes of the embedding tables in memory: all rows, or the SSD variant's cache."""
-
-    rows: int
-    cache_rows: int
-    memory_bytes: int  # the in-memory variant: every row
-    cache_slot_bytes: int  # the SSD variant: the cached rows
-    row_map_bytes: int  # the SSD variant: row -> slot (int32 per row)
-    bookkeeping_bytes: int  # the SSD variant: slot -> row, recency, dirty bits (and LFU's per-row counts)
-    ssd_file_bytes: int
-
-    @property
-    def ssd_resident_bytes(self) -> int:
-        return self.cache_slot_bytes + self.row_map_bytes + self.bookkeeping_bytes
-
-    @property
-    def saved_bytes(self) -> int:
-        return self.memory_bytes - self.ssd_resident_bytes
-
-    @property
-    def saved_fraction(self) -> float:
-        return self.saved_bytes / self.memory_bytes
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "ssd_resident_bytes": self.ssd_resident_bytes, "saved_bytes": self.saved_bytes,
-                "saved_fraction": round(self.saved_fraction, 6)}
+        return {
+            "variant": self.variant.name, "system": self.variant.system, "scenario": self.scenario.value,
+            "storage_latency_us": self.variant.latency_us, "target_qps": round(self.target_qps, 1),
+            "qps_source": self.qps_source, "user_conf": str(self.user_conf), **self.summary.to_dict(),
+            "storage": None if self.storage is None else self.storage.to_dict(),
+            "accuracy": self.accuracy.to_dict(), "resident_table_bytes": self.resident_table_bytes,
+            "peak_rss_bytes": self.peak_rss_bytes, "performance_s": round(self.performance_s, 2),
+            "accuracy_s": round(self.accuracy_s, 2), "effective_settings": self.effective,
+            "loadgen_errors": self.loadgen_errors,
+        }
 
 
 @dataclass(frozen=True)
 class InferReport:
     config: InferConfig
     model: TrainedModel
-    memory: TableMemory
-    identical_samples: int  # samples whose predictions were compared, bit for bit
-    offline_expected_qps: dict[str, float]
-    server_target_qps: float | None
-    results: list[ScenarioResult]
+    variants: tuple[Variant, ...]
+    table_rows: int
+    cache_rows: int
+    memory_table_bytes: int
+    ssd_file_bytes: int
+    storage_mode: str
+    identical_samples: int
+    reference_auc: float
+    results: list[RunResult]
     loadgen_version: str
+    mlperf_conf_sha1_matches: bool
     wall_s: float
-    server_qps_source: str = "calibrated"
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str | None:
+        return self.config.label
+
+    @property
+    def all_valid(self) -> bool:
+        return all(r.summary.valid for r in self.results)
+
+    @property
+    def accuracy_passed(self) -> bool:
+        return all(r.accuracy.passed for r in self.results)
 
     def to_dict(self) -> dict[str, Any]:
         c = self.config
         return {
+            "label": self.label,
+            "valid_mlperf_result": self.label is None and self.all_valid and self.accuracy_passed,
             "benchmark": c.benchmark,
+            "model_name": c.model_name,
+            "results_dir": str(c.results),
             "settings": {
                 "scenarios": [s.value for s in c.scenarios], "cache_fraction": c.cache_fraction,
-                "cache_policy": c.cache_policy.value, "duration_s": c.duration_s, "max_batch": c.max_batch,
-                "threads": c.threads, "server_target_latency_ms": c.server_latency_ms,
-                "server_target_qps": None if self.server_target_qps is None else round(self.server_target_qps, 1),
-                "server_qps_source": self.server_qps_source,
-                "offline_expected_qps": {k: round(v, 1) for k, v in self.offline_expected_qps.items()},
+                "cache_policy": c.cache_policy.value, "storage_latency_us": c.storage_latency_us,
+                "quick": c.quick, "max_batch": c.max_batch, "threads": c.threads,
+                "user_conf": None if c.user_conf is None else str(c.user_conf),
+                "mlperf_conf": str(mlperf.MLPERF_CONF), "mlperf_conf_sha1": mlperf.MLPERF_CONF_SHA1,
+                "mlperf_conf_sha1_matches_loadgen": self.mlperf_conf_sha1_matches,
             },
             "loadgen_version": self.loadgen_version,
             "model": self.model.to_dict(),
             "identical_predictions_samples": self.identical_samples,
-            "table_memory": self.memory.to_dict(),
+            "reference_auc": self.reference_auc,
+            "tables": {"rows": self.table_rows, "cache_rows": self.cache_rows,
+                       "memory_table_bytes": self.memory_table_bytes, "ssd_file_bytes": self.ssd_file_bytes,
+                       "storage_mode": self.storage_mode},
             "results": [r.to_dict() for r in self.results],
+            "all_valid": self.all_valid,
+            "accuracy_passed": self.accuracy_passed,
+            "notes": self.notes,
             "wall_s": round(self.wall_s, 2),
         }
 
@@ -401,56 +502,6 @@ def memory_model(spec: BenchmarkSpec, state: dict[str, torch.Tensor]) -> DLRM:
     return model.eval()
 
 
-class CountingTieredEmbeddings(TieredEmbeddingCollection):
-    """A :class:`TieredEmbeddingCollection` that also counts the lookups bypassing its cache
-    (inference batches with more distinct rows than it holds read each row where it is)."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.bypass_batches = 0
-        self.bypass_rows = 0
-
-    def current_rows(self, rows: torch.Tensor) -> torch.Tensor:
-        """As the parent's; called (here) only by the lookups that bypass the cache."""
-        self.bypass_batches += 1
-        self.bypass_rows += rows.numel()
-        return super().current_rows(rows)
-
-    def resident_bytes(self) -> tuple[int, int, int]:
-        """Bytes in memory: (the cached rows, the row -> slot map, the rest of the bookkeeping)."""
-        c = self.cache
-        slots = _nbytes(c.weights) + _nbytes(c.state)
-        rest = [c.slot_row, c.dirty, c.last_use] + ([c.row_uses] if c.row_uses is not None else [])
-        return slots, _nbytes(c.row_slot), sum(_nbytes(x) for x in rest)
-
-
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
-
-
-def ssd_model(spec: BenchmarkSpec, state: dict[str, torch.Tensor], path: Path, *, cache_fraction: float,
-              policy: CachePolicy) -> tuple[DLRM, CountingTieredEmbeddings]:
-    """The trained model for inference with its tables moved to ``path`` (the SSD tier), behind
-    a cache of ``cache_fraction`` of their rows; the in-memory copy is dropped."""
-    model = memory_model(spec, state)
-    full = model.sparse_arch.embeddings
-    rows = sum(full.table_rows)
-    store = SsdRows(path, rows, full.dim, state_columns(full), create=True)
-    tables = CountingTieredEmbeddings(full, store, max(1, round(rows * cache_fraction)), policy)
-    store.flush()
-    model.sparse_arch.embeddings = tables
-    return model.eval(), tables
-
-
-def table_memory(memory: DLRM, tables: CountingTieredEmbeddings) -> TableMemory:
-    slots, row_map, rest = tables.resident_bytes()
-    return TableMemory(
-        rows=tables.store.rows, cache_rows=tables.cache.capacity,
-        memory_bytes=_nbytes(memory.sparse_arch.embeddings.weight) + _nbytes(memory.sparse_arch.embeddings.optimizer_state),
-        cache_slot_bytes=slots, row_map_bytes=row_map, bookkeeping_bytes=rest,
-        ssd_file_bytes=tables.store.rows * tables.store.row_bytes,
-    )
-
 
 @torch.no_grad()
 def check_identical(memory: DLRM, ssd: DLRM, data: synthetic.SyntheticCriteo, *, sizes: Sequence[int]) -> int:
@@ -512,151 +563,97 @@ class SampleLibrary:
             lg.DestroyQSL(handle)
 
 
-_STOP = object()
+
+# ---------------------------------------------------------------------------------- the SSD variants
+def ssd_model(spec: BenchmarkSpec, state: dict[str, torch.Tensor], rows_file: Path, layout: Layout, *,
+              cache_rows: int, policy: CachePolicy, latency_us: float) -> tuple[DLRM, SdmEmbeddings]:
+    """The trained model with its tables served from ``rows_file`` through a cache of
+    ``cache_rows`` rows, each read taking ``latency_us`` more."""
+    model = memory_model(spec, state)
+    full = model.sparse_arch.embeddings
+    store = PreadRows(rows_file, layout, latency_us=latency_us)
+    tables = SdmEmbeddings(full.table_rows, full.dim, full.pooling, store, cache_rows, policy)
+    model.sparse_arch.embeddings = tables
+    return model.eval(), tables
 
 
-class BatchingSut:
-    """LoadGen's system under test: ``issue_queries`` hands the query samples to one worker
-    thread, which answers whatever has arrived in model calls of up to ``max_batch`` samples
-    and reports each sample with ``QuerySamplesComplete`` (response: its float32 click
-    probability). In Offline all samples arrive at once; in Server one at a time.
-
-    Args:
-        complete: LoadGen's ``QuerySamplesComplete`` (a stand-in when calibrating).
-        response: LoadGen's ``QuerySampleResponse(id, address, bytes)``.
-    """
-
-    def __init__(self, model: DLRM, library: SampleLibrary, max_batch: int, *,
-                 complete: Callable[[list[Any]], None], response: Callable[[int, int, int], Any]):
-        self.model, self.library, self.max_batch = model, library, max_batch
-        self._complete, self._response = complete, response
-        self._queue: queue.Queue = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self.error: BaseException | None = None
-        self.batches = 0
-
-    def issue_queries(self, samples: list[Any]) -> None:
-        self._queue.put(samples)
-
-    def flush_queries(self) -> None:
-        """Nothing is held back: the worker answers as soon as it can."""
-
-    def answer(self, samples: Sequence[Any]) -> None:
-        """Run the model on ``samples`` (each has ``.id`` and ``.index``) and report them;
-        after a failure, report them with no data, so that LoadGen still finishes."""
-        ids = [s.id for s in samples]
-        if self.error is None:
-            try:
-                idx = torch.tensor([s.index for s in samples], dtype=torch.int64)
-                with torch.no_grad():  # grad mode is per thread
-                    logits = self.model(self.library.dense.index_select(0, idx), self.library.sparse.index_select(0, idx))
-                probs = torch.sigmoid(logits).numpy()  # float32, contiguous; alive until completion returns
-                base = probs.ctypes.data
-                self._complete([self._response(i, base + 4 * k, 4) for k, i in enumerate(ids)])
-                self.batches += 1
-                return
-            except Exception as err:  # noqa: BLE001 - LoadGen must still finish; raised after it returns
-                self.error = err
-        self._complete([self._response(i, 0, 0) for i in ids])
-
-    @contextmanager
-    def running(self, lg: Any) -> Iterator[Any]:
-        """The worker thread, and the SUT registered with LoadGen, for one test."""
-        self._thread = threading.Thread(target=self._work, name="harness-infer-sut", daemon=True)
-        self._thread.start()
-        handle = lg.ConstructSUT(self.issue_queries, self.flush_queries)
-        try:
-            yield handle
-        finally:
-            lg.DestroySUT(handle)
-            self._queue.put(_STOP)
-            self._thread.join()
-
-    def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is _STOP:
-                return
-            pending, stop = list(item), False
-            while not stop:  # everything that has arrived meanwhile
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is _STOP:
-                    stop = True
-                else:
-                    pending.extend(more)
-            for lo in range(0, len(pending), self.max_batch):
-                self.answer(pending[lo : lo + self.max_batch])
-            if stop:
-                return
+@torch.no_grad()
+def reference_auc(model: DLRM, data: synthetic.SyntheticCriteo, *,
+                  batch: int = 8192) -> tuple[float, np.ndarray, np.ndarray]:
+    """The model's AUC on the whole eval split, computed directly (no LoadGen): the reference
+    the accuracy runs are checked against; the eval labels and the model's probabilities, by QSL index."""
+    idx = data.eval_indices()
+    probs, labels = [], []
+    for lo in range(0, idx.size, batch):
+        b = data.samples(idx[lo : lo + batch])
+        probs.append(torch.sigmoid(model(b.dense, b.sparse)).numpy())
+        labels.append(b.labels.numpy())
+    y, p = np.concatenate(labels), np.concatenate(probs)
+    return mlperf.auc(y, p), y, p
 
 
 # ---------------------------------------------------------------------------------- calibration
-def calibrate(model: DLRM, library: SampleLibrary, batch: int, *, min_s: float = 0.5) -> float:
-    """Seconds per call of ``model`` answering ``batch`` samples through the SUT's path
-    (the model, the probabilities, one response per sample), the median of repeated calls."""
-    sut = BatchingSut(model, library, batch, complete=lambda _responses: None, response=lambda *a: a)
-    samples = [SimpleNamespace(id=k, index=k % library.count) for k in range(batch)]
-    library.load(sorted({s.index for s in samples}))
-    sut.answer(samples)  # warm up
+@torch.no_grad()
+def calibrate(model: DLRM, library: SampleLibrary, batch: int, *, min_s: float = 0.5, max_calls: int = 400,
+              pad_to: int = 0) -> float:
+    """Seconds per model call on ``batch`` samples (sigmoid included; padded to ``pad_to`` rows by
+    repeating the first, as the Server's calls are), the median over consecutive, different
+    batches of the eval split (so an SSD variant's cache sees new rows)."""
+    n = library.count
+    library.load(range(n))
     times: list[float] = []
+    lo = 0
     t_end = time.perf_counter() + min_s
-    while time.perf_counter() < t_end or len(times) < 3:
+    while (time.perf_counter() < t_end or len(times) < 3) and len(times) < max_calls:
+        idx = torch.arange(lo, lo + batch) % n
+        lo = (lo + batch) % n
+        if batch < pad_to:
+            idx = torch.cat([idx, idx[:1].expand(pad_to - batch)])
         t0 = time.perf_counter()
-        sut.answer(samples)
+        torch.sigmoid(model(library.dense.index_select(0, idx), library.sparse.index_select(0, idx))).numpy()
         times.append(time.perf_counter() - t0)
-    if sut.error is not None:
-        raise HarnessError(f"the model failed while calibrating: {sut.error}", ErrorCategory.RUN_FAILED)
     return float(np.median(times))
 
 
-# ---------------------------------------------------------------------------------- one run
-def _settings(lg: Any, scenario: Scenario, *, duration_s: float, qps: float, latency_ms: float) -> Any:
-    s = lg.TestSettings()
-    s.mode = lg.TestMode.PerformanceOnly
-    s.min_duration_ms = int(duration_s * 1000)
-    if scenario is Scenario.OFFLINE:
-        s.scenario = lg.TestScenario.Offline
-        s.offline_expected_qps = qps
-        s.min_query_count = 1
-    else:
-        s.scenario = lg.TestScenario.Server
-        s.server_target_qps = qps
-        s.server_target_latency_ns = int(latency_ms * 1e6)
-        s.server_target_latency_percentile = 0.99
-        s.min_query_count = SERVER_MIN_QUERIES
-    return s
+@torch.no_grad()
+def warm_cache(model: DLRM, library: SampleLibrary, *, batch: int = 64, max_s: float = 1.0,
+               max_calls: int = 200) -> None:
+    """Model calls on small batches (they go through the cache, admitting rows) from the
+    middle of the eval split, for up to ``max_s`` seconds."""
+    n = library.count
+    library.load(range(n))
+    t_end, lo = time.perf_counter() + max_s, n // 2
+    for _ in range(max_calls):
+        if time.perf_counter() > t_end:
+            break
+        idx = torch.arange(lo, lo + batch) % n
+        lo += batch
+        model(library.dense.index_select(0, idx), library.sparse.index_select(0, idx))
 
 
-def run_loadgen(sut: BatchingSut, library: SampleLibrary, scenario: Scenario, *, out_dir: Path, duration_s: float,
-                qps: float, latency_ms: float) -> LoadgenSummary:
-    """One LoadGen test (PerformanceOnly) of ``sut``; its logs in ``out_dir``; its summary."""
-    lg = loadgen()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for old in out_dir.glob("mlperf_log_*"):
-        old.unlink()
-    output = lg.LogOutputSettings()
-    output.outdir = str(out_dir)
-    output.copy_summary_to_stdout = False
-    log = lg.LogSettings()
-    log.log_output = output
-    log.enable_trace = False
-    settings = _settings(lg, scenario, duration_s=duration_s, qps=qps, latency_ms=latency_ms)
-    with library.registered(lg) as qsl, sut.running(lg) as handle:
-        lg.StartTestWithLogSettings(handle, qsl, settings, log)
-    if sut.error is not None:
-        raise HarnessError(f"the model failed during the LoadGen {scenario.value} run: "
-                           f"{type(sut.error).__name__}: {sut.error}", ErrorCategory.RUN_FAILED)
-    return parse_summary(out_dir / SUMMARY_FILE, scenario)
+def memory_available_bytes() -> int | None:
+    return mlperf.proc_bytes("/proc/meminfo", "MemAvailable")
 
 
+def offline_qps_cap(min_duration_s: float, min_query_count: float) -> float | None:
+    """The largest Offline target QPS whose one query fits :data:`OFFLINE_MEMORY_SHARE` of the
+    memory available now (None: unknown)."""
+    available = memory_available_bytes()
+    if available is None:
+        return None
+    samples = OFFLINE_MEMORY_SHARE * available / OFFLINE_BYTES_PER_SAMPLE
+    if samples <= min_query_count:
+        return None
+    return samples / (1.1 * min_duration_s)
+
+
+# ---------------------------------------------------------------------------------- one LoadGen test
 _LINE = re.compile(r"^\s*([^:]+?)\s*:\s*(.+?)\s*$")
 
 
 def parse_summary(path: Path, scenario: Scenario) -> LoadgenSummary:
-    """Read a LoadGen ``mlperf_log_summary.txt``: throughput, p99 latency, VALID or not."""
+    """Read a LoadGen ``mlperf_log_summary.txt``: throughput, p50/p99/p99.9 latency, VALID or
+    not, and the constraints it checked."""
     if not path.is_file():
         raise HarnessError(f"LoadGen wrote no summary at {path}", ErrorCategory.RUN_FAILED)
     fields: dict[str, str] = {}
@@ -670,8 +667,11 @@ def parse_summary(path: Path, scenario: Scenario) -> LoadgenSummary:
             scenario=scenario,
             samples_per_s=float(fields[rate_key]),
             scheduled_per_s=float(fields["Scheduled samples per second"]) if scenario is Scenario.SERVER else None,
+            p50_latency_ms=float(fields["50.00 percentile latency (ns)"]) / 1e6,
             p99_latency_ms=float(fields["99.00 percentile latency (ns)"]) / 1e6,
+            p999_latency_ms=float(fields["99.90 percentile latency (ns)"]) / 1e6,
             valid=fields["Result is"] == "VALID",
+            constraints={k: v for k, v in fields.items() if k.endswith("satisfied")},
             path=path,
         )
     except (KeyError, ValueError) as err:
@@ -679,75 +679,126 @@ def parse_summary(path: Path, scenario: Scenario) -> LoadgenSummary:
                            ErrorCategory.RUN_FAILED) from err
 
 
-def _cache_delta(tables: CountingTieredEmbeddings, before: tuple[CacheStats, int, int]) -> CacheUse:
-    stats, bypass_batches, bypass_rows = before
-    now = tables.cache.stats
-    return CacheUse(
-        batches_through_cache=now.batches - stats.batches,
-        batches_bypassing=tables.bypass_batches - bypass_batches,
-        lookups=now.lookups - stats.lookups,
-        hits=now.hits - stats.hits,
-        unique_lookups=now.unique_lookups - stats.unique_lookups,
-        unique_hits=now.unique_hits - stats.unique_hits,
-        ssd_bytes_read=now.bytes_read - stats.bytes_read + (tables.bypass_rows - bypass_rows) * tables.store.row_bytes,
-    )
+def run_worker(job: dict[str, Any], work_dir: Path) -> dict[str, Any]:
+    """One LoadGen test in its own process (:mod:`harness.inference.worker`); its result."""
+    name = f"{job['variant_name']}-{job['scenario']}-{job['mode']}"
+    job_path, result_path = work_dir / f"{name}.job.json", work_dir / f"{name}.result.json"
+    job = {**job, "result": str(result_path)}
+    job_path.write_text(json.dumps(job, indent=1))
+    if result_path.exists():
+        result_path.unlink()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, "-m", "harness.inference.worker", str(job_path)], env=env,
+                          capture_output=True, text=True, check=False)
+    if not result_path.is_file():
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise HarnessError(f"the LoadGen worker for {name} exited {proc.returncode} without a result: {tail}",
+                           ErrorCategory.RUN_FAILED)
+    result = json.loads(result_path.read_text())
+    if "error" in result:
+        raise HarnessError(result["error"], ErrorCategory(result.get("category", "run_failed")))
+    return result
 
 
 # ---------------------------------------------------------------------------------- everything
 @dataclass
-class _Variant:
-    """One variant being served, with its calibration."""
+class _Served:
+    """One variant in this process, with its calibration."""
 
-    kind: Variant
+    variant: Variant
     model: DLRM
-    tables: CountingTieredEmbeddings | None = None
+    tables: SdmEmbeddings | None = None
     batch_s: float = 0.0  # one call answering max_batch samples
     single_query_s: float = 0.0  # one call answering one sample
 
 
+EFFECTIVE_KEYS = ("effective_scenario", "effective_test_mode", "requested_min_duration_ms", "requested_min_query_count",
+                  "effective_min_duration_ms", "effective_min_query_count", "effective_min_sample_count",
+                  "generated_samples_per_query", "result_validity", "early_stopping_met",
+                  "effective_target_qps", "effective_target_latency_ns", "effective_target_latency_percentile",
+                  "effective_performance_sample_count", "effective_sample_index_rng_seed", "generated_query_count",
+                  "effective_accuracy_sample_count")
+
+
 def run_inference(config: InferConfig, *, progress: Callable[[str], None] = lambda _m: None) -> InferReport:
-    """Train (or reuse) the benchmark's model, then serve it from memory and from the SSD tier
-    under LoadGen, in each of the config's scenarios."""
+    """Train (or reuse) the benchmark's model, then run every variant in each scenario as an
+    MLPerf submission does (performance, then accuracy), into ``config.results``."""
     from harness.reference.datasets import SyntheticDataset
     from harness.rules.specs import load_benchmark
 
     t_start = time.perf_counter()
-    lg = loadgen()
+    loadgen()
     spec = load_benchmark(config.benchmark)
     data = SyntheticDataset(spec.dataset).generator
     model_dir = config.model_dir or default_model_dir(spec.name, config.seed, config.train_steps)
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)
+    notes: list[str] = []
+    if config.label:
+        progress(f"*** {config.label} ***")
     try:
         model, state = trained_model(spec, seed=config.seed, train_steps=config.train_steps, model_dir=model_dir,
                                      progress=progress)
-        with tempfile.TemporaryDirectory(dir=model_dir, prefix="ssd-tier-") as tier_dir:
-            memory = _Variant(Variant.MEMORY, memory_model(spec, state))
-            ssd_net, tables = ssd_model(spec, state, Path(tier_dir) / "tables.bin",
-                                        cache_fraction=config.cache_fraction, policy=config.cache_policy)
+        memory_net = memory_model(spec, state)
+        weight = memory_net.sparse_arch.embeddings.weight.detach()
+        rows = int(weight.shape[0])
+        cache_rows = max(1, round(rows * config.cache_fraction))
+        variants = variants_for(config.storage_latency_us, config.variant_kinds)
+        with tempfile.TemporaryDirectory(dir=model_dir, prefix="ssd-tier-") as tier:
+            tier_dir = Path(tier)
+            rows_file = tier_dir / "tables.rows"
+            layout = write_rows(rows_file, weight, direct=config.direct)
+            progress(f"tables on the SSD tier: {rows_file} ({rows} rows of {layout.row_bytes} bytes), "
+                     f"read {layout.mode}")
+            served = [_Served(v, memory_net) if not v.ssd else _Served(v, *ssd_model(
+                spec, state, rows_file, layout, cache_rows=cache_rows, policy=config.cache_policy,
+                latency_us=v.latency_us)) for v in variants]
             try:
-                ssd = _Variant(Variant.SSD, ssd_net, tables)
-                identical = check_identical(memory.model, ssd.model, data, sizes=_check_sizes(config.max_batch))
-                progress(f"the two variants' predictions are identical, bit for bit, on {identical} eval samples")
+                identical = 0
+                for s in (s for s in served if s.tables is not None):
+                    identical = check_identical(memory_net, s.model, data, sizes=_check_sizes(config.max_batch))
+                if identical:
+                    progress(f"every SSD variant's predictions are identical to the in-memory model's, bit for "
+                             f"bit, on {identical} eval samples")
+                ref_auc, labels, ref_probs = reference_auc(memory_net, data)
+                progress(f"reference AUC (the in-memory model on the {labels.size} eval samples, directly): "
+                         f"{ref_auc:.6f}")
                 library = SampleLibrary(data)
-                _calibrate(config, library, (memory, ssd), progress)
-                server_qps = config.server_qps or SERVER_LOAD_FRACTION / memory.single_query_s
-                results = [
-                    _run_one(config, lg, library, v, scenario, server_qps=server_qps, out_dir=model_dir / "loadgen",
-                             progress=progress)
-                    for scenario in config.scenarios for v in (memory, ssd)
-                ]
-                table_bytes = table_memory(memory.model, tables)
+                for s in served:
+                    if s.tables is not None:  # a fresh, cold cache, as the worker's
+                        s.tables.store.close()
+                        s.model, s.tables = ssd_model(spec, state, rows_file, layout, cache_rows=cache_rows,
+                                                      policy=config.cache_policy, latency_us=s.variant.latency_us)
+                    s.batch_s = calibrate(s.model, library, config.max_batch)
+                    if s.tables is not None:  # one-sample queries meet a warm cache in a run
+                        warm_cache(s.model, library)
+                    s.single_query_s = calibrate(s.model, library, 1, pad_to=SERVER_BATCH)
+                    progress(f"calibration, {s.variant.name}: {config.max_batch / s.batch_s:,.0f} samples/s in "
+                             f"batches of {config.max_batch}, {s.single_query_s * 1e3:.3f} ms per one-sample query")
+                for s in served:
+                    if s.tables is not None:
+                        s.tables.store.close()
+                results = []
+                for scenario in config.scenarios:
+                    for s in served:
+                        results.append(_run_variant(config, spec, s, scenario, model_dir=model_dir, rows_file=rows_file,
+                                                    layout=layout, cache_rows=cache_rows, labels=labels,
+                                                    ref_probs=ref_probs, work_dir=tier_dir, notes=notes,
+                                                    progress=progress))
             finally:
-                tables.close()
+                for s in served:
+                    if s.tables is not None:
+                        s.tables.store.close()
     finally:
         torch.set_num_threads(threads)
+    sha_ok = all(r.effective.get("mlperf_conf_sha1") == mlperf.MLPERF_CONF_SHA1 for r in results) \
+        and mlperf.conf_sha1() == mlperf.MLPERF_CONF_SHA1
     return InferReport(
-        config=config, model=model, memory=table_bytes, identical_samples=identical,
-        offline_expected_qps={v.kind.value: config.max_batch / v.batch_s * OFFLINE_HEADROOM for v in (memory, ssd)},
-        server_target_qps=server_qps if Scenario.SERVER in config.scenarios else None,
-        server_qps_source="--server-qps" if config.server_qps else "calibrated",
-        results=results, loadgen_version=loadgen_version(), wall_s=time.perf_counter() - t_start,
+        config=config, model=model, variants=variants, table_rows=rows, cache_rows=cache_rows,
+        memory_table_bytes=weight.numel() * weight.element_size(), ssd_file_bytes=layout.rows * layout.stride,
+        storage_mode=layout.mode, identical_samples=identical, reference_auc=ref_auc, results=results,
+        loadgen_version=loadgen_version(), mlperf_conf_sha1_matches=sha_ok, wall_s=time.perf_counter() - t_start,
+        notes=notes,
     )
 
 
@@ -757,28 +808,98 @@ def _check_sizes(max_batch: int) -> list[int]:
     return [max_batch, *([64] * 4), 1, 1]
 
 
-def _calibrate(config: InferConfig, library: SampleLibrary, variants: Sequence[_Variant],
-               progress: Callable[[str], None]) -> None:
-    for v in variants:
-        v.batch_s = calibrate(v.model, library, config.max_batch)
-        v.single_query_s = calibrate(v.model, library, 1)
-        progress(f"calibration, {v.kind.value} variant: {config.max_batch / v.batch_s:,.0f} samples/s in batches of "
-                 f"{config.max_batch}, {v.single_query_s * 1e3:.3f} ms per one-sample query")
+def _target(config: InferConfig, s: _Served, scenario: Scenario, notes: list[str]) -> tuple[float, str]:
+    """The variant's target QPS for ``scenario`` and where it comes from."""
+    if scenario is Scenario.SERVER:
+        if config.server_qps:
+            return config.server_qps, "--server-qps"
+        rate = 1 / (s.single_query_s + SERVER_QUERY_OVERHEAD_S)
+        return SERVER_LOAD_FRACTION * rate, f"calibrated ({SERVER_LOAD_FRACTION:g} x one-sample query rate)"
+    qps, source = (config.offline_qps, "--offline-qps") if config.offline_qps else \
+        (config.max_batch / s.batch_s * OFFLINE_HEADROOM, f"calibrated ({OFFLINE_HEADROOM:g} x calibrated rate)")
+    if not config.quick:
+        min_s = (mlperf.official("Offline", "min_duration") or 0) / 1000
+        cap = offline_qps_cap(min_s, mlperf.official("Offline", "min_query_count") or 0)
+        if cap is not None and qps > cap:
+            notes.append(
+                f"{s.variant.system} offline: target QPS {qps:,.0f} capped at {cap:,.0f}: LoadGen's one query of "
+                f"1.1 x QPS x {min_s:g} s samples (about {OFFLINE_BYTES_PER_SAMPLE} bytes each) must fit "
+                f"{OFFLINE_MEMORY_SHARE:.0%} of the memory available; the run is then shorter than the minimum "
+                f"duration and LoadGen may call it INVALID")
+            return cap, f"capped to fit memory (calibrated {qps:,.0f})"
+    return qps, source
 
 
-def _run_one(config: InferConfig, lg: Any, library: SampleLibrary, v: _Variant, scenario: Scenario, *,
-             server_qps: float, out_dir: Path, progress: Callable[[str], None]) -> ScenarioResult:
-    """One LoadGen run of one variant, with the cache's use during it (SSD variant)."""
-    offline = scenario is Scenario.OFFLINE
-    qps = config.max_batch / v.batch_s * OFFLINE_HEADROOM if offline else server_qps
-    progress(f"LoadGen {scenario.value}, {v.kind.value} variant, {'expected' if offline else 'target'} {qps:,.0f} QPS ...")
-    tables = v.tables
-    before = (replace(tables.cache.stats), tables.bypass_batches, tables.bypass_rows) if tables is not None else None
-    sut = BatchingSut(v.model, library, config.max_batch, complete=lg.QuerySamplesComplete,
-                      response=lg.QuerySampleResponse)
-    t0 = time.perf_counter()
-    summary = run_loadgen(sut, library, scenario, out_dir=out_dir / f"{v.kind.value}-{scenario.value}",
-                          duration_s=config.duration_s, qps=qps, latency_ms=config.server_latency_ms)
-    wall_s = time.perf_counter() - t0
-    cache = _cache_delta(tables, before) if tables is not None and before is not None else None
-    return ScenarioResult(v.kind, summary, qps, cache, wall_s)
+def _run_variant(config: InferConfig, spec: BenchmarkSpec, s: _Served, scenario: Scenario, *, model_dir: Path,
+                 rows_file: Path, layout: Layout, cache_rows: int, labels: np.ndarray, ref_probs: np.ndarray,
+                 work_dir: Path, notes: list[str], progress: Callable[[str], None]) -> RunResult:
+    """One variant in one scenario: its user.conf, a performance run, an accuracy run, scored."""
+    v, model_name = s.variant, config.model_name
+    scen_dir = mlperf.scenario_dir(config.results, v.system, model_name, scenario.value)
+    perf_dir = mlperf.performance_dir(config.results, v.system, model_name, scenario.value)
+    acc_dir = mlperf.accuracy_dir(config.results, v.system, model_name, scenario.value)
+    qps, source = _target(config, s, scenario, notes)
+    if config.user_conf is not None:
+        user_conf, source = config.user_conf.resolve(), "--user-conf"
+        qps = float("nan")
+    else:
+        note = f"{v.system} {scenario.value}: target QPS {source}"
+        if config.label:
+            note += f"; {config.label}"
+        user_conf = mlperf.write_user_conf(scen_dir / "user.conf", scenario.value, target_qps=qps, note=note)
+    job = {
+        "benchmark": spec.name, "state": str(model_dir / MODEL_FILE), "variant": "ssd" if v.ssd else "memory",
+        "variant_name": v.name, "rows_file": str(rows_file), "layout": layout.to_dict(), "latency_us": v.latency_us,
+        "cache_rows": cache_rows, "policy": config.cache_policy.value, "scenario": scenario.value,
+        "user_conf": str(user_conf), "quick": config.quick, "quick_min_duration_ms": QUICK_MIN_DURATION_MS,
+        "quick_min_query_count": QUICK_MIN_QUERY_COUNT, "quick_accuracy_samples": QUICK_ACCURACY_SAMPLES,
+        # Server: model calls of exactly SERVER_BATCH rows (what has arrived, padded by repeating a
+        # sample), so that a sample's prediction does not depend on how many arrived with it
+        # (float32 sums differ in the last bits with the batch's size)
+        "max_batch": config.max_batch if scenario is Scenario.OFFLINE else SERVER_BATCH,
+        "pad_to": 0 if scenario is Scenario.OFFLINE else SERVER_BATCH, "threads": config.threads,
+    }
+    shown = "from --user-conf" if config.user_conf is not None else f"{qps:,.0f} QPS"
+    outcomes = {}
+    for mode, out_dir in (("performance", perf_dir), ("accuracy", acc_dir)):
+        mlperf.clear_run_dir(out_dir)
+        progress(f"LoadGen {scenario.value} {mode}, {v.system}, target {shown} ...")
+        t0 = time.perf_counter()
+        outcomes[mode] = run_worker({**job, "mode": mode, "out_dir": str(out_dir)}, work_dir)
+        outcomes[mode]["elapsed_s"] = time.perf_counter() - t0
+        if config.label:
+            mlperf.label_not_valid(out_dir, config.label)
+    summary = parse_summary(perf_dir / mlperf.SUMMARY, scenario)
+    score = mlperf.score_accuracy_log(acc_dir / mlperf.ACCURACY_LOG, labels, reference=ref_probs, model=model_name)
+    text = score.official_line() + "\n"
+    if config.label:
+        text += f"# {config.label}\n"
+    (acc_dir / mlperf.ACCURACY_TXT).write_text(text)
+    if score.total != (QUICK_ACCURACY_SAMPLES if config.quick else labels.size):
+        raise HarnessError(f"the accuracy run of {v.system} {scenario.value} logged {score.total} samples, not "
+                           f"the {QUICK_ACCURACY_SAMPLES if config.quick else labels.size} asked for",
+                           ErrorCategory.RUN_FAILED)
+    detail = mlperf.detail_values(perf_dir / mlperf.DETAIL)
+    effective = {k: detail[k] for k in EFFECTIVE_KEYS if k in detail}
+    effective["mlperf_conf_sha1"] = (detail.get("loadgen_file_sha1") or {}).get("/mlperf.conf")
+    if config.user_conf is not None:
+        qps = float(effective.get("effective_target_qps", "nan"))
+    perf = outcomes["performance"]
+    storage = None
+    if v.ssd:
+        storage = Storage(
+            mode=perf["storage_mode"], reads=perf["reads"], bytes_read=perf["bytes_read"], misses=perf["misses"],
+            samples=perf["samples"], model_calls=perf["model_calls"], bypass_calls=perf["bypass_calls"],
+            reads_equal_misses_per_call=perf["reads_per_call_equal_misses"], table_lookups=perf["table_lookups"],
+            table_hits=perf["table_hits"], added_latency_us=perf["added_latency_us"], read_s=perf["read_s"])
+    errors = detail["errors"] + mlperf.detail_values(acc_dir / mlperf.DETAIL)["errors"]
+    p99 = f"p99 {summary.p99_latency_ms:.2f} ms, " if scenario is Scenario.SERVER else ""
+    progress(f"  {summary.samples_per_s:,.0f} samples/s, {p99}"
+             f"{'VALID' if summary.valid else 'INVALID'} ({perf['test_s']:.0f} s); accuracy {score.official_line()} "
+             f"{'PASS' if score.passed else 'FAIL'} ({outcomes['accuracy']['test_s']:.0f} s)")
+    return RunResult(
+        variant=v, scenario=scenario, target_qps=qps, qps_source=source, user_conf=user_conf, summary=summary,
+        storage=storage, accuracy=score, resident_table_bytes=perf["resident_table_bytes"],
+        peak_rss_bytes=perf["peak_rss_bytes"], performance_s=perf["test_s"],
+        accuracy_s=outcomes["accuracy"]["test_s"], effective=effective, loadgen_errors=errors,
+    )

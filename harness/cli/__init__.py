@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("harness.cli.check:check",
               "Check a result log, a results/<system>/<benchmark> run set, or a package (systems/ + results/)."),
     "data": ("harness.cli.data:data", "Datasets: write the synthetic benchmark as Criteo files, inspect Criteo files."),
-    "infer": ("harness.cli.infer:infer", "Serve a trained model from memory and from the SSD tier under MLPerf's LoadGen."),
+    "infer": ("harness.cli.infer:infer", "Serve a trained model from memory and from the SSD tier as MLPerf Inference runs it."),
     "leaderboard": ("harness.cli.leaderboard:leaderboard",
                     "Score and compare every run set under ROOTS (results trees in the MLPerf layout)."),
     "plan": ("harness.cli.plan:plan", "Plan the sharding of embedding tables over a profile's ranks and memory tiers."),

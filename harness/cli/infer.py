@@ -1,6 +1,9 @@
 """``harness infer``: a benchmark's trained model served from memory and from the SSD tier
-behind a DRAM cache, under MLPerf's LoadGen (Offline and Server); throughput, p99 latency
-and the memory the SSD tier saves."""
+(with and without an added per-read latency) as MLPerf Inference runs it: LoadGen with the
+official ``mlperf.conf`` and each system's ``user.conf``, Offline and Server, a performance
+and an accuracy run each, in the results layout of a submission; then the Software Defined
+Memory table (storage reads and bytes per query, cache hit rates, p50/p99/p99.9 latency,
+resident memory)."""
 
 from __future__ import annotations
 
@@ -11,11 +14,14 @@ import click
 
 from harness.hw_profiles.profiles import format_bytes
 from harness.infer import (
-    DEFAULT_SERVER_LATENCY_MS,
+    DEFAULT_RESULTS,
+    DEFAULT_STORAGE_LATENCY_US,
+    SERVER_BATCH,
+    VARIANT_KINDS,
     InferConfig,
     InferReport,
+    RunResult,
     Scenario,
-    ScenarioResult,
     run_inference,
 )
 from harness.reference.tiered import CachePolicy
@@ -27,39 +33,53 @@ SCENARIOS = {"offline": (Scenario.OFFLINE,), "server": (Scenario.SERVER,), "both
 @click.command()
 @click.option("--benchmark", "-b", default=DEFAULT_BENCHMARK, show_default=True, help="Benchmark spec name.")
 @click.option("--scenario", type=click.Choice(list(SCENARIOS)), default="both", show_default=True,
-              help="LoadGen scenario(s) to run, each for both variants.")
+              help="LoadGen scenario(s) to run, each for every variant (a performance and an accuracy run).")
+@click.option("--quick", is_flag=True,
+              help="Short LoadGen runs instead of mlperf.conf's minimum duration and query count: "
+                   "every output says 'not a valid MLPerf result'.")
+@click.option("--results", "results", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_RESULTS,
+              show_default=True, help="Results tree: <DIR>/<system>/<model>/<scenario>/{performance/run_1,accuracy}.")
+@click.option("--storage-latency-us", type=click.FloatRange(0.0), default=DEFAULT_STORAGE_LATENCY_US,
+              show_default=True,
+              help="Added latency per storage read of the third variant (ssd-<L>us); about 100 for NAND flash, "
+                   "10 for 3D XPoint; 0: no third variant.")
 @click.option("--cache-fraction", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.05, show_default=True,
-              help="Rows of the SSD variant's DRAM cache, as a fraction of all table rows.")
+              help="Rows of the SSD variants' DRAM cache, as a fraction of all table rows.")
 @click.option("--cache-policy", type=click.Choice([p.value for p in CachePolicy]), default="lru", show_default=True,
               help="The cache's eviction policy.")
-@click.option("--duration", "duration_s", type=click.FloatRange(0.0, min_open=True), default=10.0, show_default=True,
-              help="LoadGen's minimum duration of each run, in seconds.")
+@click.option("--offline-qps", type=click.FloatRange(0.0, min_open=True), default=None,
+              help="Offline target QPS in every variant's user.conf [default: 1.25 x each variant's calibrated rate].")
 @click.option("--server-qps", type=click.FloatRange(0.0, min_open=True), default=None,
-              help="Server scenario's target QPS [default: half the in-memory model's one-sample query rate].")
-@click.option("--server-latency-ms", type=click.FloatRange(0.0, min_open=True), default=DEFAULT_SERVER_LATENCY_MS,
-              show_default=True, help="Server scenario's p99 latency bound (MLPerf's DLRM-v2 bound).")
+              help="Server target QPS in every variant's user.conf [default: half each variant's one-sample rate].")
+@click.option("--user-conf", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A user.conf for every variant, instead of the generated ones.")
+@click.option("--variant", "variant_kinds", type=click.Choice(list(VARIANT_KINDS)), multiple=True,
+              help="Run only these variants (repeat the option) [default: all].")
+@click.option("--high-accuracy", is_flag=True, help="Check the 99.9% accuracy target (dlrm-v2-99.9), not 99%.")
+@click.option("--buffered", is_flag=True, help="Read the rows file without O_DIRECT (through the page cache).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Training seed of the model.")
 @click.option("--train-steps", type=click.IntRange(min=1), default=None,
               help="Train this many steps [default: until the target AUC, evaluating at the benchmark's cadence].")
 @click.option("--model-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where the trained model is kept and reused, and LoadGen logs "
-                   "[default: results/.harness/models/<benchmark>-seed<N>].")
+              help="Where the trained model is kept and reused [default: results/.harness/models/<benchmark>-seed<N>].")
 @click.option("--max-batch", type=click.IntRange(min=1), default=2048, show_default=True,
-              help="Most samples per model call, in both scenarios.")
+              help="Most samples per model call in Offline (Server answers each one-sample query on its own).")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="Torch intra-op threads (training and inference).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def infer(
-    benchmark: str, scenario: str, cache_fraction: float, cache_policy: str, duration_s: float,
-    server_qps: float | None, server_latency_ms: float, seed: int, train_steps: int | None, model_dir: Path | None,
+    benchmark: str, scenario: str, quick: bool, results: Path, storage_latency_us: float, cache_fraction: float,
+    cache_policy: str, offline_qps: float | None, server_qps: float | None, user_conf: Path | None,
+    variant_kinds: tuple[str, ...], high_accuracy: bool, buffered: bool, seed: int, train_steps: int | None, model_dir: Path | None,
     max_batch: int, threads: int, as_json: bool,
 ) -> None:
-    """Serve a trained model from memory and from the SSD tier under MLPerf's LoadGen."""
+    """Serve a trained model from memory and from the SSD tier as MLPerf Inference runs it."""
     config = InferConfig(
         benchmark=benchmark, scenarios=SCENARIOS[scenario], cache_fraction=cache_fraction,
-        cache_policy=CachePolicy(cache_policy), duration_s=duration_s, server_qps=server_qps,
-        server_latency_ms=server_latency_ms, seed=seed, train_steps=train_steps, model_dir=model_dir,
-        max_batch=max_batch, threads=threads,
+        cache_policy=CachePolicy(cache_policy), storage_latency_us=storage_latency_us, quick=quick, results=results,
+        offline_qps=offline_qps, server_qps=server_qps, user_conf=user_conf, high_accuracy=high_accuracy,
+        direct=not buffered, variant_kinds=variant_kinds or VARIANT_KINDS, seed=seed, train_steps=train_steps, model_dir=model_dir, max_batch=max_batch,
+        threads=threads,
     )
     report = run_inference(config, progress=lambda message: click.echo(message, err=True))
     if as_json:
@@ -68,50 +88,89 @@ def infer(
         click.echo(render(report))
 
 
-def _cell(result: ScenarioResult) -> tuple[str, str]:
-    """The cache columns of one row: hit rate, and batches through the cache / bypassing it."""
-    if result.cache is None:
-        return "-", "-"
-    c = result.cache
-    rate = "-" if c.hit_rate is None else f"{c.hit_rate:.3f}"
-    return rate, f"{c.batches_through_cache}/{c.batches_bypassing}"
+def _ms(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def _row(r: RunResult) -> str:
+    s, st = r.summary, r.storage
+    server = r.scenario is Scenario.SERVER
+    lat = [_ms(s.p50_latency_ms), _ms(s.p99_latency_ms), _ms(s.p999_latency_ms)] if server else ["-"] * 3
+    reads = "-" if st is None else f"{st.reads_per_sample:.2f}"
+    nbytes = "-" if st is None else f"{st.bytes_per_sample:,.0f}"
+    hit = "-" if st is None or st.hit_rate is None else f"{st.hit_rate:.3f}"
+    verdict = "VALID" if s.valid else "INVALID"
+    return (f"{r.variant.system:<20} {r.scenario.value:<8} {verdict:<8} {r.target_qps:>10,.0f} {s.samples_per_s:>10,.0f} "
+            f"{lat[0]:>8} {lat[1]:>8} {lat[2]:>8} {reads:>8} {nbytes:>9} {hit:>6} "
+            f"{format_bytes(r.resident_table_bytes):>10} {r.accuracy.auc:>8.5f} {'PASS' if r.accuracy.passed else 'FAIL':<4}")
 
 
 def render(report: InferReport) -> str:
-    """The report as text: the model, then a row per variant and scenario, then memory."""
-    m, mem, c = report.model, report.memory, report.config
+    """The report as text: the model and settings, the SDM table, per-table hit rates, accuracy."""
+    m, c = report.model, report.config
     how = "reused" if m.reused else f"trained in {m.train_s:.1f} s"
     target = "reached" if m.reached_target else "NOT reached"
-    lines = [
+    lines = []
+    if report.label:
+        lines += [f"*** {report.label} ***", ""]
+    lines += [
         (f"model: {m.benchmark} seed {m.seed}, {m.steps} steps ({m.epochs:.3f} epoch), AUC {m.auc:.5f} "
-         f"(target {m.target_auc} {target}); {how}: {m.path}"),
-        f"predictions identical (memory vs ssd), bit for bit, on {report.identical_samples} eval samples",
-        (f"loadgen {report.loadgen_version}; {c.duration_s:g} s min per run; batches of up to {c.max_batch}; "
-         f"{c.threads} torch thread(s); ssd cache {mem.cache_rows} of {mem.rows} rows ({c.cache_fraction:g}, "
-         f"{c.cache_policy.value})"),
+         f"(training target {m.target_auc} {target}); {how}: {m.path}"),
+        f"predictions identical (memory vs every ssd variant), bit for bit, on {report.identical_samples} eval samples",
+        (f"loadgen {report.loadgen_version}; mlperf.conf {'= LoadGen' if report.mlperf_conf_sha1_matches else '!= LoadGen'}"
+         f"'s (sha1 {report.to_dict()['settings']['mlperf_conf_sha1'][:12]}); Offline batches of up to {c.max_batch}, "
+         f"Server calls of {SERVER_BATCH} rows (the queries arrived, padded); "
+         f"{c.threads} torch thread(s)"),
+        (f"ssd tier: {report.table_rows} rows, {format_bytes(report.ssd_file_bytes)} file, read {report.storage_mode}; "
+         f"cache {report.cache_rows} rows ({c.cache_fraction:g}, {c.cache_policy.value})"),
+        (f"accuracy: {c.model_name}, AUC >= {100 * (0.999 if c.high_accuracy else 0.99):g}% of the reference AUC: "
+         f"the in-memory model's on the same eval samples, computed directly (on the whole eval split: "
+         f"{report.reference_auc:.6f})"),
+        "",
+        (f"{'SYSTEM':<20} {'SCENARIO':<8} {'RESULT':<8} {'TARGET QPS':>10} {'SAMPLES/S':>10} {'P50 ms':>8} "
+         f"{'P99 ms':>8} {'P99.9 ms':>8} {'READS/Q':>8} {'BYTES/Q':>9} {'HIT':>6} {'RESIDENT':>10} {'AUC':>8} ACC"),
     ]
-    if report.server_target_qps is not None:
-        lines.append(f"server: target {report.server_target_qps:,.0f} QPS ({report.server_qps_source}), "
-                     f"p99 bound {c.server_latency_ms:g} ms")
-    header = (f"{'VARIANT':<8} {'SCENARIO':<8} {'TARGET QPS':>11} {'SAMPLES/S':>11} {'P99 (ms)':>10} "
-              f"{'RESULT':<8} {'CACHE HIT':>9} {'CACHED/BYPASS':>13}")
-    lines += ["", header]
+    lines += [_row(r) for r in report.results]
+    lines += [
+        "READS/Q, BYTES/Q: storage reads (one pread per row) and bytes read per query; a Server query is one sample,",
+        "  Offline's one query holds every sample, so its figures are per sample. HIT: cache hit rate over every id",
+        "  looked up. RESIDENT: the tables' bytes in memory (all rows, or the cache). Offline latencies: not shown",
+        "  (its one query's latency is the whole run).",
+    ]
+    if report.label:
+        lines.append(f"RESULT is LoadGen's verdict on the --quick settings: {report.label}")
+    ssd = [r for r in report.results if r.storage is not None]
+    if ssd:
+        lines += ["", "cache hit rate per table:"]
+        for r in ssd:
+            rates = " ".join("-" if x is None else f"{x:.2f}" for x in r.storage.table_hit_rates)
+            lines.append(f"  {r.variant.system} {r.scenario.value}: {rates}")
+        lines += ["", "storage:"]
+        for r in ssd:
+            st = r.storage
+            lat = f", {st.read_us:.1f} us per read"
+            if r.variant.latency_us:
+                lat += f" (added {st.added_latency_us:.1f} us: the busy-wait's mean, measured at start)"
+            same = "= misses" if st.reads == st.misses and st.reads_equal_misses_per_call else "!= misses"
+            lines.append(f"  {r.variant.system} {r.scenario.value}: {st.reads:,} reads {same}, "
+                         f"{format_bytes(st.bytes_read)} over {st.samples:,} samples in {st.model_calls:,} model calls "
+                         f"({st.bypass_calls:,} bypassing the cache){lat}")
+    lines += ["", "runs (LoadGen test wall time, performance + accuracy):"]
     for r in report.results:
-        s = r.summary
-        p99 = "-" if s.scenario is Scenario.OFFLINE else f"{s.p99_latency_ms:.2f}"
-        hit, split = _cell(r)
-        lines.append(f"{r.variant.value:<8} {s.scenario.value:<8} {r.target_qps:>11,.0f} {s.samples_per_s:>11,.0f} "
-                     f"{p99:>10} {'VALID' if s.valid else 'INVALID':<8} {hit:>9} {split:>13}")
-    if any(r.summary.scenario is Scenario.OFFLINE for r in report.results):
-        lines.append("(offline: LoadGen issues one query of every sample, so its latency is the whole run: not shown)")
+        lines.append(f"  {r.variant.system} {r.scenario.value}: {r.performance_s:.0f} s + {r.accuracy_s:.0f} s; "
+                     f"target QPS {r.qps_source}; peak RSS {format_bytes(r.peak_rss_bytes)}; "
+                     f"accuracy.txt: {r.accuracy.official_line()}")
+        for e in r.loadgen_errors:
+            lines.append(f"    LoadGen error: {e}")
+    for n in report.notes:
+        lines.append(f"note: {n}")
     lines += [
         "",
-        (f"tables in memory: {format_bytes(mem.memory_bytes)} (memory variant) vs "
-         f"{format_bytes(mem.ssd_resident_bytes)} (ssd variant: cached rows {format_bytes(mem.cache_slot_bytes)}, "
-         f"row->slot map {format_bytes(mem.row_map_bytes)}, bookkeeping {format_bytes(mem.bookkeeping_bytes)}; "
-         f"{format_bytes(mem.ssd_file_bytes)} on SSD)"),
-        f"memory saved: {format_bytes(mem.saved_bytes)} ({mem.saved_fraction:.1%})",
-        f"loadgen logs: {report.results[0].summary.path.parent.parent if report.results else '-'}",
+        f"results: {c.results}/<system>/{c.model_name}/<scenario>/{{performance/run_1,accuracy}}",
+        (f"all runs VALID: {'yes' if report.all_valid else 'no'}; accuracy target met by every run: "
+         f"{'yes' if report.accuracy_passed else 'NO'}"),
         f"wall time: {report.wall_s:.1f} s",
     ]
+    if report.label:
+        lines.append(f"*** {report.label} ***")
     return "\n".join(lines)

@@ -1,0 +1,226 @@
+"""MLPerf Inference's settings, results layout and accuracy scoring, for DLRMv2.
+
+**Settings.** ``mlperf.conf`` here is a byte-identical copy of ``loadgen/mlperf.conf`` from
+mlcommons/inference at the version of the installed LoadGen (``mlcommons-loadgen`` 6.0.17),
+which compiles it in: its SHA-1, :data:`MLPERF_CONF_SHA1`, is the one LoadGen records for
+``/mlperf.conf`` in every ``mlperf_log_detail.txt`` (``loadgen_file_sha1``), and
+``tests/test_infer.py`` checks that it still is. LoadGen 6.0 reads its compiled-in copy
+itself: ``TestSettings.FromConfig(user_conf, model, scenario)`` (``conf_type`` 1, the
+default) loads the official settings first, then the submitter's ``user.conf``, and only
+in the first call of a process (a second call logs ``error_invalid_config``: "Multiple conf
+files are used"), so each LoadGen test runs in a process of its own
+(:mod:`harness.inference.worker`), as MLPerf's reference harnesses do. :func:`official`
+reads this copy only to plan (the minimum duration and query counts, before a run) and to
+print what applies; what LoadGen applied is read back from its detail log.
+
+**Results.** ``<results>/<system>/<model>/<scenario>/performance/run_1/`` and
+``.../accuracy/``, LoadGen's logs in each, ``accuracy.txt`` as the official DLRMv2 accuracy
+script prints it (``AUC=..%, accuracy=..%, good=.., total=.., queries=..``).
+
+**Accuracy.** ``mlperf_log_accuracy.json`` (a JSON list of ``{"seq_id", "qsl_idx",
+"data"}``, ``data`` the response's bytes in hex: here one float32 click probability) is
+decoded and scored by scikit-learn's ``roc_auc_score``, as the official script does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from harness.errors import ErrorCategory, HarnessError
+
+MLPERF_CONF = Path(__file__).with_name("mlperf.conf")
+MLPERF_CONF_SHA1 = "68cdba8667e971c3ae8f1617ba67fa56d01065b4"  # loadgen/mlperf.conf at mlcommons-loadgen 6.0.17
+LOADGEN_MODEL = "dlrm-v2"  # the model's name in mlperf.conf
+SCENARIO_NAMES = {"offline": "Offline", "server": "Server"}  # LoadGen's and the results layout's spelling
+# MLPerf's DLRMv2 accuracy rule: at least this fraction of the reference AUC
+ACCURACY_TARGETS = {"dlrm-v2-99": 0.99, "dlrm-v2-99.9": 0.999}
+SUMMARY, DETAIL, ACCURACY_LOG, ACCURACY_TXT = (
+    "mlperf_log_summary.txt", "mlperf_log_detail.txt", "mlperf_log_accuracy.json", "accuracy.txt")
+NOT_VALID_FILE = "NOT_A_VALID_MLPERF_RESULT.txt"
+NOT_VALID = "not a valid MLPerf result"
+
+
+def conf_sha1(path: Path = MLPERF_CONF) -> str:
+    return hashlib.sha1(path.read_bytes()).hexdigest()
+
+
+_CONF_LINE = re.compile(r"^\s*([^.\s]+)\.([^.\s]+)\.(\w+)\s*=\s*(\S+)\s*$")
+
+
+def parse_conf(text: str) -> dict[tuple[str, str, str], str]:
+    """``model.scenario.key = value`` lines (``#`` comments skipped), as LoadGen's parser takes them."""
+    out: dict[tuple[str, str, str], str] = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0]
+        m = _CONF_LINE.match(line)
+        if m:
+            out[(m.group(1), m.group(2), m.group(3))] = m.group(4)
+    return out
+
+
+def official(scenario: str, key: str, model: str = LOADGEN_MODEL) -> float | None:
+    """The value ``mlperf.conf`` gives ``key`` for ``model`` in ``scenario`` (LoadGen's
+    precedence: ``model.scenario`` over ``model.*`` over ``*.scenario`` over ``*.*``)."""
+    conf = parse_conf(MLPERF_CONF.read_text())
+    for m, s in ((model, scenario), (model, "*"), ("*", scenario), ("*", "*")):
+        if (m, s, key) in conf:
+            return float(conf[(m, s, key)])
+    return None
+
+
+def write_user_conf(path: Path, scenario: str, *, target_qps: float, note: str) -> Path:
+    """The submitter's ``user.conf`` for one system and scenario: its target QPS (Offline: the
+    expected throughput, which sizes the one query; Server: the Poisson rate)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"# {note}\n{LOADGEN_MODEL}.{SCENARIO_NAMES[scenario]}.target_qps = {target_qps:.1f}\n")
+    return path
+
+
+# ---------------------------------------------------------------------------------- layout
+def scenario_dir(results: Path, system: str, model: str, scenario: str) -> Path:
+    return results / system / model / SCENARIO_NAMES[scenario]
+
+
+def performance_dir(results: Path, system: str, model: str, scenario: str) -> Path:
+    return scenario_dir(results, system, model, scenario) / "performance" / "run_1"
+
+
+def accuracy_dir(results: Path, system: str, model: str, scenario: str) -> Path:
+    return scenario_dir(results, system, model, scenario) / "accuracy"
+
+
+def clear_run_dir(path: Path) -> None:
+    """Make ``path`` and remove what an earlier run left in it (LoadGen's logs, the scores, the label)."""
+    path.mkdir(parents=True, exist_ok=True)
+    for old in [*path.glob("mlperf_log_*"), path / ACCURACY_TXT, path / NOT_VALID_FILE]:
+        if old.is_file():
+            old.unlink()
+
+
+def label_not_valid(path: Path, label: str) -> None:
+    """``label`` (it starts "not a valid MLPerf result") in ``path/NOT_A_VALID_MLPERF_RESULT.txt``."""
+    (path / NOT_VALID_FILE).write_text(f"{label}\n")
+
+
+# ---------------------------------------------------------------------------------- detail log
+def detail_values(path: Path) -> dict[str, Any]:
+    """The ``key -> value`` pairs of LoadGen's ``mlperf_log_detail.txt`` (``:::MLLOG`` JSON lines);
+    the first of each key, and every error message under ``errors``."""
+    out: dict[str, Any] = {"errors": []}
+    if not path.is_file():
+        return out
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.startswith(":::MLLOG "):
+            continue
+        try:
+            rec = json.loads(line[len(":::MLLOG "):])
+        except ValueError:
+            continue
+        if rec.get("metadata", {}).get("is_error"):
+            out["errors"].append(f"{rec.get('key')}: {rec.get('value')}")
+        out.setdefault(rec.get("key"), rec.get("value"))
+    return out
+
+
+# ---------------------------------------------------------------------------------- accuracy
+def read_accuracy_log(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """``(qsl indices, float32 predictions)`` of LoadGen's ``mlperf_log_accuracy.json``."""
+    try:
+        records = json.loads(path.read_text())
+        idx = np.array([int(r["qsl_idx"]) for r in records], dtype=np.int64)
+        data = b"".join(bytes.fromhex(r["data"]) for r in records)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise HarnessError(f"{path}: not a LoadGen accuracy log ({type(err).__name__}: {err})",
+                           ErrorCategory.RUN_FAILED) from err
+    pred = np.frombuffer(data, dtype=np.float32)
+    if pred.size != idx.size:
+        raise HarnessError(f"{path}: {pred.size} predictions for {idx.size} samples (one float32 each expected)",
+                           ErrorCategory.RUN_FAILED)
+    return idx, pred
+
+
+def auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(labels, scores))
+
+
+@dataclass(frozen=True)
+class AccuracyScore:
+    """One AccuracyOnly run scored as the official DLRMv2 script scores it."""
+
+    auc: float
+    good: int  # predictions that round to the label
+    total: int
+    queries: int  # distinct QSL indices
+    duplicates: int
+    reference_auc: float
+    model: str  # dlrm-v2-99 or dlrm-v2-99.9
+
+    @property
+    def accuracy(self) -> float:
+        return self.good / self.total if self.total else 0.0
+
+    @property
+    def ratio(self) -> float:
+        return self.auc / self.reference_auc
+
+    @property
+    def required_auc(self) -> float:
+        return ACCURACY_TARGETS[self.model] * self.reference_auc
+
+    @property
+    def passed(self) -> bool:
+        return self.auc >= self.required_auc
+
+    def official_line(self) -> str:
+        """``accuracy.txt`` as ``recommendation/dlrm_v2/pytorch/tools/accuracy-dlrm.py`` prints it."""
+        return (f"AUC={100.0 * self.auc:.3f}%, accuracy={100.0 * self.accuracy:.3f}%, good={self.good}, "
+                f"total={self.total}, queries={self.queries}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"auc": self.auc, "accuracy": round(self.accuracy, 6), "good": self.good, "total": self.total,
+                "queries": self.queries, "duplicates": self.duplicates, "reference_auc": self.reference_auc,
+                "ratio": self.ratio, "required_auc": self.required_auc, "model": self.model,
+                "passed": self.passed, "line": self.official_line()}
+
+
+def score_accuracy_log(path: Path, labels: np.ndarray, *, reference: np.ndarray, model: str) -> AccuracyScore:
+    """Score LoadGen's accuracy log against ``labels`` (indexed by QSL index); duplicates of a
+    QSL index (none in an AccuracyOnly run) are ignored after the first, as the official script does.
+    The reference AUC is that of ``reference`` (the reference model's probabilities, by QSL
+    index) on the same samples: the whole eval split, unless ``--quick`` asked for fewer."""
+    idx, pred = read_accuracy_log(path)
+    logged = int(idx.size)
+    _, first = np.unique(idx, return_index=True)
+    first.sort()
+    idx, pred = idx[first], np.nan_to_num(pred[first])
+    if idx.size == 0:
+        raise HarnessError(f"{path}: no predictions", ErrorCategory.RUN_FAILED)
+    if int(idx.max()) >= labels.size:
+        raise HarnessError(f"{path}: QSL index {int(idx.max())} beyond the {labels.size} samples",
+                           ErrorCategory.RUN_FAILED)
+    truth = labels[idx]
+    good = int(np.count_nonzero(np.round(pred) == truth))
+    return AccuracyScore(auc=auc(truth, pred), good=good, total=int(idx.size), queries=int(idx.size),
+                         duplicates=logged - int(idx.size),
+                         reference_auc=auc(truth, reference[idx]), model=model)
+
+
+def proc_bytes(path: str, field: str) -> int | None:
+    """A ``kB`` field of a /proc file (``MemAvailable`` of /proc/meminfo, ``VmHWM`` of
+    /proc/self/status) in bytes, or None where /proc does not have it."""
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

@@ -1,0 +1,239 @@
+"""Inference rows on the SSD tier, read row by row with ``pread``, each read counted.
+
+:class:`PreadRows` keeps the trained tables' rows (weights only: inference has no optimizer
+state) in a file and reads exactly the rows asked for, one ``pread`` per row, never a page
+or a map around it. Where the file system takes ``O_DIRECT`` (probed on the file itself:
+an aligned read of 512, then 4096 bytes), each row sits in a slot of the alignment (a row
+of 64 bytes in a 512-byte slot) and is read with ``os.preadv`` into an aligned buffer,
+bypassing the page cache: every read is a device read. Where it does not, the file is
+packed (one row after another) and read with buffered ``os.pread``; :attr:`PreadRows.mode`
+says which, and why (``direct``, or ``buffered (<reason>)``), and every report prints it.
+
+``latency_us`` adds a device latency to every read: after the read returns, a busy-wait
+until that many microseconds have passed (calibrated at start: the mean wait measured
+over repeated waits is :attr:`PreadRows.added_latency_us`). Reads are issued one after
+another (queue depth 1), as synchronous ``pread`` calls are, so a batch's added latency is
+its reads times the latency.
+
+:class:`SdmEmbeddings` serves a model's tables from such a file through a
+:class:`~harness.reference.tiered.RowCache`: a batch whose distinct rows fit the cache
+is admitted (its missing rows read and cached, evicting others); a larger batch reads its
+missing rows without admitting them. Either way the rows read are exactly the batch's
+distinct rows that were not resident, its *misses*, which it counts (with the lookups and
+hits of each table) independently of the store's count of reads. The training path's
+classes (:class:`~harness.reference.tiered.SsdRows`, :class:`~harness.reference.tiered.TieredEmbeddingCollection`)
+are not used or changed.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from harness.errors import ErrorCategory, HarnessError
+from harness.reference.embeddings import FusedEmbeddingCollection, distinct
+from harness.reference.tiered import CachePolicy, RowCache, RowStore
+
+ALIGNMENTS = (512, 4096)  # the logical block sizes O_DIRECT may need
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where rows are in the file: row ``r`` at ``r * stride``, ``cols`` float32 values."""
+
+    rows: int
+    cols: int
+    stride: int  # bytes from one row to the next (the row itself, or its aligned slot)
+    direct: bool  # read with O_DIRECT
+    reason: str = ""  # why not direct
+
+    @property
+    def row_bytes(self) -> int:
+        return 4 * self.cols
+
+    @property
+    def mode(self) -> str:
+        return f"direct (O_DIRECT, {self.stride}-byte aligned slots)" if self.direct else f"buffered ({self.reason})"
+
+    def to_dict(self) -> dict:
+        return {"rows": self.rows, "cols": self.cols, "stride": self.stride, "direct": self.direct,
+                "reason": self.reason}
+
+
+def probe_direct(path: Path) -> tuple[int | None, str]:
+    """The alignment at which ``path`` (at least 4096 bytes) reads with O_DIRECT, or None and why not."""
+    flag = getattr(os, "O_DIRECT", None)
+    if flag is None:
+        return None, "O_DIRECT is not available on this platform"
+    try:
+        fd = os.open(path, os.O_RDONLY | flag)
+    except OSError as err:
+        return None, f"the file system refuses O_DIRECT ({err.strerror})"
+    try:
+        buf = mmap.mmap(-1, max(ALIGNMENTS))  # page-aligned
+        last = ""
+        for align in ALIGNMENTS:
+            try:
+                if os.preadv(fd, [memoryview(buf)[:align]], align) == align:
+                    return align, ""
+            except OSError as err:
+                last = err.strerror or str(err)
+        return None, f"O_DIRECT reads failed at {', '.join(map(str, ALIGNMENTS))}-byte alignment ({last})"
+    finally:
+        os.close(fd)
+
+
+def write_rows(path: Path, weight: torch.Tensor, *, direct: bool = True) -> Layout:
+    """Write ``weight`` (``rows x cols`` float32) to ``path``, one slot per row: aligned slots
+    if O_DIRECT works there (and ``direct``), else packed. The file is made durable (fsync)
+    and, for direct reads, dropped from the page cache."""
+    rows, cols = weight.shape
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(max(ALIGNMENTS) * 2)
+    align, reason = probe_direct(path) if direct else (None, "O_DIRECT not asked for")
+    row_bytes = 4 * cols
+    stride = row_bytes if align is None else -(-row_bytes // align) * align
+    data = np.zeros((rows, stride // 4), dtype=np.float32)
+    data[:, :cols] = weight.detach().numpy()
+    with open(path, "wb") as f:
+        f.write(data.tobytes())
+        f.flush()
+        os.fsync(f.fileno())
+    if align is not None and hasattr(os, "posix_fadvise"):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    return Layout(rows=int(rows), cols=int(cols), stride=int(stride), direct=align is not None, reason=reason)
+
+
+def busy_wait_ns(ns: int) -> None:
+    end = time.perf_counter_ns() + ns
+    while time.perf_counter_ns() < end:
+        pass
+
+
+class PreadRows(RowStore):
+    """The rows of ``path`` (written by :func:`write_rows` as ``layout``), read one ``pread``
+    per row; read-only. Counts :attr:`reads` and :attr:`bytes_read` (the bytes the reads
+    transfer: the aligned slot when direct, the row when buffered)."""
+
+    tier = "ssd"
+
+    def __init__(self, path: Path, layout: Layout, *, latency_us: float = 0.0):
+        super().__init__(layout.rows, layout.cols, 0)
+        self.path, self.layout = Path(path), layout
+        expected = layout.rows * layout.stride
+        if not self.path.is_file() or self.path.stat().st_size != expected:
+            raise HarnessError(f"{self.path}: not a row file of {layout.rows} rows x {layout.stride} bytes",
+                               ErrorCategory.BAD_INPUT)
+        flags = os.O_RDONLY | (os.O_DIRECT if layout.direct else 0)
+        self._fd = os.open(self.path, flags)
+        self._buf = mmap.mmap(-1, max(layout.stride, mmap.PAGESIZE)) if layout.direct else None
+        self._view = memoryview(self._buf)[: layout.stride] if self._buf is not None else None
+        self.latency_ns = round(latency_us * 1000)
+        self.added_latency_us = self._calibrate() if self.latency_ns else 0.0
+        self.reads = 0
+        self.bytes_read = 0
+        self.read_s = 0.0  # time spent in read(), waits included
+
+    def _calibrate(self, n: int = 200) -> float:
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            busy_wait_ns(self.latency_ns)
+        return (time.perf_counter_ns() - t0) / n / 1000
+
+    @property
+    def transfer_bytes(self) -> int:
+        """Bytes one read transfers."""
+        return self.layout.stride if self.layout.direct else self.layout.row_bytes
+
+    def read(self, rows: torch.Tensor) -> torch.Tensor:
+        ids = rows.reshape(-1).tolist()
+        out = np.empty((len(ids), self.cols), dtype=np.float32)
+        fd, stride, wait = self._fd, self.layout.stride, self.latency_ns
+        t0 = time.perf_counter()
+        if self._view is not None:
+            view, buf, cols = self._view, self._buf, self.cols
+            for i, r in enumerate(ids):
+                if os.preadv(fd, [view], r * stride) != stride:
+                    raise HarnessError(f"{self.path}: short read of row {r}", ErrorCategory.RUN_FAILED)
+                out[i] = np.frombuffer(buf, dtype=np.float32, count=cols)
+                if wait:
+                    busy_wait_ns(wait)
+        else:
+            size = self.layout.row_bytes
+            for i, r in enumerate(ids):
+                data = os.pread(fd, size, r * stride)
+                if len(data) != size:
+                    raise HarnessError(f"{self.path}: short read of row {r}", ErrorCategory.RUN_FAILED)
+                out[i] = np.frombuffer(data, dtype=np.float32)
+                if wait:
+                    busy_wait_ns(wait)
+        self.read_s += time.perf_counter() - t0
+        self.reads += len(ids)
+        self.bytes_read += len(ids) * self.transfer_bytes
+        return torch.from_numpy(out)
+
+    def write(self, rows: torch.Tensor, values: torch.Tensor) -> None:
+        raise HarnessError("the inference row file is read-only", ErrorCategory.RUN_FAILED)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class SdmEmbeddings(FusedEmbeddingCollection):
+    """``table_rows`` tables (``dim`` wide, ``pooling`` ids per feature) served from ``store``
+    through a cache of ``cache_rows`` rows, inference only; counts, per table, the ids looked
+    up and those whose row was resident, and, per batch, the misses (distinct rows not
+    resident: the rows read)."""
+
+    def __init__(self, table_rows: tuple[int, ...], dim: int, pooling: tuple[int, ...], store: PreadRows,
+                 cache_rows: int, policy: CachePolicy = CachePolicy.LRU):
+        super().__init__(table_rows, dim, pooling, optimizer=None, allocate=False)
+        if store.rows != sum(self.table_rows) or store.cols != dim:
+            raise ValueError("the store's shape does not match the tables")
+        self.store = store
+        self.cache = RowCache(store, cache_rows, policy)
+        self.weight = nn.Parameter(self.cache.weights, requires_grad=False)
+        self.table_starts = torch.tensor((0, *np.cumsum(self.table_rows)[:-1].tolist()), dtype=torch.int64)
+        self.table_lookups = torch.zeros(len(self.table_rows), dtype=torch.int64)
+        self.table_hits = torch.zeros(len(self.table_rows), dtype=torch.int64)
+        self.misses = 0
+        self.batches = 0
+        self.bypass_batches = 0
+
+    def forward(self, sparse: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            rows = sparse + self.column_offsets
+            unique, inverse, counts = distinct(rows)
+            resident = self.cache.row_slot.index_select(0, unique) >= 0
+            table = torch.searchsorted(self.table_starts, unique, right=True) - 1
+            self.table_lookups.index_add_(0, table, counts)
+            self.table_hits.index_add_(0, table[resident], counts[resident])
+            self.misses += int(unique.numel() - int(resident.sum()))
+            self.batches += 1
+            if unique.numel() <= self.cache.free_capacity:
+                slots = self.cache.admit(unique, counts=counts)
+                return self._lookup(self.cache.weights, slots[inverse])
+            self.bypass_batches += 1
+            values = torch.empty(unique.numel(), self.dim)
+            slots = self.cache.row_slot.index_select(0, unique[resident]).long()
+            values[resident] = self.cache.weights.index_select(0, slots)
+            values[~resident] = self.store.read(unique[~resident])
+            return self._lookup(values, inverse)
+
+    def resident_bytes(self) -> int:
+        """The cache's memory: its slots, its bookkeeping and its row -> slot map (int32 per row)."""
+        return self.cache.nbytes + self.table_starts.numel() * 8

@@ -1,0 +1,226 @@
+"""One LoadGen test in a process of its own: ``python -m harness.inference.worker JOB.json``.
+
+LoadGen 6.0 applies its official settings (``mlperf.conf``) in the first
+``TestSettings.FromConfig`` call of a process only, and logs an ``error_invalid_config``
+for any later one; so, as MLPerf's reference harnesses do, every test (one variant, one
+scenario, one mode) is one process that calls it once, with its system's ``user.conf``.
+
+The job (JSON, written by :func:`harness.infer.run_inference`) names the model, the
+variant (``memory``, or ``ssd``: the rows file, its layout, the cache and the added
+latency), the scenario, the mode, the ``user.conf``, the output directory and, with
+``--quick``, the overrides of the minimum duration and query count. The process writes
+the job's ``result`` JSON: the storage reads, bytes and misses, per table the lookups and
+hits, the test's wall time, the tables' resident bytes and the process's peak RSS; or
+``{"error": ...}`` and exits 1.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.errors import ErrorCategory, HarnessError
+
+_STOP = object()
+
+
+class FastSut:
+    """LoadGen's SUT through ``ConstructFastSUT``: ``issue(ids, indices)`` gets two lists of
+    ints (about half the memory of a list of ``QuerySample`` objects, which matters for an
+    Offline query of millions of samples), kept as NumPy arrays; one worker thread answers
+    whatever has arrived in model calls of up to ``max_batch`` samples (padded to ``pad_to``
+    rows, where given, by repeating the call's first sample), reporting each sample
+    with ``QuerySamplesComplete`` (its float32 click probability). Per model call it records
+    the samples and, for an SSD variant, the storage reads and misses the call caused."""
+
+    def __init__(self, lg: Any, model: Any, library: Any, max_batch: int, tables: Any = None, pad_to: int = 0):
+        self.lg, self.model, self.library, self.max_batch, self.tables = lg, model, library, max_batch, tables
+        self.pad_to = pad_to  # every model call on exactly this many rows (the first sample repeated)
+        self._queue: queue.Queue = queue.Queue()
+        self.error: BaseException | None = None
+        self.calls: list[tuple[int, int, int]] = []  # (samples, reads, misses) per model call
+        self._thread = threading.Thread(target=self._work, name="harness-infer-sut", daemon=True)
+
+    def issue(self, ids: list[int], indices: list[int]) -> None:
+        self._queue.put((np.array(ids, dtype=np.uint64), np.array(indices, dtype=np.int64)))
+
+    def flush(self) -> None:
+        """Nothing is held back."""
+
+    def answer(self, ids: np.ndarray, idx: np.ndarray) -> None:
+        lg = self.lg
+        if self.error is None:
+            try:
+                n = len(ids)
+                rows = idx if n >= self.pad_to else np.concatenate([idx, np.full(self.pad_to - n, idx[0])])
+                t = torch.from_numpy(rows)
+                reads0 = self.tables.store.reads if self.tables is not None else 0
+                misses0 = self.tables.misses if self.tables is not None else 0
+                with torch.no_grad():
+                    logits = self.model(self.library.dense.index_select(0, t), self.library.sparse.index_select(0, t))
+                probs = np.ascontiguousarray(torch.sigmoid(logits).numpy()[:n], dtype=np.float32)
+                base = probs.ctypes.data
+                lg.QuerySamplesComplete([lg.QuerySampleResponse(i, base + 4 * k, 4)
+                                         for k, i in enumerate(ids.tolist())])
+                if self.tables is not None:
+                    self.calls.append((len(ids), self.tables.store.reads - reads0, self.tables.misses - misses0))
+                else:
+                    self.calls.append((len(ids), 0, 0))
+                return
+            except Exception as err:  # noqa: BLE001 - LoadGen must still finish; raised after it returns
+                self.error = err
+        lg.QuerySamplesComplete([lg.QuerySampleResponse(i, 0, 0) for i in ids.tolist()])
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            parts, stop = [item], False
+            while True:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is _STOP:
+                    stop = True
+                    break
+                parts.append(more)
+            ids = np.concatenate([p[0] for p in parts])
+            idx = np.concatenate([p[1] for p in parts])
+            for lo in range(0, ids.size, self.max_batch):
+                self.answer(ids[lo : lo + self.max_batch], idx[lo : lo + self.max_batch])
+            if stop:
+                return
+
+    def __enter__(self) -> int:
+        self._thread.start()
+        self.handle = self.lg.ConstructFastSUT(self.issue, self.flush)
+        return self.handle
+
+    def __exit__(self, *exc: object) -> None:
+        self.lg.DestroyFastSUT(self.handle)
+        self._queue.put(_STOP)
+        self._thread.join()
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory (``VmHWM``), or 0 where /proc is not there."""
+    from harness.inference.mlperf import proc_bytes
+
+    return proc_bytes("/proc/self/status", "VmHWM") or 0
+
+
+def build(job: dict[str, Any]) -> tuple[Any, Any]:
+    """The job's model (and its SSD tables, or None)."""
+    from harness.infer import memory_model
+    from harness.inference.storage import Layout, PreadRows, SdmEmbeddings
+    from harness.reference.tiered import CachePolicy
+    from harness.rules.specs import load_benchmark
+
+    spec = load_benchmark(job["benchmark"])
+    state = torch.load(job["state"], weights_only=True)
+    model = memory_model(spec, state)
+    if job["variant"] == "memory":
+        return model, None
+    full = model.sparse_arch.embeddings
+    store = PreadRows(Path(job["rows_file"]), Layout(**job["layout"]), latency_us=float(job["latency_us"]))
+    tables = SdmEmbeddings(full.table_rows, full.dim, full.pooling, store, int(job["cache_rows"]),
+                           CachePolicy(job["policy"]))
+    model.sparse_arch.embeddings = tables
+    return model.eval(), tables
+
+
+def run(job: dict[str, Any]) -> dict[str, Any]:
+    from harness.infer import SampleLibrary, loadgen
+    from harness.inference import mlperf
+    from harness.reference.datasets import SyntheticDataset
+    from harness.rules.specs import load_benchmark
+
+    t_start = time.perf_counter()
+    torch.set_num_threads(int(job["threads"]))
+    lg = loadgen()
+    model, tables = build(job)
+    data = SyntheticDataset(load_benchmark(job["benchmark"]).dataset).generator
+    library = SampleLibrary(data)
+    scenario = mlperf.SCENARIO_NAMES[job["scenario"]]
+    settings = lg.TestSettings()
+    settings.scenario = getattr(lg.TestScenario, scenario)
+    if settings.FromConfig(job["user_conf"], mlperf.LOADGEN_MODEL, scenario) != 0:
+        raise HarnessError(f"LoadGen could not read {job['user_conf']}", ErrorCategory.BAD_INPUT)
+    settings.mode = lg.TestMode.AccuracyOnly if job["mode"] == "accuracy" else lg.TestMode.PerformanceOnly
+    if job.get("quick"):
+        settings.min_duration_ms = int(job["quick_min_duration_ms"])
+        settings.min_query_count = int(job["quick_min_query_count"])
+        if job.get("quick_accuracy_samples"):
+            settings.accuracy_sample_count_override = int(job["quick_accuracy_samples"])
+    out_dir = Path(job["out_dir"])
+    output = lg.LogOutputSettings()
+    output.outdir = str(out_dir)
+    output.copy_summary_to_stdout = False
+    log = lg.LogSettings()
+    log.log_output = output
+    log.enable_trace = False
+    sut = FastSut(lg, model, library, int(job["max_batch"]), tables, pad_to=int(job.get("pad_to", 0)))
+    qsl = lg.ConstructQSL(library.count, library.count, library.load, library.unload)
+    try:
+        t0 = time.perf_counter()
+        with sut as handle:
+            lg.StartTestWithLogSettings(handle, qsl, settings, log)
+        test_s = time.perf_counter() - t0
+    finally:
+        lg.DestroyQSL(qsl)
+    if sut.error is not None:
+        raise HarnessError(f"the model failed during the LoadGen {job['scenario']} {job['mode']} run: "
+                           f"{type(sut.error).__name__}: {sut.error}", ErrorCategory.RUN_FAILED)
+    calls = np.array(sut.calls, dtype=np.int64).reshape(-1, 3)
+    result: dict[str, Any] = {
+        "test_s": test_s, "wall_s": time.perf_counter() - t_start,
+        "samples": int(calls[:, 0].sum()), "model_calls": int(calls.shape[0]),
+        "max_call_samples": int(calls[:, 0].max()) if calls.size else 0,
+        "reads_per_call_equal_misses": bool((calls[:, 1] == calls[:, 2]).all()),
+        "peak_rss_bytes": peak_rss_bytes(),
+    }
+    if tables is None:
+        emb = model.sparse_arch.embeddings
+        result["resident_table_bytes"] = emb.weight.numel() * emb.weight.element_size()
+    else:
+        store = tables.store
+        result.update({
+            "resident_table_bytes": tables.resident_bytes(), "reads": store.reads, "bytes_read": store.bytes_read,
+            "read_s": store.read_s, "misses": tables.misses, "bypass_calls": tables.bypass_batches,
+            "table_lookups": tables.table_lookups.tolist(), "table_hits": tables.table_hits.tolist(),
+            "added_latency_us": store.added_latency_us, "storage_mode": store.layout.mode,
+            "single_sample_calls": int((calls[:, 0] == 1).sum()),
+            "single_sample_reads": int(calls[calls[:, 0] == 1, 1].sum()),
+        })
+        store.close()
+    return result
+
+
+def main(argv: list[str]) -> int:
+    job_path = Path(argv[0])
+    job = json.loads(job_path.read_text())
+    out = Path(job["result"])
+    try:
+        result = run(job)
+    except HarnessError as err:
+        out.write_text(json.dumps({"error": err.message, "category": err.category.value}))
+        return 1
+    except Exception as err:  # noqa: BLE001 - reported by the parent as one line
+        out.write_text(json.dumps({"error": f"{type(err).__name__}: {err}", "category": "run_failed"}))
+        return 1
+    out.write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
