@@ -588,19 +588,18 @@ def _json_cell(value: Any) -> Any:
 
 def write_csv(summary: Summary, path: Path) -> list[Path]:
     """``path`` (the summary) and ``<path stem>_detailed.csv``, as the official ``--csv path``."""
-    path = Path(path)
-    detailed = _sibling(path, "_detailed")
-    _write(path, summary.summary.csv_text())
-    _write(detailed, summary.detailed.csv_text())
-    return [path, detailed]
+    return _write_pair(Path(path), summary.summary.csv_text(), summary.detailed.csv_text())
 
 
 def write_json(summary: Summary, path: Path) -> list[Path]:
     """``path`` (the summary records) and ``<path stem>_detailed<suffix>``, as the official tool's JSON files."""
-    path = Path(path)
+    return _write_pair(Path(path), summary.summary.json_text(), summary.detailed.json_text())
+
+
+def _write_pair(path: Path, summary_text: str, detailed_text: str) -> list[Path]:
     detailed = _sibling(path, "_detailed")
-    _write(path, summary.summary.json_text())
-    _write(detailed, summary.detailed.json_text())
+    _write(path, summary_text)
+    _write(detailed, detailed_text)
     return [path, detailed]
 
 

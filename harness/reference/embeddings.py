@@ -16,7 +16,6 @@ the embeddings: gradient accumulation over several backward passes is not suppor
 from __future__ import annotations
 
 import dataclasses
-import enum
 import itertools
 import math
 import threading
@@ -28,12 +27,10 @@ import torch
 from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.rules.specs import EmbeddingOptimizer
 
-
-class SparseOptimizerKind(enum.Enum):
-    ADAGRAD = "adagrad"  # elementwise, as torch.optim.Adagrad
-    ROWWISE_ADAGRAD = "rowwise_adagrad"  # one accumulator per row (FBGEMM EXACT_ROWWISE_ADAGRAD)
-    SGD = "sgd"
+# the spec's own enum (adagrad, rowwise_adagrad, sgd): a spec's optimizer is the config's
+SparseOptimizerKind = EmbeddingOptimizer
 
 
 @dataclass(frozen=True)

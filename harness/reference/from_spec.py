@@ -34,4 +34,4 @@ def dlrm_config(spec: BenchmarkSpec | ModelSpec) -> DLRMConfig:
 
 def sparse_optimizer_kind(spec: BenchmarkSpec | ModelSpec) -> SparseOptimizerKind:
     """The fused optimizer of the embedding tables the spec names (``adagrad`` unless it says otherwise)."""
-    return SparseOptimizerKind(_model(spec).embedding_optimizer.value)
+    return _model(spec).embedding_optimizer  # one enum: SparseOptimizerKind is EmbeddingOptimizer

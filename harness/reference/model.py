@@ -26,10 +26,16 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness.errors import HarnessError
 from harness.reference.batches import NUM_DENSE
-from harness.reference.embeddings import FusedEmbeddingCollection, GroupedEmbeddingCollection, SparseOptimizerConfig
-from harness.rules.specs import Interaction  # the spec's own enum: a spec's interaction is the config's
+from harness.reference.embeddings import (
+    FusedEmbeddingCollection,
+    GroupedEmbeddingCollection,
+    SparseOptimizerConfig,
+)
+from harness.rules.specs import (  # the spec's own enum and check
+    Interaction,
+    check_architecture,
+)
 
 
 @dataclass(frozen=True)
@@ -54,19 +60,7 @@ class DLRMConfig:
     embedding_dims: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.embedding_dims is not None:
-            if len(self.embedding_dims) != len(self.table_rows) or min(self.embedding_dims, default=1) < 1:
-                raise HarnessError(f"embedding_dims needs one positive dimension per table ({len(self.table_rows)}), "
-                                   f"got {list(self.embedding_dims)}")
-            if self.interaction is Interaction.DOT and not self.uniform_dims:
-                raise HarnessError("tables of several embedding dimensions need the dcn interaction: the dot "
-                                   "interaction takes dot products of vectors of one length")
-        if not self.bottom_mlp or (self.interaction is Interaction.DOT and self.bottom_mlp[-1] != self.embedding_dim):
-            raise HarnessError(
-                f"the bottom MLP must end at the embedding dimension {self.embedding_dim}, got {self.bottom_mlp}"
-            )
-        if not self.top_mlp or self.top_mlp[-1] != 1:
-            raise HarnessError(f"the top MLP must end with one output (the logit), got {self.top_mlp}")
+        check_architecture(self)  # the spec's own check: a spec and its config refuse alike
 
     @property
     def num_sparse(self) -> int:

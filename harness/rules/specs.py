@@ -38,6 +38,23 @@ class EmbeddingOptimizer(enum.Enum):
     SGD = "sgd"
 
 
+def check_architecture(m: Any) -> None:
+    """Refuse, in one line, an architecture the DLRM cannot build: ``m`` has ``table_rows``,
+    ``embedding_dim``, ``embedding_dims``, ``bottom_mlp``, ``top_mlp`` and ``interaction``
+    (a :class:`ModelSpec`, or the reference's ``DLRMConfig``, which checks itself with this)."""
+    if m.embedding_dims is not None:
+        if len(m.embedding_dims) != len(m.table_rows) or min(m.embedding_dims, default=1) < 1:
+            raise HarnessError(f"embedding_dims needs one positive dimension per table ({len(m.table_rows)}), "
+                               f"got {list(m.embedding_dims)}")
+        if m.interaction is Interaction.DOT and len(set(m.embedding_dims)) > 1:
+            raise HarnessError("tables of several embedding dimensions need the dcn interaction: the dot "
+                               "interaction takes dot products of vectors of one length")
+    if not m.bottom_mlp or (m.interaction is Interaction.DOT and m.bottom_mlp[-1] != m.embedding_dim):
+        raise HarnessError(f"the bottom MLP must end at the embedding dimension {m.embedding_dim}, got {m.bottom_mlp}")
+    if not m.top_mlp or m.top_mlp[-1] != 1:
+        raise HarnessError(f"the top MLP must end with one output (the logit), got {m.top_mlp}")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A benchmark's model as data: the architecture and the embeddings' optimizer.
@@ -60,19 +77,7 @@ class ModelSpec:
     embedding_optimizer: EmbeddingOptimizer = EmbeddingOptimizer.ADAGRAD
 
     def __post_init__(self) -> None:
-        if self.embedding_dims is not None:
-            if len(self.embedding_dims) != len(self.table_rows) or min(self.embedding_dims, default=1) < 1:
-                raise HarnessError(f"embedding_dims needs one positive dimension per table ({len(self.table_rows)}), "
-                                   f"got {list(self.embedding_dims)}")
-            if self.interaction is Interaction.DOT and len(set(self.embedding_dims)) > 1:
-                raise HarnessError("tables of several embedding dimensions need the dcn interaction: the dot "
-                                   "interaction takes dot products of vectors of one length")
-        if not self.bottom_mlp or (self.interaction is Interaction.DOT and self.bottom_mlp[-1] != self.embedding_dim):
-            raise HarnessError(
-                f"the bottom MLP must end at the embedding dimension {self.embedding_dim}, got {self.bottom_mlp}"
-            )
-        if not self.top_mlp or self.top_mlp[-1] != 1:
-            raise HarnessError(f"the top MLP must end with one output (the logit), got {self.top_mlp}")
+        check_architecture(self)
 
     @classmethod
     def from_raw(cls, model: dict[str, Any], dataset: dict[str, Any]) -> ModelSpec:
