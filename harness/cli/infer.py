@@ -16,7 +16,7 @@ from harness.hw_profiles.profiles import format_bytes
 from harness.infer import (
     DEFAULT_RESULTS,
     DEFAULT_STORAGE_LATENCY_US,
-    SERVER_BATCH,
+    DEFAULT_STORAGE_QUEUE_DEPTH,
     VARIANT_KINDS,
     InferConfig,
     InferReport,
@@ -43,14 +43,20 @@ SCENARIOS = {"offline": (Scenario.OFFLINE,), "server": (Scenario.SERVER,), "both
               show_default=True,
               help="Added latency per storage read of the third variant (ssd-<L>us); about 100 for NAND flash, "
                    "10 for 3D XPoint; 0: no third variant.")
-@click.option("--cache-fraction", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.05, show_default=True,
+@click.option("--storage-queue-depth", type=click.IntRange(min=1), default=DEFAULT_STORAGE_QUEUE_DEPTH,
+              show_default=True,
+              help="Storage reads in flight at once (threads issuing pread); reads in flight together wait the "
+                   "added latency together. 1: one read after another.")
+@click.option("--cache-fraction", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.2, show_default=True,
               help="Rows of the SSD variants' DRAM cache, as a fraction of all table rows.")
 @click.option("--cache-policy", type=click.Choice([p.value for p in CachePolicy]), default="lru", show_default=True,
               help="The cache's eviction policy.")
 @click.option("--offline-qps", type=click.FloatRange(0.0, min_open=True), default=None,
-              help="Offline target QPS in every variant's user.conf [default: 1.25 x each variant's calibrated rate].")
+              help="Offline target QPS (users per second) in every variant's user.conf [default: 1.25 x each "
+                   "variant's calibrated rate].")
 @click.option("--server-qps", type=click.FloatRange(0.0, min_open=True), default=None,
-              help="Server target QPS in every variant's user.conf [default: half each variant's one-sample rate].")
+              help="Server target QPS (one-user queries per second) in every variant's user.conf [default: half "
+                   "each variant's one-user query rate].")
 @click.option("--user-conf", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="A user.conf for every variant, instead of the generated ones.")
 @click.option("--variant", "variant_kinds", type=click.Choice(list(VARIANT_KINDS)), multiple=True,
@@ -62,13 +68,15 @@ SCENARIOS = {"offline": (Scenario.OFFLINE,), "server": (Scenario.SERVER,), "both
               help="Train this many steps [default: until the target AUC, evaluating at the benchmark's cadence].")
 @click.option("--model-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the trained model is kept and reused [default: results/.harness/models/<benchmark>-seed<N>].")
-@click.option("--max-batch", type=click.IntRange(min=1), default=2048, show_default=True,
-              help="Most samples per model call in Offline (Server answers each one-sample query on its own).")
+@click.option("--max-batch", type=click.IntRange(min=1), default=16384, show_default=True,
+              help="Rows per model call in Offline, about (whole users; Server answers each query, one user, "
+                   "on its own).")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="Torch intra-op threads (training and inference).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def infer(
-    benchmark: str, scenario: str, quick: bool, results: Path, storage_latency_us: float, cache_fraction: float,
+    benchmark: str, scenario: str, quick: bool, results: Path, storage_latency_us: float, storage_queue_depth: int,
+    cache_fraction: float,
     cache_policy: str, offline_qps: float | None, server_qps: float | None, user_conf: Path | None,
     variant_kinds: tuple[str, ...], high_accuracy: bool, buffered: bool, seed: int, train_steps: int | None, model_dir: Path | None,
     max_batch: int, threads: int, as_json: bool,
@@ -76,7 +84,8 @@ def infer(
     """Serve a trained model from memory and from the SSD tier as MLPerf Inference runs it."""
     config = InferConfig(
         benchmark=benchmark, scenarios=SCENARIOS[scenario], cache_fraction=cache_fraction,
-        cache_policy=CachePolicy(cache_policy), storage_latency_us=storage_latency_us, quick=quick, results=results,
+        cache_policy=CachePolicy(cache_policy), storage_latency_us=storage_latency_us,
+        storage_queue_depth=storage_queue_depth, quick=quick, results=results,
         offline_qps=offline_qps, server_qps=server_qps, user_conf=user_conf, high_accuracy=high_accuracy,
         direct=not buffered, variant_kinds=variant_kinds or VARIANT_KINDS, seed=seed, train_steps=train_steps, model_dir=model_dir, max_batch=max_batch,
         threads=threads,
@@ -118,10 +127,12 @@ def render(report: InferReport) -> str:
          f"(training target {m.target_auc} {target}); {how}: {m.path}"),
         f"predictions identical (memory vs every ssd variant), bit for bit, on {report.identical_samples} eval samples",
         (f"loadgen {report.loadgen_version}; mlperf.conf {'= LoadGen' if report.mlperf_conf_sha1_matches else '!= LoadGen'}"
-         f"'s (sha1 {report.to_dict()['settings']['mlperf_conf_sha1'][:12]}); Offline batches of up to {c.max_batch}, "
-         f"Server calls of {SERVER_BATCH} rows (the queries arrived, padded); "
+         f"'s (sha1 {report.to_dict()['settings']['mlperf_conf_sha1'][:12]}); a sample is a user (100 to 700 "
+         f"eval rows, as MLPerf's DLRMv2 reference aggregates them); Offline calls of about {c.max_batch} rows, "
+         f"a Server call per query; "
          f"{c.threads} torch thread(s)"),
-        (f"ssd tier: {report.table_rows} rows, {format_bytes(report.ssd_file_bytes)} file, read {report.storage_mode}; "
+        (f"ssd tier: {report.table_rows} rows, {format_bytes(report.ssd_file_bytes)} file, read {report.storage_mode} "
+         f"at queue depth {c.storage_queue_depth}; "
          f"cache {report.cache_rows} rows ({c.cache_fraction:g}, {c.cache_policy.value})"),
         (f"accuracy: {c.model_name}, AUC >= {100 * (0.999 if c.high_accuracy else 0.99):g}% of the reference AUC: "
          f"the in-memory model's on the same eval samples, computed directly (on the whole eval split: "
@@ -132,10 +143,10 @@ def render(report: InferReport) -> str:
     ]
     lines += [_row(r) for r in report.results]
     lines += [
-        "READS/Q, BYTES/Q: storage reads (one pread per row) and bytes read per query; a Server query is one sample,",
-        "  Offline's one query holds every sample, so its figures are per sample. HIT: cache hit rate over every id",
-        "  looked up. RESIDENT: the tables' bytes in memory (all rows, or the cache). Offline latencies: not shown",
-        "  (its one query's latency is the whole run).",
+        "SAMPLES/S: users per second (LoadGen's samples). READS/Q, BYTES/Q: storage reads (one pread per row) and",
+        "  bytes read per query; a Server query is one user, Offline's one query holds every user, so its figures",
+        "  are per user. HIT: cache hit rate over every id looked up. RESIDENT: the tables' bytes in memory (all",
+        "  rows, or the cache). Offline latencies: not shown (its one query's latency is the whole run).",
     ]
     if report.label:
         lines.append(f"RESULT is LoadGen's verdict on the --quick settings: {report.label}")
@@ -148,12 +159,12 @@ def render(report: InferReport) -> str:
         lines += ["", "storage:"]
         for r in ssd:
             st = r.storage
-            lat = f", {st.read_us:.1f} us per read"
+            lat = f", {st.read_us:.1f} us in the reads per read (queue depth {c.storage_queue_depth})"
             if r.variant.latency_us:
                 lat += f" (added {st.added_latency_us:.1f} us: the busy-wait's mean, measured at start)"
             same = "= misses" if st.reads == st.misses and st.reads_equal_misses_per_call else "!= misses"
             lines.append(f"  {r.variant.system} {r.scenario.value}: {st.reads:,} reads {same}, "
-                         f"{format_bytes(st.bytes_read)} over {st.samples:,} samples in {st.model_calls:,} model calls "
+                         f"{format_bytes(st.bytes_read)} over {st.samples:,} users ({st.rows:,} rows) in {st.model_calls:,} model calls "
                          f"({st.bypass_calls:,} bypassing the cache){lat}")
     lines += ["", "runs (LoadGen test wall time, performance + accuracy):"]
     for r in report.results:

@@ -17,9 +17,21 @@ print what applies; what LoadGen applied is read back from its detail log.
 ``.../accuracy/``, LoadGen's logs in each, ``accuracy.txt`` as the official DLRMv2 accuracy
 script prints it (``AUC=..%, accuracy=..%, good=.., total=.., queries=..``).
 
+**Samples.** A DLRMv2 sample is not one row: as in MLPerf's reference
+(``recommendation/dlrm_v2/pytorch/python/multihot_criteo.py``), each QSL sample is a *user*,
+a run of consecutive eval rows (user-item pairs) whose length is drawn from the official
+distribution (``tools/dist_quantile.txt``: 20 quantiles, 100 to 700 rows, mean 270) with the
+reference's NumPy seed (123): :func:`user_offsets`. So LoadGen's samples per second are users
+per second, a Server query is one user's ranking request, and an Offline query of 600 s
+holds hundreds of thousands of samples, not hundreds of millions of rows.
+:func:`write_aggregation_trace` writes which rows each sample holds, in the reference's
+``dlrm_trace_of_aggregated_samples.txt`` format.
+
 **Accuracy.** ``mlperf_log_accuracy.json`` (a JSON list of ``{"seq_id", "qsl_idx",
-"data"}``, ``data`` the response's bytes in hex: here one float32 click probability) is
-decoded and scored by scikit-learn's ``roc_auc_score``, as the official script does.
+"data"}``, ``data`` the response's bytes in hex: here, as the reference's post-processing
+writes them, a float32 (prediction, label) pair per row of the user) is decoded and scored by
+scikit-learn's ``roc_auc_score``, as the official ``accuracy-dlrm.py`` does with a log that
+carries the labels; the labels logged are checked against the eval split's.
 """
 
 from __future__ import annotations
@@ -44,6 +56,13 @@ ACCURACY_TARGETS = {"dlrm-v2-99": 0.99, "dlrm-v2-99.9": 0.999}
 SUMMARY, DETAIL, ACCURACY_LOG, ACCURACY_TXT = (
     "mlperf_log_summary.txt", "mlperf_log_detail.txt", "mlperf_log_accuracy.json", "accuracy.txt")
 NOT_VALID_FILE = "NOT_A_VALID_MLPERF_RESULT.txt"
+AGGREGATION_TRACE = "dlrm_trace_of_aggregated_samples.txt"  # the reference's name for the trace
+# rows per user: mlcommons/inference recommendation/dlrm_v2/pytorch/tools/dist_quantile.txt (the
+# inverse CDF of the query length at p = .05, .10, ..., 1.0), drawn with the reference's seed
+# (main.py --numpy-rand-seed, default 123)
+USER_ROWS_QUANTILES = (100, 100, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 200, 300, 300, 400, 500,
+                       600, 700)
+USER_ROWS_SEED = 123
 NOT_VALID = "not a valid MLPerf result"
 
 
@@ -83,6 +102,29 @@ def write_user_conf(path: Path, scenario: str, *, target_qps: float, note: str) 
     return path
 
 
+# ---------------------------------------------------------------------------------- samples
+def user_offsets(rows: int, *, quantiles: tuple[int, ...] = USER_ROWS_QUANTILES,
+                 seed: int = USER_ROWS_SEED) -> np.ndarray:
+    """The row offsets of the QSL's samples over ``rows`` eval rows (``users + 1`` of them,
+    from 0 to ``rows``): each sample's length a quantile drawn uniformly, the last cut at the
+    end, as the reference's ``MultihotCriteo`` draws them (inverse transform sampling, one
+    ``randint`` per sample from ``RandomState(seed)``)."""
+    if rows < 1:
+        raise ValueError("no rows to make samples of")
+    q = np.asarray(quantiles, dtype=np.int64)
+    draws = np.random.RandomState(seed).randint(0, q.size, size=rows // int(q.min()) + 1)
+    ends = np.cumsum(q[draws])
+    users = int(np.searchsorted(ends, rows)) + 1  # the first sample that reaches the last row ends there
+    return np.concatenate([[0], np.minimum(ends[:users], rows)]).astype(np.int64)
+
+
+def write_aggregation_trace(path: Path, offsets: np.ndarray) -> Path:
+    """``start, end, rows`` per sample (the reference's ``dlrm_trace_of_aggregated_samples.txt``,
+    which its accuracy script reads to map samples to rows)."""
+    path.write_text("".join(f"{s}, {e}, {e - s}\n" for s, e in zip(offsets[:-1].tolist(), offsets[1:].tolist())))
+    return path
+
+
 # ---------------------------------------------------------------------------------- layout
 def scenario_dir(results: Path, system: str, model: str, scenario: str) -> Path:
     return results / system / model / SCENARIO_NAMES[scenario]
@@ -99,7 +141,7 @@ def accuracy_dir(results: Path, system: str, model: str, scenario: str) -> Path:
 def clear_run_dir(path: Path) -> None:
     """Make ``path`` and remove what an earlier run left in it (LoadGen's logs, the scores, the label)."""
     path.mkdir(parents=True, exist_ok=True)
-    for old in [*path.glob("mlperf_log_*"), path / ACCURACY_TXT, path / NOT_VALID_FILE]:
+    for old in [*path.glob("mlperf_log_*"), path / ACCURACY_TXT, path / NOT_VALID_FILE, path / AGGREGATION_TRACE]:
         if old.is_file():
             old.unlink()
 
@@ -130,20 +172,21 @@ def detail_values(path: Path) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------- accuracy
-def read_accuracy_log(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """``(qsl indices, float32 predictions)`` of LoadGen's ``mlperf_log_accuracy.json``."""
+def read_accuracy_log(path: Path) -> tuple[np.ndarray, list[np.ndarray]]:
+    """``(qsl indices, per record its (rows x 2) float32 (prediction, label) pairs)`` of
+    LoadGen's ``mlperf_log_accuracy.json``."""
     try:
         records = json.loads(path.read_text())
         idx = np.array([int(r["qsl_idx"]) for r in records], dtype=np.int64)
-        data = b"".join(bytes.fromhex(r["data"]) for r in records)
+        raw = [bytes.fromhex(r["data"]) for r in records]
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise HarnessError(f"{path}: not a LoadGen accuracy log ({type(err).__name__}: {err})",
                            ErrorCategory.RUN_FAILED) from err
-    pred = np.frombuffer(data, dtype=np.float32)
-    if pred.size != idx.size:
-        raise HarnessError(f"{path}: {pred.size} predictions for {idx.size} samples (one float32 each expected)",
-                           ErrorCategory.RUN_FAILED)
-    return idx, pred
+    bad = next((k for k, b in enumerate(raw) if len(b) % 8), None)
+    if bad is not None:
+        raise HarnessError(f"{path}: record {bad} holds {len(raw[bad])} bytes, not float32 (prediction, label) "
+                           f"pairs", ErrorCategory.RUN_FAILED)
+    return idx, [np.frombuffer(b, dtype=np.float32).reshape(-1, 2) for b in raw]
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
@@ -192,26 +235,42 @@ class AccuracyScore:
                 "passed": self.passed, "line": self.official_line()}
 
 
-def score_accuracy_log(path: Path, labels: np.ndarray, *, reference: np.ndarray, model: str) -> AccuracyScore:
-    """Score LoadGen's accuracy log against ``labels`` (indexed by QSL index); duplicates of a
-    QSL index (none in an AccuracyOnly run) are ignored after the first, as the official script does.
-    The reference AUC is that of ``reference`` (the reference model's probabilities, by QSL
-    index) on the same samples: the whole eval split, unless ``--quick`` asked for fewer."""
-    idx, pred = read_accuracy_log(path)
-    logged = int(idx.size)
-    _, first = np.unique(idx, return_index=True)
-    first.sort()
-    idx, pred = idx[first], np.nan_to_num(pred[first])
-    if idx.size == 0:
+def score_accuracy_log(path: Path, offsets: np.ndarray, labels: np.ndarray, *, reference: np.ndarray,
+                       model: str) -> AccuracyScore:
+    """Score LoadGen's accuracy log: sample ``i`` is rows ``offsets[i]:offsets[i + 1]`` of the
+    eval split, whose ``labels`` (and the reference model's probabilities, ``reference``) are
+    by row. Every row's logged label must be the eval split's; duplicates of a QSL index
+    (none in an AccuracyOnly run) are ignored after the first, as the official script does.
+    The reference AUC is that of ``reference`` on the same rows: the whole eval split, unless
+    ``--quick`` asked for fewer samples."""
+    idx, data = read_accuracy_log(path)
+    users = offsets.size - 1
+    seen: set[int] = set()
+    rows, preds, logged = [], [], []
+    for i, pairs in zip(idx.tolist(), data):
+        if i in seen:
+            continue
+        seen.add(i)
+        if not 0 <= i < users:
+            raise HarnessError(f"{path}: QSL index {i} beyond the {users} samples", ErrorCategory.RUN_FAILED)
+        lo, hi = int(offsets[i]), int(offsets[i + 1])
+        if pairs.shape[0] != hi - lo:
+            raise HarnessError(f"{path}: sample {i} answered {pairs.shape[0]} rows; it holds {hi - lo}",
+                               ErrorCategory.RUN_FAILED)
+        rows.append(np.arange(lo, hi))
+        preds.append(pairs[:, 0])
+        logged.append(pairs[:, 1])
+    if not rows:
         raise HarnessError(f"{path}: no predictions", ErrorCategory.RUN_FAILED)
-    if int(idx.max()) >= labels.size:
-        raise HarnessError(f"{path}: QSL index {int(idx.max())} beyond the {labels.size} samples",
-                           ErrorCategory.RUN_FAILED)
-    truth = labels[idx]
+    row = np.concatenate(rows)
+    pred, truth = np.nan_to_num(np.concatenate(preds)), labels[row]
+    wrong = np.flatnonzero(np.concatenate(logged) != truth)
+    if wrong.size:
+        raise HarnessError(f"{path}: {wrong.size} logged labels differ from the eval split's (first at row "
+                           f"{int(row[wrong[0]])})", ErrorCategory.RUN_FAILED)
     good = int(np.count_nonzero(np.round(pred) == truth))
-    return AccuracyScore(auc=auc(truth, pred), good=good, total=int(idx.size), queries=int(idx.size),
-                         duplicates=logged - int(idx.size),
-                         reference_auc=auc(truth, reference[idx]), model=model)
+    return AccuracyScore(auc=auc(truth, pred), good=good, total=int(row.size), queries=len(seen),
+                         duplicates=int(idx.size) - len(seen), reference_auc=auc(truth, reference[row]), model=model)
 
 
 def proc_bytes(path: str, field: str) -> int | None:

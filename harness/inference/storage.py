@@ -9,11 +9,13 @@ bypassing the page cache: every read is a device read. Where it does not, the fi
 packed (one row after another) and read with buffered ``os.pread``; :attr:`PreadRows.mode`
 says which, and why (``direct``, or ``buffered (<reason>)``), and every report prints it.
 
-``latency_us`` adds a device latency to every read: after the read returns, a busy-wait
-until that many microseconds have passed (calibrated at start: the mean wait measured
-over repeated waits is :attr:`PreadRows.added_latency_us`). Reads are issued one after
-another (queue depth 1), as synchronous ``pread`` calls are, so a batch's added latency is
-its reads times the latency.
+Reads are issued at a *queue depth*: a batch's rows are split over ``queue_depth`` threads,
+each issuing its share one ``pread`` after another (the call releases the GIL, so up to
+``queue_depth`` reads are in flight, as a device's queue holds them; at 1, one after another).
+``latency_us`` adds a device latency to every read: reads in flight together wait together,
+so a batch of ``n`` reads waits ``ceil(n / queue_depth)`` times the latency, a busy-wait after
+its reads (calibrated at start: the mean wait measured over repeated waits of one latency is
+:attr:`PreadRows.added_latency_us`). At queue depth 1 that is the latency after every read.
 
 :class:`SdmEmbeddings` serves a model's tables from such a file through a
 :class:`~harness.reference.tiered.RowCache`: a batch whose distinct rows fit the cache
@@ -30,6 +32,7 @@ from __future__ import annotations
 import mmap
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,22 +127,28 @@ def busy_wait_ns(ns: int) -> None:
 
 class PreadRows(RowStore):
     """The rows of ``path`` (written by :func:`write_rows` as ``layout``), read one ``pread``
-    per row; read-only. Counts :attr:`reads` and :attr:`bytes_read` (the bytes the reads
-    transfer: the aligned slot when direct, the row when buffered)."""
+    per row, up to ``queue_depth`` at once; read-only. Counts :attr:`reads` and
+    :attr:`bytes_read` (the bytes the reads transfer: the aligned slot when direct, the row
+    when buffered)."""
 
     tier = "ssd"
 
-    def __init__(self, path: Path, layout: Layout, *, latency_us: float = 0.0):
+    def __init__(self, path: Path, layout: Layout, *, latency_us: float = 0.0, queue_depth: int = 1):
         super().__init__(layout.rows, layout.cols, 0)
         self.path, self.layout = Path(path), layout
         expected = layout.rows * layout.stride
         if not self.path.is_file() or self.path.stat().st_size != expected:
             raise HarnessError(f"{self.path}: not a row file of {layout.rows} rows x {layout.stride} bytes",
                                ErrorCategory.BAD_INPUT)
+        if queue_depth < 1:
+            raise HarnessError(f"storage queue depth {queue_depth}: give at least 1", ErrorCategory.BAD_INPUT)
         flags = os.O_RDONLY | (os.O_DIRECT if layout.direct else 0)
         self._fd = os.open(self.path, flags)
-        self._buf = mmap.mmap(-1, max(layout.stride, mmap.PAGESIZE)) if layout.direct else None
-        self._view = memoryview(self._buf)[: layout.stride] if self._buf is not None else None
+        self.queue_depth = int(queue_depth)
+        # one aligned buffer per read in flight
+        self._bufs = [mmap.mmap(-1, max(layout.stride, mmap.PAGESIZE)) for _ in range(queue_depth)] \
+            if layout.direct else []
+        self._pool = ThreadPoolExecutor(queue_depth, thread_name_prefix="pread") if queue_depth > 1 else None
         self.latency_ns = round(latency_us * 1000)
         self.added_latency_us = self._calibrate() if self.latency_ns else 0.0
         self.reads = 0
@@ -157,19 +166,16 @@ class PreadRows(RowStore):
         """Bytes one read transfers."""
         return self.layout.stride if self.layout.direct else self.layout.row_bytes
 
-    def read(self, rows: torch.Tensor) -> torch.Tensor:
-        ids = rows.reshape(-1).tolist()
-        out = np.empty((len(ids), self.cols), dtype=np.float32)
-        fd, stride, wait = self._fd, self.layout.stride, self.latency_ns
-        t0 = time.perf_counter()
-        if self._view is not None:
-            view, buf, cols = self._view, self._buf, self.cols
+    def _read_into(self, ids: list[int], out: np.ndarray, slot: int) -> None:
+        """Read rows ``ids`` into ``out``, one after another, through buffer ``slot``."""
+        fd, stride = self._fd, self.layout.stride
+        if self.layout.direct:
+            buf, cols = self._bufs[slot], self.cols
+            view = memoryview(buf)[:stride]
             for i, r in enumerate(ids):
                 if os.preadv(fd, [view], r * stride) != stride:
                     raise HarnessError(f"{self.path}: short read of row {r}", ErrorCategory.RUN_FAILED)
                 out[i] = np.frombuffer(buf, dtype=np.float32, count=cols)
-                if wait:
-                    busy_wait_ns(wait)
         else:
             size = self.layout.row_bytes
             for i, r in enumerate(ids):
@@ -177,17 +183,42 @@ class PreadRows(RowStore):
                 if len(data) != size:
                     raise HarnessError(f"{self.path}: short read of row {r}", ErrorCategory.RUN_FAILED)
                 out[i] = np.frombuffer(data, dtype=np.float32)
-                if wait:
-                    busy_wait_ns(wait)
+
+    def read(self, rows: torch.Tensor) -> torch.Tensor:
+        ids = rows.reshape(-1).tolist()
+        n = len(ids)
+        out = np.empty((n, self.cols), dtype=np.float32)
+        t0 = time.perf_counter()
+        depth = min(self.queue_depth, n)
+        if depth <= 1 or self._pool is None:
+            if self.latency_ns and self.queue_depth == 1:  # the latency after every read
+                for i in range(n):
+                    self._read_into(ids[i : i + 1], out[i : i + 1], 0)
+                    busy_wait_ns(self.latency_ns)
+            else:
+                self._read_into(ids, out, 0)
+                if self.latency_ns and n:
+                    busy_wait_ns(self.latency_ns)
+        else:
+            cuts = np.linspace(0, n, depth + 1).astype(int).tolist()
+            jobs = [self._pool.submit(self._read_into, ids[a:b], out[a:b], k)
+                    for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
+            for job in jobs:
+                job.result()
+            if self.latency_ns:  # reads in flight together wait together
+                busy_wait_ns(self.latency_ns * -(-n // self.queue_depth))
         self.read_s += time.perf_counter() - t0
-        self.reads += len(ids)
-        self.bytes_read += len(ids) * self.transfer_bytes
+        self.reads += n
+        self.bytes_read += n * self.transfer_bytes
         return torch.from_numpy(out)
 
     def write(self, rows: torch.Tensor, values: torch.Tensor) -> None:
         raise HarnessError("the inference row file is read-only", ErrorCategory.RUN_FAILED)
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

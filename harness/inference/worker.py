@@ -34,19 +34,20 @@ _STOP = object()
 
 class FastSut:
     """LoadGen's SUT through ``ConstructFastSUT``: ``issue(ids, indices)`` gets two lists of
-    ints (about half the memory of a list of ``QuerySample`` objects, which matters for an
-    Offline query of millions of samples), kept as NumPy arrays; one worker thread answers
-    whatever has arrived in model calls of up to ``max_batch`` samples (padded to ``pad_to``
-    rows, where given, by repeating the call's first sample), reporting each sample
-    with ``QuerySamplesComplete`` (its float32 click probability). Per model call it records
-    the samples and, for an SSD variant, the storage reads and misses the call caused."""
+    ints (about half the memory of a list of ``QuerySample`` objects), kept as NumPy arrays;
+    one worker thread answers whatever has arrived. A sample is a user (its eval rows:
+    :class:`harness.infer.SampleLibrary`): with ``max_rows`` 0 each user is a model call of
+    its own (Server: a query is one user's ranking request); otherwise consecutive users are
+    answered together in calls of about ``max_rows`` rows (a call ends with the user that
+    reaches it). Each sample is completed with ``QuerySamplesComplete``, its data a float32
+    (prediction, label) pair per row, as the reference's post-processing writes it. Per model
+    call it records the users, the rows and, for an SSD variant, the storage reads and misses."""
 
-    def __init__(self, lg: Any, model: Any, library: Any, max_batch: int, tables: Any = None, pad_to: int = 0):
-        self.lg, self.model, self.library, self.max_batch, self.tables = lg, model, library, max_batch, tables
-        self.pad_to = pad_to  # every model call on exactly this many rows (the first sample repeated)
+    def __init__(self, lg: Any, model: Any, library: Any, max_rows: int, tables: Any = None):
+        self.lg, self.model, self.library, self.max_rows, self.tables = lg, model, library, max_rows, tables
         self._queue: queue.Queue = queue.Queue()
         self.error: BaseException | None = None
-        self.calls: list[tuple[int, int, int]] = []  # (samples, reads, misses) per model call
+        self.calls: list[tuple[int, int, int, int]] = []  # (users, rows, reads, misses) per model call
         self._thread = threading.Thread(target=self._work, name="harness-infer-sut", daemon=True)
 
     def issue(self, ids: list[int], indices: list[int]) -> None:
@@ -55,29 +56,42 @@ class FastSut:
     def flush(self) -> None:
         """Nothing is held back."""
 
-    def answer(self, ids: np.ndarray, idx: np.ndarray) -> None:
-        lg = self.lg
+    def answer(self, ids: np.ndarray, users: np.ndarray) -> None:
+        lg, lib = self.lg, self.library
         if self.error is None:
             try:
-                n = len(ids)
-                rows = idx if n >= self.pad_to else np.concatenate([idx, np.full(self.pad_to - n, idx[0])])
+                rows = lib.rows_of(users)
                 t = torch.from_numpy(rows)
                 reads0 = self.tables.store.reads if self.tables is not None else 0
                 misses0 = self.tables.misses if self.tables is not None else 0
                 with torch.no_grad():
-                    logits = self.model(self.library.dense.index_select(0, t), self.library.sparse.index_select(0, t))
-                probs = np.ascontiguousarray(torch.sigmoid(logits).numpy()[:n], dtype=np.float32)
-                base = probs.ctypes.data
-                lg.QuerySamplesComplete([lg.QuerySampleResponse(i, base + 4 * k, 4)
-                                         for k, i in enumerate(ids.tolist())])
+                    logits = self.model(lib.dense.index_select(0, t), lib.sparse.index_select(0, t))
+                out = np.empty((rows.size, 2), dtype=np.float32)
+                out[:, 0] = torch.sigmoid(logits).numpy()
+                out[:, 1] = lib.labels.index_select(0, t).numpy()
+                sizes = lib.sizes[users]
+                starts = (np.cumsum(sizes) - sizes).tolist()
+                base = out.ctypes.data
+                lg.QuerySamplesComplete([lg.QuerySampleResponse(i, base + 8 * lo, 8 * n)
+                                         for i, lo, n in zip(ids.tolist(), starts, sizes.tolist())])
                 if self.tables is not None:
-                    self.calls.append((len(ids), self.tables.store.reads - reads0, self.tables.misses - misses0))
+                    self.calls.append((users.size, rows.size, self.tables.store.reads - reads0,
+                                       self.tables.misses - misses0))
                 else:
-                    self.calls.append((len(ids), 0, 0))
+                    self.calls.append((users.size, rows.size, 0, 0))
                 return
             except Exception as err:  # noqa: BLE001 - LoadGen must still finish; raised after it returns
                 self.error = err
         lg.QuerySamplesComplete([lg.QuerySampleResponse(i, 0, 0) for i in ids.tolist()])
+
+    def calls_of(self, users: np.ndarray) -> list[slice]:
+        """``users`` cut into model calls: one each (``max_rows`` 0), or runs of about ``max_rows`` rows."""
+        if self.max_rows <= 0:
+            return [slice(k, k + 1) for k in range(users.size)]
+        sizes = self.library.sizes[users]
+        call = (np.cumsum(sizes) - sizes) // self.max_rows  # by the row each user starts at
+        cuts = [0, *(np.flatnonzero(np.diff(call)) + 1).tolist(), users.size]
+        return [slice(a, b) for a, b in zip(cuts[:-1], cuts[1:])]
 
     def _work(self) -> None:
         while True:
@@ -95,9 +109,9 @@ class FastSut:
                     break
                 parts.append(more)
             ids = np.concatenate([p[0] for p in parts])
-            idx = np.concatenate([p[1] for p in parts])
-            for lo in range(0, ids.size, self.max_batch):
-                self.answer(ids[lo : lo + self.max_batch], idx[lo : lo + self.max_batch])
+            users = np.concatenate([p[1] for p in parts])
+            for part in self.calls_of(users):
+                self.answer(ids[part], users[part])
             if stop:
                 return
 
@@ -132,7 +146,8 @@ def build(job: dict[str, Any]) -> tuple[Any, Any]:
     if job["variant"] == "memory":
         return model, None
     full = model.sparse_arch.embeddings
-    store = PreadRows(Path(job["rows_file"]), Layout(**job["layout"]), latency_us=float(job["latency_us"]))
+    store = PreadRows(Path(job["rows_file"]), Layout(**job["layout"]), latency_us=float(job["latency_us"]),
+                      queue_depth=int(job.get("queue_depth", 1)))
     tables = SdmEmbeddings(full.table_rows, full.dim, full.pooling, store, int(job["cache_rows"]),
                            CachePolicy(job["policy"]))
     model.sparse_arch.embeddings = tables
@@ -169,7 +184,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     log = lg.LogSettings()
     log.log_output = output
     log.enable_trace = False
-    sut = FastSut(lg, model, library, int(job["max_batch"]), tables, pad_to=int(job.get("pad_to", 0)))
+    sut = FastSut(lg, model, library, int(job["max_batch"]), tables)
     qsl = lg.ConstructQSL(library.count, library.count, library.load, library.unload)
     try:
         t0 = time.perf_counter()
@@ -181,12 +196,12 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     if sut.error is not None:
         raise HarnessError(f"the model failed during the LoadGen {job['scenario']} {job['mode']} run: "
                            f"{type(sut.error).__name__}: {sut.error}", ErrorCategory.RUN_FAILED)
-    calls = np.array(sut.calls, dtype=np.int64).reshape(-1, 3)
+    calls = np.array(sut.calls, dtype=np.int64).reshape(-1, 4)
     result: dict[str, Any] = {
         "test_s": test_s, "wall_s": time.perf_counter() - t_start,
-        "samples": int(calls[:, 0].sum()), "model_calls": int(calls.shape[0]),
-        "max_call_samples": int(calls[:, 0].max()) if calls.size else 0,
-        "reads_per_call_equal_misses": bool((calls[:, 1] == calls[:, 2]).all()),
+        "samples": int(calls[:, 0].sum()), "rows": int(calls[:, 1].sum()), "model_calls": int(calls.shape[0]),
+        "max_call_rows": int(calls[:, 1].max()) if calls.size else 0,
+        "reads_per_call_equal_misses": bool((calls[:, 2] == calls[:, 3]).all()),
         "peak_rss_bytes": peak_rss_bytes(),
     }
     if tables is None:
@@ -199,8 +214,6 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
             "read_s": store.read_s, "misses": tables.misses, "bypass_calls": tables.bypass_batches,
             "table_lookups": tables.table_lookups.tolist(), "table_hits": tables.table_hits.tolist(),
             "added_latency_us": store.added_latency_us, "storage_mode": store.layout.mode,
-            "single_sample_calls": int((calls[:, 0] == 1).sum()),
-            "single_sample_reads": int(calls[calls[:, 0] == 1, 1].sum()),
         })
         store.close()
     return result
