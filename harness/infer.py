@@ -84,6 +84,10 @@ OFFLINE_BYTES_PER_SAMPLE = 190
 # rate stays under 1.1 x this x the calibrated rate)
 OFFLINE_HEADROOM = 1.25
 OFFLINE_MEMORY_SHARE = 0.4  # of the memory available when the run starts
+# Calibrate every variant, then every variant again, keeping each one's faster round: the
+# first reads of a file just written (and fsynced) ran at 0.8x here, and a shared machine's
+# other jobs come and go
+CALIBRATION_ROUNDS = 2
 MODEL_FILE, META_FILE = "model.pt", "model.json"
 LOADGEN_PACKAGE = "mlcommons-loadgen"
 
@@ -804,16 +808,21 @@ def run_inference(config: InferConfig, *, progress: Callable[[str], None] = lamb
                 progress(f"samples: {library.count} users of {library.sizes.min()} to {library.sizes.max()} rows "
                          f"(mean {library.mean_rows:.0f}) over the {library.rows} eval rows, as MLPerf's DLRMv2 "
                          f"reference draws them")
+                for rnd in range(CALIBRATION_ROUNDS):  # every variant, then every variant again
+                    for s in served:
+                        if s.tables is not None:  # a fresh, cold cache, as the worker's
+                            s.tables.store.close()
+                            s.model, s.tables = ssd_model(spec, state, rows_file, layout, cache_rows=cache_rows,
+                                                          policy=config.cache_policy, latency_us=s.variant.latency_us,
+                                                          queue_depth=config.storage_queue_depth)
+                        batch_s = calibrate(s.model, library, config.max_batch)
+                        s.batch_s = batch_s if rnd == 0 else min(s.batch_s, batch_s)
+                        if s.tables is not None:  # one-user queries meet a warm cache in a run
+                            warm_cache(s.model, library)
+                        mean_s, p99_s = calibrate_user_query(s.model, library)
+                        if rnd == 0 or mean_s < s.single_query_s:
+                            s.single_query_s, s.single_query_p99_s = mean_s, p99_s
                 for s in served:
-                    if s.tables is not None:  # a fresh, cold cache, as the worker's
-                        s.tables.store.close()
-                        s.model, s.tables = ssd_model(spec, state, rows_file, layout, cache_rows=cache_rows,
-                                                      policy=config.cache_policy, latency_us=s.variant.latency_us,
-                                                      queue_depth=config.storage_queue_depth)
-                    s.batch_s = calibrate(s.model, library, config.max_batch)
-                    if s.tables is not None:  # one-sample queries meet a warm cache in a run
-                        warm_cache(s.model, library)
-                    s.single_query_s, s.single_query_p99_s = calibrate_user_query(s.model, library)
                     progress(f"calibration, {s.variant.name}: {config.max_batch / s.batch_s:,.0f} rows/s in "
                              f"batches of {config.max_batch} rows, {s.single_query_s * 1e3:.3f} ms per one-user "
                              f"query (p99 {s.single_query_p99_s * 1e3:.3f} ms)")
