@@ -53,10 +53,10 @@ SCENARIOS = {"offline": (Scenario.OFFLINE,), "server": (Scenario.SERVER,), "both
               help="The cache's eviction policy.")
 @click.option("--offline-qps", type=click.FloatRange(0.0, min_open=True), default=None,
               help="Offline target QPS (users per second) in every variant's user.conf [default: 1.25 x each "
-                   "variant's calibrated rate].")
+                   "variant's calibrated rate, its fastest model call].")
 @click.option("--server-qps", type=click.FloatRange(0.0, min_open=True), default=None,
-              help="Server target QPS (one-user queries per second) in every variant's user.conf [default: half "
-                   "each variant's one-user query rate].")
+              help="Server target QPS (one-user queries per second) in every variant's user.conf [default: 0.5 x "
+                   "each variant's one-user query rate x (1 - its p99 query time / the 60 ms bound)].")
 @click.option("--user-conf", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="A user.conf for every variant, instead of the generated ones.")
 @click.option("--variant", "variant_kinds", type=click.Choice(list(VARIANT_KINDS)), multiple=True,
@@ -125,7 +125,7 @@ def render(report: InferReport) -> str:
     lines += [
         (f"model: {m.benchmark} seed {m.seed}, {m.steps} steps ({m.epochs:.3f} epoch), AUC {m.auc:.5f} "
          f"(training target {m.target_auc} {target}); {how}: {m.path}"),
-        f"predictions identical (memory vs every ssd variant), bit for bit, on {report.identical_samples} eval samples",
+        f"predictions identical (memory vs every ssd variant), bit for bit, on {report.identical_samples} eval rows",
         (f"loadgen {report.loadgen_version}; mlperf.conf {'= LoadGen' if report.mlperf_conf_sha1_matches else '!= LoadGen'}"
          f"'s (sha1 {report.to_dict()['settings']['mlperf_conf_sha1'][:12]}); a sample is a user (100 to 700 "
          f"eval rows, as MLPerf's DLRMv2 reference aggregates them); Offline calls of about {c.max_batch} rows, "
@@ -135,7 +135,7 @@ def render(report: InferReport) -> str:
          f"at queue depth {c.storage_queue_depth}; "
          f"cache {report.cache_rows} rows ({c.cache_fraction:g}, {c.cache_policy.value})"),
         (f"accuracy: {c.model_name}, AUC >= {100 * (0.999 if c.high_accuracy else 0.99):g}% of the reference AUC: "
-         f"the in-memory model's on the same eval samples, computed directly (on the whole eval split: "
+         f"the in-memory model's on the same eval rows, computed directly (on the whole eval split: "
          f"{report.reference_auc:.6f})"),
         "",
         (f"{'SYSTEM':<20} {'SCENARIO':<8} {'RESULT':<8} {'TARGET QPS':>10} {'SAMPLES/S':>10} {'P50 ms':>8} "
