@@ -264,7 +264,7 @@ class Storage:
     reads_equal_misses_per_call: bool
     table_lookups: list[int]
     table_hits: list[int]
-    added_latency_us: float  # the mean busy-wait per read, measured at start
+    added_latency_us: float  # the busy-wait of one latency, its median, measured at start
     read_s: float = 0.0  # time in the reads during the run (the added waits included)
 
     @property

@@ -161,7 +161,7 @@ def render(report: InferReport) -> str:
             st = r.storage
             lat = f", {st.read_us:.1f} us in the reads per read (queue depth {c.storage_queue_depth})"
             if r.variant.latency_us:
-                lat += f" (added {st.added_latency_us:.1f} us: the busy-wait's mean, measured at start)"
+                lat += f" (added {st.added_latency_us:.1f} us: the busy-wait's median, measured at start)"
             same = "= misses" if st.reads == st.misses and st.reads_equal_misses_per_call else "!= misses"
             lines.append(f"  {r.variant.system} {r.scenario.value}: {st.reads:,} reads {same}, "
                          f"{format_bytes(st.bytes_read)} over {st.samples:,} users ({st.rows:,} rows) in {st.model_calls:,} model calls "
