@@ -45,6 +45,9 @@ class RunConfig:
     overlap: bool = True
     # a sharded run proves its collectives at init (harness.reference.distributed.self_check)
     self_check: bool = True
+    # the run's precision (harness.rules.precision.Precision's value): the dense layers' compute
+    # type, the tables' storage type and the pooled embeddings' type on the wire
+    precision: str = "fp32"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)
