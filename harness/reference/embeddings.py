@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.reference.numerics import TableLayout, fused_layout
 from harness.rules.specs import EmbeddingOptimizer
 
 # the spec's own enum (adagrad, rowwise_adagrad, sgd): a spec's optimizer is the config's
@@ -198,23 +199,43 @@ def sparse_update(
     rows: torch.Tensor,
     grad: torch.Tensor,
     opt: SparseOptimizerConfig | None,
+    rounding: tuple[TableLayout, int] | None = None,
 ) -> None:
     """Apply the fused optimizer to the distinct ``rows`` of ``weight`` given their summed ``grad``.
 
     ``state`` is the optimizer state of ``weight`` (``N x C`` for Adagrad, ``N`` for row-wise
-    Adagrad, empty for SGD). ``grad`` is consumed (modified in place). The sharded embeddings
-    (:mod:`harness.reference.distributed.sharded`) update their shards with this same function.
+    Adagrad, empty for SGD), fp32 whatever the weight's type. ``grad`` (fp32) is consumed
+    (modified in place). A weight stored in bf16 or fp16 is updated in fp32 and its rows
+    rounded stochastically with the bits of ``rounding`` (the weight's
+    :class:`~harness.reference.numerics.TableLayout` and the step; see
+    :mod:`harness.reference.numerics`). The sharded embeddings
+    (:mod:`harness.reference.distributed.sharded`) and the tiers update with this same function.
     """
     if opt is None:
         raise HarnessError(
             "backward through embeddings built without an optimizer (inference tables)",
             ErrorCategory.BAD_INPUT,
         )
-    if opt.kind is SparseOptimizerKind.SGD:
-        weight.index_add_(0, rows, grad, alpha=-opt.learning_rate)
+    delta = _optimizer_delta(state, rows, grad, opt)
+    if weight.dtype == torch.float32:
+        # ``rows`` are distinct (coalesced), so index_add_ is an exact, ordered update of each
+        # row, and cheaper than gathering the rows and scattering them back
+        weight.index_add_(0, rows, delta)
         return
-    # ``rows`` are distinct (coalesced), so index_add_ is an exact, ordered update of each
-    # row, and cheaper than gathering the rows and scattering them back.
+    if rounding is None:
+        raise HarnessError(f"an update of a {weight.dtype} table needs its rounding layout", ErrorCategory.BAD_INPUT)
+    layout, step = rounding
+    new = _workspace("widened", delta)
+    new.copy_(weight.index_select(0, rows))
+    new.add_(delta)
+    weight.index_copy_(0, rows, layout.round(new, weight.dtype, rows, step))
+
+
+def _optimizer_delta(state: torch.Tensor, rows: torch.Tensor, grad: torch.Tensor,
+                     opt: SparseOptimizerConfig) -> torch.Tensor:
+    """The change of each of ``rows`` (in ``grad``'s storage), the optimizer state updated."""
+    if opt.kind is SparseOptimizerKind.SGD:
+        return grad.mul_(-opt.learning_rate)
     if opt.kind is SparseOptimizerKind.ADAGRAD:
         # the same operations as ``state.index_add_(0, rows, grad * grad)`` and
         # ``state.index_select(0, rows)``, into buffers kept from step to step: a fresh tensor of
@@ -229,7 +250,18 @@ def sparse_update(
     else:
         state.index_add_(0, rows, grad.pow(2).mean(dim=1))
         denom = state.index_select(0, rows).sqrt_().add_(opt.eps).unsqueeze(1)
-    weight.index_add_(0, rows, grad.div_(denom).mul_(-opt.learning_rate))
+    return grad.div_(denom).mul_(-opt.learning_rate)
+
+
+def unscale(grad: torch.Tensor, factor: float | None) -> torch.Tensor:
+    """With a scaled loss (``factor`` = 1 / its scale), ``grad`` unscaled in place, each value that
+    overflowed (an inf or a NaN) taken as zero: that weight is not updated this step, and the loss
+    scaler, which sees the overflow in the dense gradients, skips the dense step and lowers the
+    scale. The decision is per value, so it is the same whatever the tables' sharding (a
+    decision per update call would differ between one fused weight and its shards)."""
+    if factor is not None:
+        grad.mul_(factor).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+    return grad
 
 
 def set_learning_rate(owner: nn.Module, lr: float) -> None:
@@ -255,6 +287,7 @@ class _FusedLookup(torch.autograd.Function):
     def backward(ctx, grad_pooled: torch.Tensor):
         (ids,) = ctx.saved_tensors
         owner: FusedEmbeddingCollection = ctx.owner
+        grad_pooled = grad_pooled.float()  # summed and applied in fp32 whatever the tables' type
         if owner._one_hot:
             unique_ids, summed = coalesce(ids.reshape(-1), grad_pooled.reshape(-1, grad_pooled.shape[-1]))
         else:
@@ -278,6 +311,9 @@ class FusedEmbeddingCollection(nn.Module):
             starts from those tables' weights.
         allocate: False leaves the weight empty, for a subclass that keeps the rows elsewhere
             (:class:`harness.reference.tiered.TieredEmbeddingCollection`).
+        dtype: the tables' storage type: fp32, or bf16/fp16 (half the bytes; updated in fp32 and
+            rounded stochastically, see :mod:`harness.reference.numerics`). The optimizer state
+            is fp32 whatever it is; the pooled output has the tables' type.
     """
 
     def __init__(
@@ -291,6 +327,7 @@ class FusedEmbeddingCollection(nn.Module):
         allocate: bool = True,
         seed: int = 0,
         table_ids: Sequence[int] | None = None,
+        dtype: torch.dtype = torch.float32,
     ):
         super().__init__()
         if len(table_rows) != len(pooling):
@@ -307,7 +344,10 @@ class FusedEmbeddingCollection(nn.Module):
         self.register_buffer("column_feature", column_feature.to(device), persistent=False)
         self._one_hot = all(p == 1 for p in self.pooling)
         total = sum(self.table_rows) if allocate else 0  # not allocated: a subclass stores the rows
-        self.weight = nn.Parameter(torch.empty(total, self.dim, device=device))
+        self.weight = nn.Parameter(torch.empty(total, self.dim, device=device, dtype=dtype))
+        self.layout = fused_layout(self.seed, self.table_ids, self.table_rows)
+        self.update_step = 0  # the optimizer step of the next update (its rounding bits)
+        self.grad_unscale: float | None = None  # 1 / the loss scale, when the loss is scaled
         self.register_buffer("optimizer_state", self._new_state(total, device))
         self.reset_parameters()
 
@@ -344,7 +384,13 @@ class FusedEmbeddingCollection(nn.Module):
         return coalesce_bags(ids.reshape(-1), bags, grad_pooled.reshape(batch * len(self.pooling), -1))
 
     def _apply_update(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
-        sparse_update(self.weight.data, self.optimizer_state, rows, grad, self.optimizer)
+        sparse_update(self.weight.data, self.optimizer_state, rows, unscale(grad, self.grad_unscale), self.optimizer,
+                      (self.layout, self.update_step))
+
+    def set_step(self, step: int, grad_unscale: float | None = None) -> None:
+        """The optimizer step whose update comes next (its rounding bits), and 1 / the loss scale
+        of its gradients (None: not scaled)."""
+        self.update_step, self.grad_unscale = int(step), grad_unscale
 
     def set_learning_rate(self, lr: float) -> None:
         """The fused optimizer's rate from the next update on (the learning-rate schedule's)."""
@@ -398,7 +444,7 @@ class GroupedEmbeddingCollection(nn.Module):
 
     def __init__(self, table_rows: Sequence[int], dims: Sequence[int], pooling: Sequence[int],
                  optimizer: SparseOptimizerConfig | None = None, device: torch.device | str | None = None, *,
-                 seed: int = 0):
+                 seed: int = 0, dtype: torch.dtype = torch.float32):
         super().__init__()
         if not len(table_rows) == len(dims) == len(pooling):
             raise HarnessError(f"{len(table_rows)} tables, {len(dims)} dimensions, {len(pooling)} pooling factors")
@@ -408,7 +454,7 @@ class GroupedEmbeddingCollection(nn.Module):
         self.group_tables = tuple(tuple(t for t, d in enumerate(self.dims) if d == g) for g in self.group_dims)
         self.groups = nn.ModuleList(
             FusedEmbeddingCollection([self.table_rows[t] for t in tables], dim, [self.pooling[t] for t in tables],
-                                     optimizer=optimizer, device=device, seed=seed, table_ids=tables)
+                                     optimizer=optimizer, device=device, seed=seed, table_ids=tables, dtype=dtype)
             for dim, tables in zip(self.group_dims, self.group_tables)
         )
         col_start = (0, *itertools.accumulate(self.pooling))
@@ -434,6 +480,10 @@ class GroupedEmbeddingCollection(nn.Module):
     def set_learning_rate(self, lr: float) -> None:
         for group in self.groups:
             group.set_learning_rate(lr)
+
+    def set_step(self, step: int, grad_unscale: float | None = None) -> None:
+        for group in self.groups:
+            group.set_step(step, grad_unscale)
 
     def table_weights(self) -> list[torch.Tensor]:
         """Each table's weights, in the model's order (a copy)."""

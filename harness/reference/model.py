@@ -203,10 +203,13 @@ class DLRM(nn.Module):
             generator, which building the tables does not touch).
         embedding_device: where the tables are built (default ``device``); ``"meta"`` describes
             them without memory, for a sharded run whose ranks make only their own shards.
+        table_dtype: the tables' storage type (fp32, bf16 or fp16; see
+            :mod:`harness.reference.numerics`). The dense layers' weights are fp32 (the master
+            weights), whatever the precision they compute in.
     """
 
     def __init__(self, config: DLRMConfig, sparse_optimizer: SparseOptimizerConfig | None = None, device=None, *,
-                 seed: int = 0, embedding_device=None):
+                 seed: int = 0, embedding_device=None, table_dtype: torch.dtype = torch.float32):
         super().__init__()
         self.config = config
         self.dense_arch = DenseArch(config.num_dense, config.bottom_mlp, device=device)
@@ -214,11 +217,12 @@ class DLRM(nn.Module):
         if config.uniform_dims:
             tables: FusedEmbeddingCollection | GroupedEmbeddingCollection = FusedEmbeddingCollection(
                 config.table_rows, config.embedding_dim, config.pooling, optimizer=sparse_optimizer,
-                device=tables_device, seed=seed,
+                device=tables_device, seed=seed, dtype=table_dtype,
             )
         else:
             tables = GroupedEmbeddingCollection(config.table_rows, config.dims, config.pooling,
-                                                optimizer=sparse_optimizer, device=tables_device, seed=seed)
+                                                optimizer=sparse_optimizer, device=tables_device, seed=seed,
+                                                dtype=table_dtype)
         self.sparse_arch = SparseArch(tables)
         if config.interaction is Interaction.DOT:
             self.interaction: nn.Module = InteractionArch(config.num_sparse, device=device)

@@ -36,11 +36,13 @@ import torch
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference.batches import Batch
 from harness.reference.datasets import Dataset, check_epoch, open_dataset
+from harness.reference import numerics
 from harness.reference.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig, SparseOptimizerKind
 from harness.reference.from_spec import dlrm_config, sparse_optimizer_kind
 from harness.reference.model import DLRM
 from harness.reference.run_config import RunConfig
 from harness.reference.schedules import LearningRatePolicy
+from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import BenchmarkSpec, spec_from_dict
 
 # The eval split is kept in memory after its first evaluation when it is at most this large
@@ -197,6 +199,11 @@ class TrainingSession:
         self._rates: tuple[float, float] | None = None  # (dense, sparse) rates currently set
         self._eval_cache: list[Any] | None = None
         self._loss_fn = torch.nn.BCEWithLogitsLoss()
+        self.precision: Precision = parse_precision(config.precision, what="the run config's precision")
+        self.table_dtype = numerics.torch_dtype(self.precision)
+        # fp16's narrow range needs the loss scaled (dynamic: halved on an overflow, which skips
+        # the step, and doubled after 2000 clean steps, as torch.amp.GradScaler does)
+        self.scaler = torch.amp.GradScaler(self.device.type) if self.precision.loss_scaling else None
         self.model, self.dense_optimizer = self._build()
 
     # ------------------------------------------------------------------ building
@@ -242,7 +249,7 @@ class TrainingSession:
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
         return DLRM(dlrm_config(self.spec), sparse_optimizer=self._sparse_optimizer(), device=self.device,
-                    seed=self.config.seed, embedding_device=embedding_device)
+                    seed=self.config.seed, embedding_device=embedding_device, table_dtype=self.table_dtype)
 
     def _build(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         model = self._unsharded()
@@ -369,18 +376,36 @@ class TrainingSession:
     def _loss(self, item: Any) -> torch.Tensor:
         return self._loss_fn(self.model(item.dense, item.sparse), item.labels)
 
+    def autocast(self) -> Any:
+        """The dense layers' autocast region of the run's precision (none for fp32)."""
+        return numerics.autocast(self.precision, self.device)
+
     def step(self, item: Any) -> torch.Tensor:
         """One optimizer step on one item of :meth:`batches` (or a plain :class:`Batch` on the
-        session's device): the schedule's rates, forward, backward (which updates the
-        embeddings), the dense optimizer's step. Returns the loss, detached."""
+        session's device): the schedule's rates, forward (under the precision's autocast),
+        backward (which updates the embeddings), the dense optimizer's step. Returns the loss
+        (fp32), detached."""
         self._apply_learning_rate(self._step)
+        scaler = self.scaler
+        self._embeddings().set_step(self._step, None if scaler is None else 1.0 / scaler.get_scale())
         self.dense_optimizer.zero_grad(set_to_none=True)
-        loss = self._loss(item)
-        loss.backward()
-        self.dense_optimizer.step()
+        with self.autocast():
+            loss = self._loss(item)
+        objective = self._objective(loss)
+        if scaler is None:
+            objective.backward()
+            self.dense_optimizer.step()
+        else:
+            scaler.scale(objective).backward()
+            scaler.step(self.dense_optimizer)
+            scaler.update()
         self._after_backward()
         self._step += 1
         return loss.detach()
+
+    def _objective(self, loss: torch.Tensor) -> torch.Tensor:
+        """What the backward pass differentiates: the loss (one process: the global batch's mean)."""
+        return loss
 
     def _after_backward(self) -> None:
         """What a step still has to do after the dense optimizer's step (a sharded session: the
@@ -410,7 +435,9 @@ class TrainingSession:
         try:
             scores, labels = [], []
             for b in items:
-                scores.append(torch.sigmoid(self.model(b.dense, b.sparse)).double().cpu().numpy())
+                with self.autocast():
+                    logits = self.model(b.dense, b.sparse)
+                scores.append(torch.sigmoid(logits.float()).double().cpu().numpy())
                 labels.append(b.labels.cpu().numpy())
         finally:
             self.model.train()
@@ -484,6 +511,7 @@ class TrainingSession:
         if self.tables_in_store:
             model = {k: v for k, v in model.items() if not k.startswith("sparse_arch.")}
         return {"step": self._step, "model": model, "dense_optimizer": self.dense_optimizer.state_dict(),
+                **({"loss_scaler": self.scaler.state_dict()} if self.scaler is not None else {}),
                 "tables_in_store": self.tables_in_store}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -495,6 +523,8 @@ class TrainingSession:
             if unexpected or any(not (self.tables_in_store and k.startswith("sparse_arch.")) for k in missing):
                 raise ValueError(f"missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}")
             self.dense_optimizer.load_state_dict(state["dense_optimizer"])
+            if self.scaler is not None:
+                self.scaler.load_state_dict(state["loss_scaler"])
             self._step = int(state["step"])
         except (KeyError, TypeError, ValueError, RuntimeError) as err:
             raise HarnessError(f"the saved training state does not match this session's model ({err})",

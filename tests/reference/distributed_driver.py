@@ -8,7 +8,8 @@ the session's own loop, as ``Trainer.run`` does.
 
 JOB.json: ``{"out": DIR, "steps": N, "batch": GBS, "seed": S, "nodes": n, "per_node": a, ["auc": true, "overlap": false,
 "eval_cache_bytes": 0, "hyperparameters": {...: changes to the benchmark's}, "dims": [one per table],
-"rows": every table's rows, "no_teacher_cache": true, "full_build": true, "benchmark": a spec file,]
+"rows": every table's rows, "no_teacher_cache": true, "full_build": true, "benchmark": a spec file,
+"precision": "fp16", "frozen_dense": true (the dense optimizer never steps),]
 "plans": {NAME: {"types": {TABLE_OR_*: SHARDING_TYPE_OR_LIST}, "comm": {...}, "ssd": {...}, "overlap": b}, ...}}``
 (a list of types is given to the tables in turn: a mixed plan; ``"ssd": {"cache_fraction": f,
 "policy": p}`` moves the shards of every table that is not data-parallel to the SSD tier of
@@ -64,7 +65,7 @@ def run_config(job: dict, world: int, plan: dict | None, comm: dict, tier: dict 
                "accelerators_per_node": job.get("per_node", world)}
     return RunConfig.offline(spec.raw, hp, job["seed"], who="test", emulated=True, world_size=world,
                              sharding_plan=plan, comm=comm, embedding_tier=tier, profile=profile,
-                             overlap=overlap)
+                             overlap=overlap, precision=job.get("precision", "fp32"))
 
 
 def on_ssd(plan: dict, ssd: dict, path: Path) -> tuple[dict, dict]:
@@ -139,6 +140,8 @@ def main(job_path: str) -> None:
                                              config.benchmark["dataset"]["pooling"], optimizer=SparseOptimizerConfig())
             del whole
         session = open_session(config)
+        if job.get("frozen_dense"):  # the dense part never steps: every rank computes the same per-sample
+            session.dense_optimizer.step = lambda *args, **kwargs: None  # gradients as one process does
         losses = LossRecorder(world)
         session.train(losses, eval_at=[], until=job["steps"], stop_at_target=False)
         memory = session.memory_report()  # before anything below gathers whole tables

@@ -103,6 +103,28 @@ def test_every_sharding_type_follows_single_process_training(single, tmp_path, w
         assert float((single["weight"] - got["weight"]).abs().max()) < 5e-3, plan
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(("world", "nodes"), [(2, 1), (4, 2)])
+def test_tables_in_fp16_round_as_one_process_bit_for_bit_under_every_sharding_type(tmp_path, world, nodes):
+    """Tables stored in fp16 (dense layers in fp16, the loss scaled dynamically), every sharding
+    type and a mixed plan: after 20 steps every table value equals one process's, bit for bit.
+    The dense part is frozen, so that every rank computes each sample's gradient as one process
+    does (its all-reduce adds the ranks' dense gradients in another order, and training it would
+    set the curves apart by rounding, as in fp32); what is compared is the tables' path: the
+    all-to-alls in fp16, the sums per row in the global batch's order, the fp32 Adagrad, and the
+    stochastic rounding of every updated value with the bits of (seed, step, table, row, column)."""
+    extra = {"precision": "fp16", "frozen_dense": True, "hyperparameters": EQUIVALENCE_HP}
+    start = run_driver(tmp_path, "start", 1, {"single": {}}, steps=0, **extra)["single"]
+    single = run_driver(tmp_path, "w1", 1, {"single": {}}, steps=20, **extra)["single"]
+    moved = single["weight"] != start["weight"]
+    assert int(moved.sum()) > single["weight"].numel() // 4  # the tables did train
+    results = run_driver(tmp_path, f"w{world}", world, every_type_and_mixed(), steps=20, nodes=nodes, **extra)
+    for plan, got in results.items():
+        differ = int((got["weight"] != single["weight"]).sum())
+        assert differ == 0, f"{plan} on {world} ranks: {differ} table values differ from one process's"
+        assert got["memory"]["ranks"][0]["held"], plan
+
+
 MIXED_DIMS = [(8, 16, 32)[t % 3] for t in range(26)]  # Neo's largest models mix dims 64 to 256
 
 

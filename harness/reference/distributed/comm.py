@@ -198,7 +198,9 @@ class Comm:
 
 
 def ddp_comm_hook(state, bucket):  # no annotations: DDP checks them, and they are strings here
-    """DDP communication hook: average the bucket's gradients with :meth:`Comm.all_reduce`.
+    """DDP communication hook: sum the bucket's gradients over the ranks with :meth:`Comm.all_reduce`
+    (each rank's loss is already its share of the global-batch mean: see
+    :meth:`harness.reference.distributed.session.DistributedSession._objective`).
 
     Registered with ``DistributedDataParallel.register_comm_hook((comm, codec, overlap),
     ddp_comm_hook)``, so the dense all-reduce uses the chosen codec and is counted like every
@@ -210,9 +212,9 @@ def ddp_comm_hook(state, bucket):  # no annotations: DDP checks them, and they a
     buffer = bucket.buffer()
     if overlap:
         dtype = buffer.dtype
-        return comm.all_reduce_start(buffer.float(), codec, DENSE, average=True).then(
+        return comm.all_reduce_start(buffer.float(), codec, DENSE, average=False).then(
             lambda fut: fut.value().to(dtype))
-    reduced = comm.all_reduce(buffer.float(), codec, DENSE, average=True).to(buffer.dtype)
+    reduced = comm.all_reduce(buffer.float(), codec, DENSE, average=False).to(buffer.dtype)
     fut = torch.futures.Future()
     fut.set_result(reduced)
     return fut

@@ -284,6 +284,14 @@ class DistributedSession(TrainingSession):
 
         return Feed(pipeline, close=close, abandon=abandon)
 
+    def _objective(self, loss: torch.Tensor) -> torch.Tensor:
+        """This rank's share of the global batch's mean loss: its own mean over the world size
+        (training batches are the same size on every rank). Each sample's gradient is then
+        exactly one process's (``1 / global batch``, a power of two divided by powers of two),
+        which a 16-bit model needs to compute what one process computes; the dense gradients
+        are summed over the ranks and the tables' gradients applied as they arrive."""
+        return loss / self.world_size
+
     def _loss(self, item: Any) -> torch.Tensor:
         if isinstance(item, Batch):  # not distributed ahead of time: its ids travel now
             item = (item, self.model.distribute(item.sparse))

@@ -44,13 +44,24 @@ rows a batch needs and looks them up in the cache's slots, step 4 updates those 
 arithmetic is unchanged (``tests/reference/test_distributed.py`` checks it bit for bit
 against the same plan in memory). The planner counts each cache in its rank's fastest tier.
 
-**Gradient scale.** Each rank's loss is the mean over its own samples and DDP averages the
-dense gradients, so the dense part sees the gradient of the global-batch mean. The
-embedding gradients are divided by the world size before they are sent, so the tables see
-that same gradient: training at any world size follows single-process training with the
-same global batch (``tests/reference/test_distributed.py`` checks it to 1e-5 on the loss).
-TorchRec leaves them summed over ranks, which makes the embedding learning rate grow with
-the world size; we do not, so hyperparameters mean the same on every profile.
+**Gradient scale.** Each rank differentiates its share of the global batch's mean loss (its
+own mean over the world size), so every sample's gradient is exactly the one a single process
+computes for it (``1 / global batch``, powers of two: also in fp16, whose subnormals would
+round a gradient divided by the world size afterwards); the dense gradients are summed over
+the ranks, and the embedding gradients applied as they arrive: training at any world size
+follows single-process training with the same global batch (``tests/reference/
+test_distributed.py`` checks it to 1e-5 on the loss, and, with 16-bit tables and the dense part
+frozen, bit for bit). TorchRec leaves them summed over ranks, which makes the embedding
+learning rate grow with the world size; we do not, so hyperparameters mean the same on every
+profile.
+
+**Precision.** Shards and replicas are stored in the tables' type (fp32, bf16 or fp16); an
+update is computed in fp32 and rounded stochastically with bits of ``(seed, step, table, row,
+column)`` (:mod:`harness.reference.numerics`), so every plan rounds as one process. Pooled
+vectors and their gradients cross in the tables' type where the codec is fp32 (the codecs
+fp8/int8 still apply on top). Data-parallel replicas of 16-bit tables gather every rank's ids
+and gradients and sum them in the global batch's order, as one process does, instead of
+all-reducing per-rank sums (whose other order of additions would round differently).
 
 Known difference: with row-wise Adagrad, a column shard keeps its own accumulator per row
 (the mean of the squared gradient over its columns only), as FBGEMM's sharded tables do;
@@ -88,7 +99,9 @@ from harness.reference.embeddings import (
     initial_weights,
     set_learning_rate,
     sparse_update,
+    unscale,
 )
+from harness.reference.numerics import TableLayout
 from harness.reference.planner.estimators import cache_rows
 from harness.reference.planner.types import ShardingType
 from harness.reference.tiered import CachedShard, CachePolicy, CacheStats
@@ -358,6 +371,11 @@ class ShardedEmbeddingCollection(nn.Module):
         self.dim = self.dims[0]  # with uniform dims, the output is B x F x dim
         self._out_start = (0, *itertools.accumulate(self.dims))  # each table's first value of a pooled row
         self.optimizer = full.optimizer
+        # the tables' storage type: shards and replicas are stored in it, updates rounded
+        # stochastically into it (harness.reference.numerics), pooled vectors and their gradients
+        # cross the wire in it unless a codec says otherwise (see _codec)
+        self.table_dtype = next(full.parameters()).dtype
+        self.update_step, self.grad_unscale = 0, None
         self.num_tables = len(self.table_rows)
         self.col_start = (0, *itertools.accumulate(self.pooling))  # each table's first id column
         self.shards_of: list[list[ShardSpec]] = [[] for _ in range(self.world_size)]
@@ -394,7 +412,8 @@ class ShardedEmbeddingCollection(nn.Module):
                 self._weights.append(None)
                 self._states.append(None)
                 continue
-            weight, state = self._initial_block(s).to(device), initial_state(self.optimizer, s.rows, s.cols, device)
+            weight = self._initial_block(s).to(device=device, dtype=self.table_dtype)
+            state = initial_state(self.optimizer, s.rows, s.cols, device)
             self.ledger.allocate(s.tier, _nbytes(weight, state), f"shard {i} (table {s.table})")
             self.register_buffer(f"shard{i}_weight", weight)
             self.register_buffer(f"shard{i}_state", state)
@@ -410,18 +429,20 @@ class ShardedEmbeddingCollection(nn.Module):
             g = len(self.replicas)
             self.replicas.append(FusedEmbeddingCollection(
                 [self.table_rows[t] for t in tables], dim, [self.pooling[t] for t in tables],
-                optimizer=self.optimizer, device=device, seed=self.seed, table_ids=tables,
+                optimizer=self.optimizer, device=device, seed=self.seed, table_ids=tables, dtype=self.table_dtype,
             ))
             self.replica_tables.append(tables)
             state_cols = self._state_cols(dim)
             for t in tables:  # each replica in its planned tier (resident, uncached: see _replica_tier)
-                self.ledger.allocate(self._replica_tier(shardings, t), self.table_rows[t] * (dim + state_cols) * 4,
+                self.ledger.allocate(self._replica_tier(shardings, t),
+                                     self.table_rows[t] * (dim * self._value_bytes + state_cols * 4),
                                      f"the replica of table {t}")
             self.register_buffer(f"_dp_columns{g}", torch.cat(
                 [torch.arange(self.col_start[t], self.col_start[t + 1]) for t in tables]).to(device), persistent=False)
             self.register_buffer(f"_dp_out{g}", torch.cat(
                 [torch.arange(self._out_start[t], self._out_start[t + 1]) for t in tables]).to(device), persistent=False)
         self._dummy = torch.zeros(0, requires_grad=True, device=device)
+        self._layouts = [TableLayout.of_shard(self.seed, s.table, s.rows, s.row_offset, s.col_offset) for s in mine]
 
     def _init_hierarchy(self, shardings: Sequence[TableSharding]) -> None:
         """Which shards go through the two-stage (intra-node, then inter-node) distribution."""
@@ -485,6 +506,10 @@ class ShardedEmbeddingCollection(nn.Module):
         if fraction <= 0:
             raise HarnessError(f"shard {i} (table {s.table}) is on the SSD tier without a cache: plan SSD shards "
                                "with an ssd_cache_fraction", ErrorCategory.NOT_IMPLEMENTED)
+        if self.table_dtype != torch.float32:
+            raise HarnessError(f"shard {i} (table {s.table}) is planned in {s.tier} behind a cache: tables stored in "
+                               f"{self.table_dtype} behind caches are not implemented yet; run it with --precision "
+                               "fp32, or on a profile whose fastest tier holds the tables", ErrorCategory.NOT_IMPLEMENTED)
         if self._device.type != "cpu":
             raise HarnessError("caches of slower tiers on a GPU (in HBM) are not implemented: only the CPU path "
                                "caches DDR and SSD shards", ErrorCategory.NOT_IMPLEMENTED)
@@ -531,6 +556,31 @@ class ShardedEmbeddingCollection(nn.Module):
     def set_learning_rate(self, lr: float) -> None:
         """The fused optimizer's rate (of every shard and the replicas) from the next update on."""
         set_learning_rate(self, lr)
+
+    def set_step(self, step: int, grad_unscale: float | None = None) -> None:
+        """The optimizer step whose update comes next (its rounding bits; see
+        :mod:`harness.reference.numerics`), and 1 / the loss scale (None: not scaled)."""
+        self.update_step, self.grad_unscale = int(step), grad_unscale
+
+    @property
+    def _value_bytes(self) -> int:
+        return torch.empty(0, dtype=self.table_dtype).element_size()
+
+    def _codec(self, codec: Codec) -> Codec:
+        """What a pooled vector or its gradient crosses the wire in: the collective's codec, or,
+        where that is fp32, the tables' own type (a bf16 table's vectors are bf16 values, and
+        their gradients come from bf16 layers: sending them in fp32 would only double the bytes)."""
+        if codec is Codec.FP32 and self.table_dtype != torch.float32:
+            return Codec.BF16 if self.table_dtype == torch.bfloat16 else Codec.FP16
+        return codec
+
+    @property
+    def forward_codec(self) -> Codec:
+        return self._codec(self.codecs.forward)
+
+    @property
+    def backward_codec(self) -> Codec:
+        return self._codec(self.codecs.backward)
 
     # ------------------------------------------------------------------ input
     def bucket(self, sparse: torch.Tensor, key: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -601,8 +651,8 @@ class ShardedEmbeddingCollection(nn.Module):
             for g, rep in enumerate(self.replicas):
                 columns, values = self._replica_columns(g)
                 local = rep.global_ids(sparse.index_select(1, columns))
-                out[:, values] = rep._lookup(rep.weight.detach(), local).flatten(1)
-            return out
+                out[:, values] = rep._lookup(rep.weight.detach(), local).flatten(1).float()
+            return out.to(self.table_dtype)  # summed in fp32, given in the tables' type as one process's
 
         return finish
 
@@ -610,9 +660,9 @@ class ShardedEmbeddingCollection(nn.Module):
         """Stage one (inside the node, done when this returns) and the start of stage two (across
         nodes) of the two-stage tables' pooled vectors (see the module docstring)."""
         assert self.hier is not None
-        codec, per_node, nodes = self.codecs.forward, self.hier.ranks_per_node, self.hier.nodes
+        codec, per_node, nodes = self.forward_codec, self.hier.ranks_per_node, self.hier.nodes
         rows = self._local_rows(sizes)
-        chunks = [torch.cat([encode(p.index_select(0, rows[j]), codec) for p in partials]) if partials
+        chunks = [torch.cat([encode(p.index_select(0, rows[j]).float(), codec) for p in partials]) if partials
                   else self._empty_bytes() for j in range(per_node)]
         n_me = rows[self.local].numel()
         node_ranks = range(self.node * per_node, (self.node + 1) * per_node)
@@ -636,7 +686,7 @@ class ShardedEmbeddingCollection(nn.Module):
         return self.hier.cross.all_to_all_start(send, recv, FORWARD)
 
     def _place_two_stage(self, out: torch.Tensor, got: Sequence[torch.Tensor], batch: int) -> None:
-        codec = self.codecs.forward
+        codec = self.forward_codec
         for m, chunk in enumerate(got):
             at = 0
             for t in self.node_tables[m]:
@@ -673,23 +723,23 @@ class ShardedEmbeddingCollection(nn.Module):
     def encode_pooled(self, partials: Sequence[torch.Tensor], bounds: Sequence[int]) -> list[torch.Tensor]:
         """Per destination rank ``q``, this rank's shards' pooled vectors of ``q``'s samples
         (rows ``bounds[q]:bounds[q + 1]``), encoded with the forward codec, shard after shard."""
-        codec = self.codecs.forward
+        codec = self.forward_codec
         empty = torch.empty(0, dtype=torch.uint8, device=self._dummy.device)
         return [
-            torch.cat([encode(p[bounds[q] : bounds[q + 1]], codec) for p in partials]) if partials else empty
+            torch.cat([encode(p[bounds[q] : bounds[q + 1]].float(), codec) for p in partials]) if partials else empty
             for q in range(self.world_size)
         ]
 
     def pooled_sizes(self, batch: int) -> list[int]:
         """Bytes this rank receives from each rank for its ``batch`` samples (flat all-to-all)."""
-        codec = self.codecs.forward
+        codec = self.forward_codec
         return [sum(wire_bytes(codec, batch, s.cols) for s in shards) for shards in self.flat_of]
 
     def decode_pooled(self, got: Sequence[torch.Tensor], batch: int) -> torch.Tensor:
         """The ``batch x sum(dims)`` embeddings from every rank's chunk of the flat all-to-all:
         column shards side by side, row shards summed (data-parallel and two-stage tables are
         left zero)."""
-        codec = self.codecs.forward
+        codec = self.forward_codec
         out = torch.zeros(batch, self._out_start[-1], device=self._dummy.device)
         for p, chunk in enumerate(got):
             at = 0
@@ -705,9 +755,11 @@ class ShardedEmbeddingCollection(nn.Module):
     def _backward(self, keyed: list[KeyedIds], sparse: torch.Tensor, sizes: list[int], grad: torch.Tensor) -> None:
         """Send the pooled gradients to the shards and update them: now, or with ``overlap`` when
         :meth:`finish_backward` is called (the all-to-alls travel meanwhile)."""
-        codec, w = self.codecs.backward, self.world_size
-        # the gradient of the global-batch mean (see the module's docstring), one row per sample
-        grad = grad.reshape(grad.shape[0], -1).contiguous() / w
+        codec, w = self.backward_codec, self.world_size
+        # one row per sample, the gradient of the global batch's mean (see the module's docstring),
+        # in fp32 (a bf16 model's gradients are bf16 values: exactly so, and they cross in bf16
+        # losslessly)
+        grad = grad.reshape(grad.shape[0], -1).float()
 
         def block(s: ShardSpec) -> torch.Tensor:
             lo = self._out_start[s.table] + s.col_offset
@@ -736,8 +788,11 @@ class ShardedEmbeddingCollection(nn.Module):
                 self._update_shard(i, keyed[self._key_index[i]], pooled[i])
             for g, rep in enumerate(self.replicas):
                 columns, values = self._replica_columns(g)
-                self._replica_backward(rep, sparse.index_select(1, columns),
-                                       grad.index_select(1, values).view(grad.shape[0], -1, rep.dim))
+                rep_grad = grad.index_select(1, values).view(grad.shape[0], -1, rep.dim)
+                if self.table_dtype == torch.float32:
+                    self._replica_backward(rep, sparse.index_select(1, columns), rep_grad)
+                else:
+                    self._replica_backward_gathered(rep, sparse.index_select(1, columns), rep_grad, sizes)
 
         if self.overlap:
             self._pending_backward.append(finish)
@@ -759,16 +814,19 @@ class ShardedEmbeddingCollection(nn.Module):
         else:  # each id's bag: a segment sum of the bags' gradients, no copy per id
             bag = torch.repeat_interleave(torch.arange(k.lengths.numel(), device=pooled_grad.device), k.lengths)
             rows, summed = coalesce_bags(k.values, bag, pooled_grad)
+        unscale(summed, self.grad_unscale)
+        rounding = (self._layouts[i], self.update_step)
         if i in self.cached:
-            self.cached[i].update(rows, summed, self.optimizer)
+            self.cached[i].update(rows, summed, self.optimizer, rounding)
         else:
-            sparse_update(self._weights[i], self._states[i], rows, summed, self.optimizer)  # type: ignore[arg-type]
+            sparse_update(self._weights[i], self._states[i], rows, summed, self.optimizer,  # type: ignore[arg-type]
+                          rounding)
 
     def _start_two_stage_backward(self, grad: torch.Tensor, sizes: Sequence[int]) -> PendingAllToAll:
         """Stage two in reverse: to the rank of my local index on node ``m``, the gradients of my
         samples' vectors of node ``m``'s two-stage tables."""
         assert self.hier is not None
-        codec, per_node, nodes = self.codecs.backward, self.hier.ranks_per_node, self.hier.nodes
+        codec, per_node, nodes = self.backward_codec, self.hier.ranks_per_node, self.hier.nodes
 
         def cols(t: int) -> torch.Tensor:
             return grad[:, self._out_start[t] : self._out_start[t] + self.dims[t]].contiguous()
@@ -784,7 +842,7 @@ class ShardedEmbeddingCollection(nn.Module):
         """Stage one in reverse (inside the node): every two-stage shard of this rank gets its
         columns' gradients of the whole global batch, in its order."""
         assert self.hier is not None
-        codec, per_node = self.codecs.backward, self.hier.ranks_per_node
+        codec, per_node = self.backward_codec, self.hier.ranks_per_node
         tables = self.node_tables[self.node]
         parts: dict[int, list[torch.Tensor]] = {t: [] for t in tables}
         for m, chunk in enumerate(got):
@@ -827,6 +885,28 @@ class ShardedEmbeddingCollection(nn.Module):
         touched = (total != 0).any(dim=1).nonzero().squeeze(1)
         sparse_update(rep.weight.data, rep.optimizer_state, touched, total.index_select(0, touched), self.optimizer)
 
+    def _replica_backward_gathered(self, rep: FusedEmbeddingCollection, sparse: torch.Tensor, grad: torch.Tensor,
+                                   sizes: Sequence[int]) -> None:
+        """A replica group's update from every rank's ids and gradients (tables stored in bf16 or
+        fp16): each rank sends its samples' ids and pooled gradients to every rank (an all-gather,
+        counted as the replicas' traffic), and every rank sums them per row in the global batch's
+        order, exactly as one process sums them. An all-reduce of per-rank sums would add them in
+        another order, and a rounding of that other fp32 sum to 16 bits would set the replicas
+        apart from one process's tables; this way every sharding type rounds as one process."""
+        w, n, codec = self.world_size, sparse.shape[0], self.backward_codec
+        ids = rep.global_ids(sparse).contiguous()
+        width, values = ids.shape[1], grad.shape[1] * grad.shape[2]
+        mine = torch.cat([ids.view(torch.uint8).reshape(-1), encode(grad.reshape(n, values), codec)])
+        got = self.comm.all_to_all([mine] * w, [m * width * 8 + wire_bytes(codec, m, values) for m in sizes], REPLICA)
+        all_ids = torch.cat([g[: m * width * 8].view(torch.int64).reshape(m, width) for g, m in zip(got, sizes)])
+        all_grad = torch.cat([decode(g[m * width * 8:], codec, m, values) for g, m in zip(got, sizes)])
+        if rep._one_hot:
+            rows, summed = coalesce(all_ids.reshape(-1), all_grad.reshape(-1, rep.dim))
+        else:
+            rows, summed = rep._coalesce_pooled(all_ids, all_grad.view(all_ids.shape[0], -1, rep.dim))
+        sparse_update(rep.weight.data, rep.optimizer_state, rows, unscale(summed, self.grad_unscale), self.optimizer,
+                      (rep.layout, self.update_step))
+
     # ------------------------------------------------------------------ whole tables
     @torch.no_grad()
     def table_weights(self) -> list[torch.Tensor]:
@@ -841,7 +921,7 @@ class ShardedEmbeddingCollection(nn.Module):
         if self.rank == 0:
             for rep, dp in zip(self.replicas, self.replica_tables):
                 for t, weight in zip(dp, rep.table_weights()):
-                    tables[t] = weight
+                    tables[t] = weight.float()  # exactly: every 16-bit value is an fp32 one
         return [uncounted.all_reduce(t.reshape(-1), Codec.FP32, REPLICA, average=False).view_as(t) for t in tables]
 
     def full_weight(self) -> torch.Tensor:

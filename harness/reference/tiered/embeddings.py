@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from harness.errors import ErrorCategory, HarnessError
 from harness.reference.embeddings import (
     FusedEmbeddingCollection,
     SparseOptimizerConfig,
@@ -59,6 +60,9 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
     def __init__(self, full: FusedEmbeddingCollection, store: RowStore, cache_rows: int,
                  policy: CachePolicy = CachePolicy.LRU, *, copy_rows: bool = True,
                  memory_tables: tuple[int, ...] = ()):
+        if full.weight.dtype != torch.float32:
+            raise HarnessError(f"tables stored in {full.weight.dtype} on the SSD tier are not implemented yet: "
+                               "run the SSD tier with --precision fp32", ErrorCategory.NOT_IMPLEMENTED)
         super().__init__(full.table_rows, full.dim, full.pooling, optimizer=full.optimizer, allocate=False)
         if store.rows != sum(full.table_rows) or store.cols != full.dim or store.state_cols != state_columns(full):
             raise ValueError("the store's shape does not match the tables")

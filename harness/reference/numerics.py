@@ -1,0 +1,177 @@
+"""Reduced-precision numerics of the reference: the dense layers' autocast, and embedding tables
+stored in bf16 or fp16 with deterministic stochastic rounding.
+
+**Stochastic rounding.** A table stored in 16 bits is updated in fp32 (its rows read, widened,
+updated by the fused optimizer, whose state stays fp32) and written back rounded to one of the
+two neighbouring 16-bit values, up with a probability equal to the distance from the lower
+one: the rounding is unbiased, so updates smaller than half a unit in the last place still add
+up over steps (Zhang et al., "Training with Low-precision Embedding Tables", 2018; FBGEMM's TBE
+does this). Unlike FBGEMM's, whose random bits come from the thread that does the update, the
+bits here are a pure function of ``(seed, step, table, row, column)``: a row of a row-wise
+shard on rank 3 rounds exactly as that row does in one process, and the same seed gives the
+same curve, bit for bit.
+
+The bits: a 32-bit key per updated row, ``mix(seed, step, table, row)`` (three rounds of a
+32-bit integer finaliser, :func:`_mix32`), times an odd 31-bit multiplier per column
+(``mix(column) | 1``), of which bits 16 to 31 are taken: for a fixed column, multiplying by an
+odd number is a bijection modulo 2**32, so a uniform key gives uniform bits. Everything is
+int32/int64 arithmetic that torch computes alike on every device, with no overflow in the
+int64 steps (each product is below 2**63).
+
+* bf16: the fp32 value's bits plus 16 random bits, truncated to the upper 16: rounds up with
+  probability exactly ``low 16 bits / 2**16`` (for negative values, the magnitude; unbiased).
+* fp16: in fp16's normal range the same with 13 bits; below it (fp16's subnormals, a fixed
+  spacing of 2**-24) ``floor(x * 2**24 + u) * 2**-24`` with ``u`` of 16 bits (a bias below
+  2**-16 of a unit in the last place). Values beyond fp16's range are clamped to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from harness.rules.precision import Precision, parse_precision
+
+_DTYPES = {Precision.FP32: torch.float32, Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}
+_MASK32 = 0xFFFFFFFF
+_M = 0x45D9F3B  # the finaliser's multiplier (< 2**27: x * _M stays below 2**59 for x < 2**32)
+_FP16_MAX = 65504.0
+_FP16_MIN_NORMAL = 2.0**-14
+
+
+def torch_dtype(precision: Precision | str) -> torch.dtype:
+    """The torch dtype of ``precision``."""
+    return _DTYPES[parse_precision(precision)]
+
+
+def precision_of(dtype: torch.dtype) -> Precision:
+    """The :class:`Precision` of a table's dtype."""
+    for p, d in _DTYPES.items():
+        if d == dtype:
+            return p
+    raise ValueError(f"no precision stores {dtype}")
+
+
+def autocast(precision: Precision | str, device: torch.device | str):
+    """The dense layers' autocast region for ``precision`` (none for fp32)."""
+    p = parse_precision(precision)
+    if p is Precision.FP32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=torch.device(device).type, dtype=_DTYPES[p])
+
+
+def _mix32(x: torch.Tensor | int) -> torch.Tensor | int:
+    """A bijection of 32-bit values (int64 tensors or ints in ``[0, 2**32)``) with good avalanche
+    (the "hash32" finaliser: two xor-shift-multiply rounds)."""
+    x = (((x >> 16) ^ x) * _M) & _MASK32
+    x = (((x >> 16) ^ x) * _M) & _MASK32
+    return (x >> 16) ^ x
+
+
+def _to_int32(x: torch.Tensor) -> torch.Tensor:
+    """int64 values in ``[0, 2**32)`` as the int32 of the same bits."""
+    return torch.where(x >= 1 << 31, x - (1 << 32), x).to(torch.int32)
+
+
+def step_key(seed: int, step: int) -> int:
+    """The 32-bit key of one optimizer step of one run."""
+    return int(_mix32(_mix32(seed & _MASK32) ^ (step & _MASK32) ^ (((seed >> 32) ^ (step >> 32)) & 0xFFFF)))
+
+
+def row_keys(seed: int, step: int, tables: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """The ``U x 1`` int32 keys of rows ``rows`` (each row's index in its table) of tables
+    ``tables`` (each row's table index in the model) at ``step``."""
+    s = step_key(seed, step)
+    rows = rows.to(torch.int64)
+    h = _mix32((tables.to(torch.int64) & _MASK32) ^ s)
+    h = _mix32(h ^ (rows >> 32))
+    h = _mix32(h ^ (rows & _MASK32))
+    return _to_int32(h).unsqueeze(1)
+
+
+@functools.lru_cache(maxsize=256)
+def _multipliers(col_offset: int, cols: int, device: str) -> torch.Tensor:
+    c = torch.arange(col_offset, col_offset + cols, dtype=torch.int64)
+    odd = (_mix32((c + 0x9E3779B9) & _MASK32) & 0x7FFFFFFF) | 1
+    return odd.to(torch.int32).to(device)
+
+
+def column_multipliers(col_offset: int, cols: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The odd int32 multiplier of each column ``col_offset .. col_offset + cols - 1``."""
+    return _multipliers(int(col_offset), int(cols), str(torch.device(device)))
+
+
+def random_bits(keys: torch.Tensor, multipliers: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``U x C`` int32 values, uniform in ``[0, 2**16)``: bits 16..31 of ``key * multiplier``."""
+    out = torch.mul(keys, multipliers, out=out) if out is not None else torch.mul(keys, multipliers)
+    return out.bitwise_right_shift_(16).bitwise_and_(0xFFFF)
+
+
+def stochastic_round(values: torch.Tensor, dtype: torch.dtype, keys: torch.Tensor, multipliers: torch.Tensor,
+                     ) -> torch.Tensor:
+    """``values`` (``U x C`` fp32; consumed) rounded stochastically to ``dtype`` (bf16 or fp16)
+    with the random bits of ``keys`` (``U x 1``) and ``multipliers`` (``C``); fp32 is returned as is."""
+    if dtype == torch.float32:
+        return values
+    bits = random_bits(keys, multipliers)
+    if dtype == torch.bfloat16:
+        bits.add_(values.view(torch.int32)).bitwise_right_shift_(16)
+        return bits.to(torch.int16).view(torch.bfloat16)
+    if dtype != torch.float16:
+        raise ValueError(f"no stochastic rounding to {dtype}")
+    values.clamp_(-_FP16_MAX, _FP16_MAX)
+    small = values.abs() < _FP16_MIN_NORMAL
+    normal = values.view(torch.int32).add(bits >> 3).bitwise_and_(~0x1FFF).view(torch.float32)
+    if bool(small.any()):
+        u = (bits.to(torch.float32) + 0.5) * (1.0 / 65536.0)
+        sub = torch.floor(values * 2.0**24 + u) * 2.0**-24
+        normal = torch.where(small, sub, normal)
+    return normal.to(torch.float16)
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """Where the rows of one stored weight sit in the model's tables, so that its updates round
+    with the bits of ``(seed, step, table, row, column)`` whatever the plan: block ``b`` of the
+    weight (local rows ``starts[b] .. starts[b + 1] - 1``) holds rows ``row_offsets[b] ...`` of
+    table ``tables[b]``, columns ``col_offset ..`` of it."""
+
+    seed: int
+    tables: tuple[int, ...]
+    block_rows: tuple[int, ...]
+    row_offsets: tuple[int, ...] | None = None
+    col_offset: int = 0
+
+    @classmethod
+    def of_shard(cls, seed: int, table: int, rows: int, row_offset: int, col_offset: int) -> TableLayout:
+        return cls(seed, (table,), (rows,), (row_offset,), col_offset)
+
+    @functools.cached_property
+    def _tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        starts = torch.tensor([0, *self.block_rows], dtype=torch.int64).cumsum(0)
+        offsets = torch.tensor(self.row_offsets or (0,) * len(self.tables), dtype=torch.int64)
+        return starts, torch.tensor(self.tables, dtype=torch.int64), offsets
+
+    def keys(self, rows: torch.Tensor, step: int) -> torch.Tensor:
+        """The ``U x 1`` keys of local rows ``rows`` at ``step``."""
+        starts, tables, offsets = (t.to(rows.device) for t in self._tensors)
+        if len(self.tables) == 1:
+            return row_keys(self.seed, step, tables.expand(rows.shape[0]), rows + offsets[0])
+        block = torch.bucketize(rows, starts[1:], right=True)
+        return row_keys(self.seed, step, tables[block], rows - starts[block] + offsets[block])
+
+    def round(self, values: torch.Tensor, dtype: torch.dtype, rows: torch.Tensor, step: int) -> torch.Tensor:
+        """``values`` (fp32, the new values of local rows ``rows``) stored as ``dtype``."""
+        if dtype == torch.float32:
+            return values
+        return stochastic_round(values, dtype, self.keys(rows, step),
+                                column_multipliers(self.col_offset, values.shape[1], values.device))
+
+
+def fused_layout(seed: int, table_ids: Sequence[int], table_rows: Sequence[int]) -> TableLayout:
+    """The layout of a fused weight of whole tables (one after another)."""
+    return TableLayout(int(seed), tuple(int(t) for t in table_ids), tuple(int(r) for r in table_rows))
