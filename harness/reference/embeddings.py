@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,7 +26,7 @@ import torch
 from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.numerics import TableLayout, fused_layout
+from harness.reference.numerics import TableLayout, fused_layout, workspace as _workspace
 from harness.rules.specs import EmbeddingOptimizer
 
 # the spec's own enum (adagrad, rowwise_adagrad, sgd): a spec's optimizer is the config's
@@ -176,22 +175,6 @@ def coalesce(ids: torch.Tensor, grads: torch.Tensor) -> tuple[torch.Tensor, torc
     return coalesce_bags(ids, None, grads)
 
 
-_WORKSPACES = threading.local()
-
-
-def _workspace(name: str, like: torch.Tensor) -> torch.Tensor:
-    """A tensor of ``like``'s shape, dtype and device, from a buffer of this thread kept for the
-    next call (grown when too small): its contents are whatever was last written there."""
-    buffers = getattr(_WORKSPACES, "buffers", None)
-    if buffers is None:
-        buffers = _WORKSPACES.buffers = {}
-    key = (name, like.dtype, like.device)
-    buf = buffers.get(key)
-    if buf is None or buf.numel() < like.numel():
-        buf = buffers[key] = torch.empty(like.numel(), dtype=like.dtype, device=like.device)
-    return buf[: like.numel()].view(like.shape)
-
-
 @torch.no_grad()
 def sparse_update(
     weight: torch.Tensor,
@@ -237,15 +220,15 @@ def _optimizer_delta(state: torch.Tensor, rows: torch.Tensor, grad: torch.Tensor
     if opt.kind is SparseOptimizerKind.SGD:
         return grad.mul_(-opt.learning_rate)
     if opt.kind is SparseOptimizerKind.ADAGRAD:
-        # the same operations as ``state.index_add_(0, rows, grad * grad)`` and
-        # ``state.index_select(0, rows)``, into buffers kept from step to step: a fresh tensor of
-        # that size costs more in page faults than the arithmetic (20 ms of a 100 ms update
-        # for the dlrm_dcnv2 batch)
-        square = _workspace("square", grad)
-        torch.mul(grad, grad, out=square)
-        state.index_add_(0, rows, square)
+        # the same values as ``state.index_add_(0, rows, grad * grad)`` then
+        # ``state.index_select(0, rows)`` (``rows`` are distinct), with one gather and one
+        # scatter of the state's rows instead of two gathers and a scatter: the rows are spread
+        # over a large table, and each touch of one is a cache miss. Into buffers kept from step
+        # to step: a fresh tensor of that size costs more in page faults than the arithmetic
         denom = _workspace("denom", grad)
         torch.index_select(state, 0, rows, out=denom)
+        denom.addcmul_(grad, grad)
+        state.index_copy_(0, rows, denom)
         denom.sqrt_().add_(opt.eps)
     else:
         state.index_add_(0, rows, grad.pow(2).mean(dim=1))

@@ -29,12 +29,29 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from harness.rules.precision import Precision, parse_precision
+
+_WORKSPACES = threading.local()
+
+
+def workspace(name: str, like: torch.Tensor) -> torch.Tensor:
+    """A tensor of ``like``'s shape, dtype and device, from a buffer of this thread kept for the
+    next call (grown when too small): its contents are whatever was last written there."""
+    buffers = getattr(_WORKSPACES, "buffers", None)
+    if buffers is None:
+        buffers = _WORKSPACES.buffers = {}
+    key = (name, like.dtype, like.device)
+    buf = buffers.get(key)
+    if buf is None or buf.numel() < like.numel():
+        buf = buffers[key] = torch.empty(like.numel(), dtype=like.dtype, device=like.device)
+    return buf[: like.numel()].view(like.shape)
+
 
 _DTYPES = {Precision.FP32: torch.float32, Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}
 _MASK32 = 0xFFFFFFFF
@@ -117,7 +134,7 @@ def stochastic_round(values: torch.Tensor, dtype: torch.dtype, keys: torch.Tenso
     with the random bits of ``keys`` (``U x 1``) and ``multipliers`` (``C``); fp32 is returned as is."""
     if dtype == torch.float32:
         return values
-    bits = random_bits(keys, multipliers)
+    bits = random_bits(keys, multipliers, out=workspace("rounding_bits", values.view(torch.int32)))
     if dtype == torch.bfloat16:
         bits.add_(values.view(torch.int32)).bitwise_right_shift_(16)
         return bits.to(torch.int16).view(torch.bfloat16)
