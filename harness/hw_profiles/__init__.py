@@ -4,6 +4,7 @@
 default) describes this machine from :func:`detect`. :func:`profile_present` says whether a
 profile's hardware is here to run for real, and :func:`system_description` writes the MLPerf
 ``systems/<name>.json`` without ever claiming hardware the run did not use.
+:func:`native_precision` is the fastest precision a profile's hardware computes natively.
 """
 
 from harness.hw_profiles.detection import (
@@ -14,6 +15,7 @@ from harness.hw_profiles.detection import (
     profile_present,
 )
 from harness.hw_profiles.emulation import emulated_profile
+from harness.hw_profiles.numerics import native_precision
 from harness.hw_profiles.profiles import (
     DEFAULT_PROFILE,
     LOCAL,
@@ -59,6 +61,7 @@ __all__ = [
     "load_profile",
     "local_profile",
     "matching_devices",
+    "native_precision",
     "profile_from_file",
     "profile_names",
     "profile_present",

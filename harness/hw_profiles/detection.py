@@ -25,6 +25,10 @@ PROC_MEMINFO = Path("/proc/meminfo")
 OS_RELEASE = Path("/etc/os-release")
 SYS_CPU = Path("/sys/devices/system/cpu")
 
+# The CPU flags (/proc/cpuinfo) of instructions that compute in bf16: Intel's AMX tiles and the
+# AVX-512 BF16 dot products (Intel Cooper Lake and later, AMD Zen 4 and later).
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+
 # A device reports a little more or less than its marketed decimal capacity (an "A100 40 GB"
 # reports 40,536 MiB); it matches a profile's accelerator if it has at least this share of it.
 DEVICE_MEMORY_TOLERANCE = 0.9
@@ -37,6 +41,7 @@ class CudaDevice:
     index: int
     name: str
     memory_bytes: int
+    compute_capability: tuple[int, int] | None = None  # (major, minor), as torch reports it; None: not known
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,7 @@ class CpuTopology:
     logical_cpus: int
     physical_cores: int | None
     sockets: int | None
+    flags: frozenset[str] = frozenset()  # the first processor's ``flags`` (x86 instruction-set extensions)
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,8 @@ class DetectedHardware:
     results_disk_path: str
     results_disk_total_bytes: int
     results_disk_free_bytes: int
+    # the bf16 instruction sets among the CPU's flags (BF16_CPU_FLAGS): what a CPU run computes bf16 with
+    cpu_bf16_flags: tuple[str, ...] = ()
 
     @property
     def sockets_or_one(self) -> int:
@@ -81,7 +89,11 @@ class DetectedHardware:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values."""
         data = dataclasses.asdict(self)
-        data["cuda_devices"] = [dataclasses.asdict(d) for d in self.cuda_devices]
+        data["cuda_devices"] = [
+            {**dataclasses.asdict(d), "compute_capability": list(d.compute_capability or ()) or None}
+            for d in self.cuda_devices
+        ]
+        data["cpu_bf16_flags"] = list(self.cpu_bf16_flags)
         return data
 
 
@@ -109,11 +121,12 @@ def detect(*, results_dir: str | os.PathLike[str] = "results") -> DetectedHardwa
         results_disk_path=str(disk_path),
         results_disk_total_bytes=disk.total,
         results_disk_free_bytes=disk.free,
+        cpu_bf16_flags=tuple(f for f in BF16_CPU_FLAGS if f in topology.flags),
     )
 
 
 def parse_cpuinfo(text: str) -> CpuTopology:
-    """Model name, clock, logical CPUs, physical cores and sockets from /proc/cpuinfo text.
+    """Model name, clock, logical CPUs, physical cores, sockets and flags from /proc/cpuinfo text.
 
     Counts that the text does not determine (no ``physical id``/``core id``, as on many ARM
     machines and some VMs) are ``None``.
@@ -123,12 +136,14 @@ def parse_cpuinfo(text: str) -> CpuTopology:
     mhz = next((_float(b["cpu MHz"]) for b in blocks if "cpu MHz" in b), None)
     packages = {b["physical id"] for b in blocks if "physical id" in b}
     cores = {(b["physical id"], b["core id"]) for b in blocks if "physical id" in b and "core id" in b}
+    flags = next((b["flags"] for b in blocks if "flags" in b), "")
     return CpuTopology(
         model_name=model,
         mhz=mhz,
         logical_cpus=len(blocks),
         physical_cores=len(cores) or None,
         sockets=len(packages) or None,
+        flags=frozenset(flags.split()),
     )
 
 
@@ -257,7 +272,8 @@ def _cuda_devices() -> tuple[tuple[CudaDevice, ...], str | None, str]:
     devices = []
     for index in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(index)
-        devices.append(CudaDevice(index=index, name=str(props.name), memory_bytes=int(props.total_memory)))
+        devices.append(CudaDevice(index=index, name=str(props.name), memory_bytes=int(props.total_memory),
+                                  compute_capability=(int(props.major), int(props.minor))))
     return tuple(devices), str(torch.version.cuda), str(torch.__version__)
 
 
