@@ -3,6 +3,10 @@
 A submitter without a config for a benchmark runs the benchmark's reference
 hyperparameters. In the closed division a config may change only what the benchmark
 lists as tunable (for ``dlrm_dcnv2``: global batch size and base learning rate).
+
+A config may also choose the run's precision per system (``precision``: profile name -> fp32,
+bf16 or fp16, ``"*"`` for every other profile); where it does not, the run takes the fastest
+precision the hardware computes natively (:func:`harness.hw_profiles.native_precision`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import yaml
 from compliance.schemas import validate
 from harness.errors import ErrorCategory, HarnessError
 from harness.rules.hyperparameters import check_hyperparameters
+from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import BenchmarkSpec
 
 
@@ -34,6 +39,8 @@ def load_submitter_config(submitter: str, benchmark: str) -> dict[str, Any] | No
     except yaml.YAMLError as err:
         raise HarnessError(f"{what} is not valid YAML: {err}") from None
     validate(raw, "submitter_config", what=what)
+    for profile, name in raw.get("precision", {}).items():
+        parse_precision(name, what=f"{what}: precision for {profile!r}")
     if raw["benchmark"] != benchmark or raw["submitter"] != submitter:
         raise HarnessError(f"{what} names submitter {raw['submitter']!r} and benchmark {raw['benchmark']!r}")
     from harness.submitters.borrowing import check_borrowed_config
@@ -49,6 +56,17 @@ def borrowing_provenance(submitter: str, benchmark: str) -> dict[str, str] | Non
         return None
     b = config["borrowed_from"]
     return {"lender": b["lender"], "lender_fingerprint": b["lender_fingerprint"]}
+
+
+def submitter_precision(submitter: str, benchmark: str, profile: str) -> tuple[Precision, str] | None:
+    """The precision ``submitter``'s config for ``benchmark`` chooses for ``profile`` (its own
+    entry, else ``"*"``) and a phrase saying where it comes from; None when it chooses none."""
+    chosen = (load_submitter_config(submitter, benchmark) or {}).get("precision", {})
+    key = profile if profile in chosen else "*" if "*" in chosen else None
+    if key is None:
+        return None
+    where = f"{submitter}'s choice for {profile}" if key == profile else f"{submitter}'s choice for every system"
+    return parse_precision(chosen[key]), f"{where} in {submitter}/{benchmark}.yaml"
 
 
 def effective_hyperparameters(spec: BenchmarkSpec, submitter: str, division: str) -> dict[str, Any]:

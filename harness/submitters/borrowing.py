@@ -113,6 +113,8 @@ def borrow(*, source: Path, to: Path, submitter: str | None = None, batch_size: 
         "division": "closed",
         "hyperparameters": chosen,
         "borrowed_from": {"lender": lender, "source": str(source), "lender_fingerprint": lender_fp, "hyperparameters": hp},
+        # the borrower's own choice of precision per system stays: MLPerf borrows hyperparameters only
+        **({"precision": existing["precision"]} if existing is not None and "precision" in existing else {}),
     }
     validate(config, "submitter_config", what=f"borrower config {to}")
     Path(to).parent.mkdir(parents=True, exist_ok=True)

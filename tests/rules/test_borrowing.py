@@ -45,6 +45,21 @@ def test_borrow_between_two_submitter_configs_end_to_end(root, capsys):
     assert subs.borrowing_provenance("beta", "dlrm_synthetic")["lender"] == "acme"
 
 
+def test_borrowing_keeps_the_borrowers_own_precision_per_system(root):
+    from harness.rules.precision import Precision
+    from harness.submitters import submitter_precision
+
+    to = root / "beta" / "dlrm_synthetic.yaml"
+    to.parent.mkdir()
+    to.write_text(yaml.safe_dump({"submitter": "beta", "benchmark": "dlrm_synthetic", "hyperparameters": {},
+                                  "precision": {"zionex-8gpu": "fp16", "*": "fp32"}}))
+    config = borrow(source=root / "acme" / "dlrm_synthetic.yaml", to=to)  # hyperparameters only are borrowed
+    assert config["precision"] == yaml.safe_load(to.read_text())["precision"] == {"zionex-8gpu": "fp16", "*": "fp32"}
+    assert submitter_precision("beta", "dlrm_synthetic", "zionex-8gpu")[0] is Precision.FP16
+    assert submitter_precision("beta", "dlrm_synthetic", "local")[0] is Precision.FP32
+    assert submitter_precision("acme", "dlrm_synthetic", "local") is None  # acme chose none
+
+
 def test_borrow_from_a_lenders_result_logs_keeps_their_logged_fingerprint(root):
     benchmark, lender, fp, hp = lender_from_logs(REFERENCE_RUNS)
     assert benchmark == "dlrm_synthetic" and lender == "calibration/local-cpu-2c"
