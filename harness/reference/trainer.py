@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from harness.reference.comm_codecs import CommConfig
+from harness.reference.comm_codecs import Codec, CommConfig, mlperf_precision
 from harness.reference.mlperf_log import MLPerfLog
 from harness.reference.run_config import RunConfig
 from harness.reference.session import (
@@ -32,9 +32,14 @@ from harness.reference.session import (
     open_session,
     roc_auc,
 )
+from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import BenchmarkSpec, spec_from_dict
 
-__all__ = ["RunConfig", "RunResult", "Trainer", "roc_auc", "run_from_config"]
+__all__ = ["EMBEDDING_PRECISION", "RunConfig", "RunResult", "Trainer", "roc_auc", "run_from_config"]
+
+# The tables' numerics: {"tables": "bf16", "optimizer_state": "fp32", "rounding": "stochastic",
+# "loss_scaling": false} (rounding "none" for fp32 tables; loss_scaling: the fp16 run's scaled loss)
+EMBEDDING_PRECISION = "harness_embedding_precision"
 
 
 @dataclass
@@ -106,6 +111,7 @@ class Trainer:
         self.rank = 0
         self.world_size = config.world_size
         self.codecs = CommConfig.from_names(config.comm)
+        self.precision: Precision = parse_precision(config.precision, what="the run config's precision")
         self.session: TrainingSession | None = None
 
     # ------------------------------------------------------------------ hooks
@@ -121,8 +127,9 @@ class Trainer:
         self.log.event("seed", c.seed, {"seed_source": c.seed_source})
         for key in sorted(hp):
             self.log.event(key, hp[key])
-        self.log.event("lowest_numerical_precision_in_linear", "fp32")
-        self.log.event("lowest_numerical_precision_in_comm", self.codecs.lowest_precision())
+        self.log.event("lowest_numerical_precision_in_linear", mlperf_precision(Codec(self.precision.value)))
+        self.log.event("lowest_numerical_precision_in_comm", self._comm_precision())
+        self.log.event(EMBEDDING_PRECISION, embedding_precision(self.precision))
         self.log.event("data_parallelism", self.world_size)
         self.log.event("tensor_parallelism", 1)
         self.log.event("pipeline_parallelism", 1)
@@ -133,6 +140,14 @@ class Trainer:
         self.log.event("harness_profile", str(c.profile.get("name", "")) or "unknown")
         for key, value in sorted(c.extra_log.items()):
             self.log.event(key, value)
+
+    def _comm_precision(self) -> str:
+        """The lowest precision that crosses the wire, as MLPerf names it: the codecs', and with
+        several ranks the pooled embeddings', which cross in the tables' type (fp16 below bf16)."""
+        if self.world_size == 1 or not self.precision.reduced:
+            return self.codecs.lowest_precision()
+        wire = (self.codecs.forward, self.codecs.backward, self.codecs.allreduce, Codec(self.precision.value))
+        return mlperf_precision(min(wire, key=lambda c: (c.bytes_per_element, c is not Codec.FP16)))
 
     def _init_checks(self) -> None:
         """Checks of the machine that a run makes inside its init (none for one process)."""
@@ -203,6 +218,14 @@ class Trainer:
             self._log_run_stop(result, session.epoch_num)
             session.close()  # after run_stop: the run's time does not include flushing the tables
         return result
+
+
+def embedding_precision(precision: Precision) -> dict[str, str | bool]:
+    """The value of the run's :data:`EMBEDDING_PRECISION` record: the tables' storage type, their
+    optimizer state's (always fp32), how updates are rounded into the tables, and whether the loss
+    is scaled."""
+    return {"tables": precision.value, "optimizer_state": Precision.FP32.value,
+            "rounding": "stochastic" if precision.reduced else "none", "loss_scaling": precision.loss_scaling}
 
 
 def run_from_config(config: RunConfig) -> RunResult:

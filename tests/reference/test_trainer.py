@@ -110,3 +110,38 @@ def test_one_gpu_run_is_deterministic(tmp_path):
                                   log_path=str(tmp_path / f"{name}.txt"))
         runs.append(run_from_config(cfg).eval_accuracies)
     assert runs[0] == runs[1] and len(runs[0]) == 4 and runs[0][-1][1] > 0.55
+
+
+@pytest.mark.parametrize(("precision", "world_size", "comm", "linear", "wire", "tables"), [
+    ("fp32", 1, {}, "fp32", "fp32", {"tables": "fp32", "rounding": "none", "loss_scaling": False}),
+    ("bf16", 1, {}, "bfloat16", "fp32", {"tables": "bf16", "rounding": "stochastic", "loss_scaling": False}),
+    ("fp16", 1, {}, "fp16", "fp32", {"tables": "fp16", "rounding": "stochastic", "loss_scaling": True}),
+    # several ranks: the pooled embeddings cross in the tables' type, below an fp32 codec
+    ("bf16", 2, {}, "bfloat16", "bfloat16", {"tables": "bf16", "rounding": "stochastic", "loss_scaling": False}),
+    ("fp16", 2, {"allreduce": "bf16"}, "fp16", "fp16", {"tables": "fp16", "rounding": "stochastic", "loss_scaling": True}),
+    ("bf16", 2, {"forward": "fp16"}, "bfloat16", "fp16", {"tables": "bf16", "rounding": "stochastic", "loss_scaling": False}),
+    ("bf16", 2, {"backward": "int8"}, "bfloat16", "int8", {"tables": "bf16", "rounding": "stochastic", "loss_scaling": False}),
+    ("fp32", 2, {"forward": "fp8"}, "fp32", "fp8", {"tables": "fp32", "rounding": "none", "loss_scaling": False}),
+])
+def test_the_log_states_the_runs_precision(tmp_path, precision, world_size, comm, linear, wire, tables):
+    """MLPerf's two keys (as MLPerf spells them) and the tables' record, each validated by the
+    record schema as it is written."""
+    from harness.reference.mlperf_log import MLPerfLog
+    from harness.reference.trainer import EMBEDDING_PRECISION, Trainer
+
+    cfg = dataclasses.replace(config(tmp_path), precision=precision, world_size=world_size, comm=comm)
+    log = MLPerfLog(Path(cfg.log_path))
+    Trainer(cfg, log)._log_init_start()
+    log.close()
+    values = {r["key"]: r["value"] for r in parse_records(Path(cfg.log_path))}
+    assert values["lowest_numerical_precision_in_linear"] == linear
+    assert values["lowest_numerical_precision_in_comm"] == wire
+    assert values[EMBEDDING_PRECISION] == {**tables, "optimizer_state": "fp32"}
+
+
+def test_a_run_config_of_an_unknown_precision_is_refused_in_one_line(tmp_path):
+    from harness.errors import HarnessError
+    from harness.reference.trainer import Trainer
+
+    with pytest.raises(HarnessError, match=r"^the run config's precision must be one of fp32, bf16, fp16, not 'fp8'$"):
+        Trainer(dataclasses.replace(config(tmp_path), precision="fp8"))
