@@ -29,10 +29,12 @@ from typing import Any
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.hw_profiles import (
+    DetectedHardware,
     Profile,
     detect,
     emulated_profile,
     load_profile,
+    native_precision,
     profile_present,
     system_description,
     system_name_for,
@@ -42,11 +44,12 @@ from harness.launch import NodeGroup, Nodes, worker_command, worker_env
 from harness.reference.mlperf_log import MLPerfLog, parse_records
 from harness.reference.run_config import RunConfig
 from harness.rules.fingerprint import fingerprint
+from harness.rules.precision import Precision, parse_precision
 from harness.rules.results import RunSetStats, read_run_log, run_set_stats
 from harness.rules.scoring import RunTime, Score
 from harness.rules.seeds import Seed, SeedSource, seeds_for_runs
 from harness.rules.specs import BenchmarkSpec, load_benchmark
-from harness.submitters import borrowing_provenance, effective_hyperparameters
+from harness.submitters import borrowing_provenance, effective_hyperparameters, submitter_precision
 
 DEFAULT_SUBMITTER = "reference"
 DEFAULT_STATUS = "Research, Development, or Internal (RDI)"
@@ -85,6 +88,9 @@ class RunSetRequest:
     ssd_tables: tuple[int, ...] | None = None  # set to the SSD tier (indices); with "ssd", None: all
     data: Path | None = None  # the dataset's files (--data); None: the benchmark's generator
     overlap: bool = True  # overlap a sharded run's communication with its computation (the same arithmetic)
+    # fp32, bf16 or fp16 (--precision); None: the submitter config's choice for the profile, else the
+    # fastest precision the hardware computes natively
+    precision: str | None = None
     nodes: Nodes = field(default_factory=Nodes)  # the launchers: this node's rank among them (--nnodes, --node-rank, ...)
 
 
@@ -152,6 +158,8 @@ class RunSetPlan:
     tier_plan: dict[str, Any] | None = None  # the planner's placement of a one-rank run's tables on tiers
     data: dict[str, Any] | None = None  # the dataset's manifest (validated files); None: the generator
     data_description: dict[str, Any] | None = None  # what the data is (format, layout, days, samples)
+    precision: Precision = Precision.FP32  # the dense compute, the tables' storage and the pooled wire
+    precision_reason: str = "--precision"  # where it comes from, in a phrase: "native AVX512-BF16 on this CPU"
 
     @property
     def package_dir(self) -> Path:
@@ -215,6 +223,7 @@ def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | No
     # groups and in one process, and the run stops in one line unless they agree.
     comm = _comm_codecs(request.comm, profile.world_size)
     hyperparameters = effective_hyperparameters(spec, request.submitter, request.division)
+    precision, precision_reason, native = _precision(request, spec, profile, detected)
     data, data_description = _validated_dataset(spec, request.data, int(hyperparameters["global_batch_size"]),
                                                 progress)
     runs = request.runs if request.runs is not None else spec.required_runs
@@ -223,12 +232,15 @@ def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | No
     sharding_plan = _sharding_plan(spec, profile, hyperparameters, comm, request) if profile.world_size > 1 else None
     tier_plan = _tier_plan(request, spec, profile, hyperparameters) if profile.world_size == 1 else None
     embedding_tier = _embedding_tier(request, tier_plan or sharding_plan)
+    precision, precision_reason = _precision_with_caches(precision, precision_reason, native,
+                                                         _cached_tiers(tier_plan or sharding_plan))
     fp = fingerprint({
         "benchmark": spec.raw, "hyperparameters": hyperparameters, "profile": _fingerprint_profile(profile),
         **({"emulated": True} if request.emulate else {}),
         **({"comm": comm, "sharding_plan": sharding_plan["fingerprint"]} if sharding_plan else {}),
         **({"embedding_tier": embedding_tier} if embedding_tier else {}),
         **({"data": _data_identity(data)} if data else {}),
+        **({"precision": precision.value} if precision.reduced else {}),  # fp32 sets keep their fingerprint
     })
     return RunSetPlan(
         request=request,
@@ -248,6 +260,51 @@ def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | No
         tier_plan=tier_plan,
         data=data,
         data_description=data_description,
+        precision=precision,
+        precision_reason=precision_reason,
+    )
+
+
+def _precision(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile,
+               detected: DetectedHardware) -> tuple[Precision, str, bool]:
+    """The run set's precision, where it comes from, and whether it is the hardware's default:
+    ``--precision``, else the submitter config's choice for the profile, else the fastest
+    precision the hardware computes natively (this CPU's for ``--emulate``). The same command
+    on the same machine resolves the same, so a plain ``--resume`` keeps the set's precision."""
+    if request.precision is not None:
+        return parse_precision(request.precision, what="--precision"), "--precision", False
+    chosen = submitter_precision(request.submitter, spec.name, profile.name)
+    if chosen is not None:
+        return *chosen, False
+    name, reason = native_precision(profile, detected, emulated=request.emulate)
+    return parse_precision(name), reason, True
+
+
+def _cached_tiers(plan: dict[str, Any] | None) -> list[str]:
+    """The tiers whose shards the plan trains behind a cache in a faster tier, as the sharded
+    executor runs them: SSD shards always, DDR shards when the rank has HBM above them and the
+    plan gives DDR a cache (a sharded run's memory tier)."""
+    if plan is None:
+        return []
+    tiers = {shard["tier"] for table in plan["tables"] for shard in table["shards"]}
+    ddr_cached = plan["rank_capacity_bytes"].get("hbm", 0) > 0 and plan["config"].get("ddr_cache_fraction", 0) > 0
+    return [t for t in ("ddr", "ssd") if t in tiers and (t == "ssd" or ddr_cached)]
+
+
+def _precision_with_caches(precision: Precision, reason: str, native: bool,
+                           cached: list[str]) -> tuple[Precision, str]:
+    """16-bit tables behind caches are not implemented yet (the executor refuses them): the
+    hardware's default falls back to fp32, saying why; a precision asked for is refused in one
+    line before anything is written."""
+    if not precision.reduced or not cached:
+        return precision, reason
+    where = " and ".join(t.upper() for t in cached)
+    if native:
+        return Precision.FP32, f"{reason}, but {precision.value} tables behind the {where} cache are not implemented yet"
+    raise HarnessError(
+        f"precision {precision.value} ({reason}): the plan puts tables on {where} behind a cache, and tables stored "
+        f"in {precision.value} behind caches are not implemented yet; use --precision fp32, or keep the tables in "
+        "memory (--embedding-tier memory, a profile whose fastest tier holds them)", ErrorCategory.NOT_IMPLEMENTED,
     )
 
 
@@ -449,7 +506,12 @@ def set_settings(plan: RunSetPlan) -> dict[str, Any]:
         "threads": r.threads,
         "overlap": r.overlap,
         "emulate": r.emulate,
+        "precision": plan.precision.value,
     }
+
+
+# What a set begun before a setting was kept in its manifest ran with.
+_SETTINGS_BEFORE_THEY_WERE_KEPT = {"precision": Precision.FP32.value}
 
 
 def _show_setting(value: Any) -> str:
@@ -462,6 +524,7 @@ def _check_resume_settings(began: dict[str, Any] | None, now: dict[str, Any]) ->
     """Refuse, in one line naming the setting, a resume whose settings differ from the set's."""
     if began is None:  # a set begun before the settings were kept: the fingerprint alone decides
         return
+    began = {**_SETTINGS_BEFORE_THEY_WERE_KEPT, **began}
     for name, value in now.items():
         if name in began and began[name] != value:
             raise HarnessError(
@@ -535,6 +598,7 @@ def _worker_config(plan: RunSetPlan, index: int, seed: Seed, log_path: Path, bes
         ),
         data=plan.data,
         overlap=plan.request.overlap,
+        precision=plan.precision.value,
     )
 
 

@@ -141,6 +141,27 @@ def test_every_log_carries_the_keys_mlperf_6_0_0_requires(run_set):
 
 
 @pytest.mark.slow
+def test_the_set_runs_and_logs_the_native_precision_of_this_cpu(run_set):
+    from harness.hw_profiles import detect, load_profile, native_precision
+    from harness.rules.precision import Precision
+    from harness.reference.trainer import EMBEDDING_PRECISION
+
+    detected = detect()
+    name, reason = native_precision(load_profile("local", detected=detected), detected)
+    root, proc = run_set
+    assert f"precision {name} ({reason})" in proc.stdout.splitlines()
+    mlperf_name = {"fp32": "fp32", "bf16": "bfloat16"}[name]  # a CPU's native precision is one of these
+    reduced = Precision(name).reduced
+    for path in sorted(result_dir(root).glob("result_*.txt")):
+        values = {r["key"]: r["value"] for r in records(path)}
+        assert values["lowest_numerical_precision_in_linear"] == mlperf_name
+        assert values["lowest_numerical_precision_in_comm"] == "fp32"  # one rank: nothing of the tables is sent
+        assert values[EMBEDDING_PRECISION] == {"tables": name, "optimizer_state": "fp32", "loss_scaling": False,
+                                               "rounding": "stochastic" if reduced else "none"}
+    # (harness check of these records under harness_1.0.0: tests/compliance/test_check_e2e.py, on dlrm_synthetic)
+
+
+@pytest.mark.slow
 def test_chosen_seeds_are_recorded_as_chosen(run_set):
     root, _ = run_set
     for i, path in enumerate(sorted(result_dir(root).glob("result_*.txt"))):
@@ -222,6 +243,7 @@ RESUME_CHANGES = {  # the setting a resume changes -> the options that change it
     "threads": ["--threads", "1"],
     "overlap": ["--no-overlap"],
     "embedding tier": ["--embedding-tier", "ssd"],
+    "precision": ["--precision", "fp16"],  # never the native precision of a CPU (bf16 or fp32)
 }
 
 
@@ -239,6 +261,105 @@ def test_a_resume_that_changes_a_setting_is_refused_naming_it_and_changes_nothin
         assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr, refused.stderr
         assert f"the set began with {setting} " in refused.stderr, (setting, refused.stderr)
         assert _tree(root / "results") == before, setting
+
+
+def test_a_set_begun_before_precision_was_kept_resumes_only_in_fp32():
+    from harness.errors import HarnessError
+    from harness.runsets import _check_resume_settings
+
+    began = {"division": "closed", "threads": None}  # a manifest written before precision was a setting
+    _check_resume_settings(began, {"division": "closed", "threads": None, "precision": "fp32"})
+    with pytest.raises(HarnessError, match=r"^--resume: the set began with precision fp32, this command has bf16;"):
+        _check_resume_settings(began, {"division": "closed", "threads": None, "precision": "bf16"})
+
+
+@pytest.fixture
+def submitters(tmp_path, monkeypatch):
+    """A folder of submitter configs in place of the shipped one; write(org, precision) adds one."""
+    import harness.submitters as subs
+
+    root = tmp_path / "submitters"
+    monkeypatch.setattr(subs, "submitters_root", lambda: root)
+
+    def write(org: str, precision: dict) -> Path:
+        path = root / org / "tiny_synthetic.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump({"submitter": org, "benchmark": "tiny_synthetic", "hyperparameters": {},
+                                        "precision": precision}))
+        return path
+
+    return write
+
+
+def test_the_precision_is_the_option_else_the_submitters_choice_for_the_system_else_native(tmp_path, submitters):
+    from harness.hw_profiles import detect, load_profile, native_precision
+    from harness.rules.precision import Precision
+    from harness.rules.seeds import Seed, SeedSource
+    from harness.runsets import RunSetRequest, _worker_config, plan_run_set, set_settings
+
+    def plan(**request):
+        return plan_run_set(RunSetRequest(**{"benchmark": str(FIXTURE), "profile": "local",
+                                             "results_dir": tmp_path / "r", **request}))
+
+    submitters("acme", {"local": "fp16", "*": "fp32"})
+    chosen = plan(submitter="acme")
+    assert (chosen.precision, chosen.precision_reason) == (
+        Precision.FP16, "acme's choice for local in acme/tiny_synthetic.yaml")
+    emulated = plan(submitter="acme", profile="zionex-8gpu", emulate=True)
+    assert (emulated.precision, emulated.precision_reason) == (
+        Precision.FP32, "acme's choice for every system in acme/tiny_synthetic.yaml")
+    explicit = plan(submitter="acme", precision="bf16")
+    assert (explicit.precision, explicit.precision_reason) == (Precision.BF16, "--precision")
+    detected = detect()
+    native = plan()  # the reference submitter has no config
+    name, reason = native_precision(load_profile("local", detected=detected), detected)
+    assert (native.precision.value, native.precision_reason) == (name, reason)
+    for p in (chosen, emulated, explicit, native):
+        config = _worker_config(p, 0, Seed(1, SeedSource.USER), tmp_path / "log.txt", None)
+        assert config.precision == set_settings(p)["precision"] == p.precision.value
+    assert len({chosen.fingerprint, explicit.fingerprint, plan(precision="fp32").fingerprint}) == 3
+
+
+def test_16_bit_tables_behind_caches_fall_back_to_fp32_by_default_and_are_refused_when_asked(tmp_path):
+    """The executor does not implement 16-bit tables behind caches yet: the run set knows it
+    from the plan before anything is written."""
+    from harness.errors import ErrorCategory, HarnessError
+    from harness.rules.precision import Precision
+    from harness.runsets import RunSetRequest, plan_run_set
+
+    def plan(**request):
+        return plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile="local", results_dir=tmp_path / "r",
+                                          embedding_tier="ssd", ssd_tables=(0, 3), **request))
+
+    default = plan()
+    assert default.precision is Precision.FP32
+    memory = plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile="local", results_dir=tmp_path / "r"))
+    if memory.precision.reduced:  # this CPU computes bf16 natively: the default says why it is not used
+        assert default.precision_reason == (f"{memory.precision_reason}, but {memory.precision.value} tables behind "
+                                            "the SSD cache are not implemented yet")
+    small_hbm = plan_run_set(RunSetRequest(  # its HBM cannot hold the default benchmark: DDR shards behind caches
+        benchmark="dlrm_synthetic", profile=str(FIXTURE.parent / "small_hbm_4gpu.yaml"), emulate=True,
+        results_dir=tmp_path / "r"))
+    assert small_hbm.precision is Precision.FP32
+    assert not memory.precision.reduced or small_hbm.precision_reason.endswith(" the DDR cache are not implemented yet")
+    with pytest.raises(HarnessError) as refused:
+        plan(precision="fp16")
+    assert refused.value.category is ErrorCategory.NOT_IMPLEMENTED and "\n" not in str(refused.value)
+    assert str(refused.value).startswith("precision fp16 (--precision): the plan puts tables on SSD behind a cache")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_submitter_config_with_an_unknown_precision_is_refused_in_one_line(tmp_path, submitters, capsys):
+    from harness.cli import main
+
+    submitters("acme", {"local": "bf17"})
+    code = main(["run", "--benchmark", str(FIXTURE), "--submitter", "acme", "--results", str(tmp_path / "r")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "submitter config acme/tiny_synthetic.yaml is invalid: precision/local: 'bf17' is not one of" in err
+    assert not (tmp_path / "r").exists()
+    assert main(["run", "--precision", "fp8"]) == 2
+    assert "Invalid value for '--precision'" in capsys.readouterr().err
 
 
 def test_unknown_benchmark_is_one_line_and_exit_2(tmp_path):

@@ -10,6 +10,7 @@ from tqdm import tqdm
 
 from harness.hw_profiles import DEFAULT_PROFILE
 from harness.reference.planner.types import CommPrecision as Codec  # torch-free, as comm_codecs is not
+from harness.rules.precision import Precision
 from harness.rules.seeds import Seed, SeedSource
 from harness.runsets import (
     DEFAULT_STATUS,
@@ -114,6 +115,10 @@ class TerminalReporter(Reporter):
 @click.option("--overlap/--no-overlap", default=True, show_default=True,
               help="In a sharded run, overlap the all-to-alls and the dense all-reduce with computation (the "
                    "arithmetic is the same either way).")
+@click.option("--precision", type=click.Choice([p.value for p in Precision]), default=None,
+              help="The dense layers' compute type, the tables' storage type and the pooled embeddings' type on "
+                   "the wire (fp16 scales the loss) [default: the submitter config's choice for the profile, else "
+                   "the fastest precision the hardware computes natively].")
 @click.option("--nnodes", type=click.IntRange(min=1), default=1, show_default=True,
               help="Launchers of the run set, one per node of the profile: every node runs this same command "
                    "with its own --node-rank.")
@@ -129,7 +134,8 @@ class TerminalReporter(Reporter):
 def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_dir: Path, seeds: tuple[int, ...],
         resume: bool, division: str, status: str, threads: int | None, emulate: bool, comm_forward: str,
         comm_backward: str, comm_allreduce: str, embedding_tier: str, cache_fraction: float,
-        cache_policy: str, ssd_tables: str | None, data: Path | None, overlap: bool, nnodes: int, node_rank: int,
+        cache_policy: str, ssd_tables: str | None, data: Path | None, overlap: bool, precision: str | None,
+        nnodes: int, node_rank: int,
         rdzv_endpoint: str | None, rdzv_id: str, local_addr: str | None) -> None:
     """Train the reference DLRM N times to the target AUC; write MLPerf logs; print the score."""
     from harness.launch import Nodes
@@ -142,13 +148,14 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
         seeds=seeds, resume=resume, division=division, status=status, threads=threads, emulate=emulate,
         comm=(("forward", comm_forward), ("backward", comm_backward), ("allreduce", comm_allreduce)),
         embedding_tier=embedding_tier, cache_fraction=cache_fraction, cache_policy=cache_policy,
-        ssd_tables=_indices(ssd_tables), data=data, nodes=nodes, overlap=overlap,
+        ssd_tables=_indices(ssd_tables), data=data, nodes=nodes, overlap=overlap, precision=precision,
     ), progress=lambda message: click.echo(f"  {message}"))
     click.echo(
         f"{plan.spec.name} on {plan.system}: {plan.runs} run(s) to AUC {plan.spec.target_auc} "
         f"(at most {plan.spec.max_epochs:g} epoch of {plan.spec.dataset['train_samples']:,} samples), "
         f"submitter {submitter}, {division} division"
     )
+    click.echo(precision_line(plan))
     if plan.data is not None:
         _describe_dataset(plan)
     if plan.sharding_plan is not None:
@@ -193,6 +200,13 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
     click.echo(hint)
     if not compliant:
         raise click.exceptions.Exit(1)  # the set's verdict, as `harness check` gives it
+
+
+def precision_line(plan: RunSetPlan) -> str:
+    """``precision bf16 (native AVX512-BF16 on this CPU)``: the set's precision and where it comes from."""
+    p, reason = plan.precision, plan.precision_reason
+    scaled = "; the loss is scaled" if p.loss_scaling and "loss scaling" not in reason else ""
+    return f"precision {p.value} ({reason}){scaled}"
 
 
 def _indices(text: str | None) -> tuple[int, ...] | None:
