@@ -52,6 +52,7 @@ from harness.reference.model import DLRM
 from harness.reference.run_config import RunConfig
 from harness.reference.session import SessionHooks, TrainingSession
 from harness.reference.tiered import CachePolicy
+from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import BenchmarkSpec
 
 DEFAULT_MODELS_DIR = Path("results") / ".harness" / "models"
@@ -145,6 +146,9 @@ class InferConfig:
         max_batch: the rows one Offline model call answers, about (whole users: a call ends with the
             user that reaches it); Server answers each query (one user) in a call of its own.
         threads: torch's intra-op threads.
+        precision: the precision the served model is trained in (fp32, bf16, fp16: the dense
+            layers, the tables' storage), as ``harness run --precision`` trains; fp32 by default,
+            so the model served is the same on every machine (serving computes in fp32).
     """
 
     benchmark: str = "dlrm_synthetic"
@@ -166,8 +170,10 @@ class InferConfig:
     model_dir: Path | None = None
     max_batch: int = 16384
     threads: int = 1
+    precision: str = Precision.FP32.value
 
     def __post_init__(self) -> None:
+        parse_precision(self.precision, what="--precision")
         checks = [
             (0.0 < self.cache_fraction <= 1.0, f"cache fraction {self.cache_fraction}: give a fraction in (0, 1]"),
             (self.storage_latency_us >= 0, f"storage latency {self.storage_latency_us} us: give 0 or more"),
@@ -201,10 +207,12 @@ class InferConfig:
                 f"samples (users) of the eval split)")
 
 
-def default_model_dir(benchmark: str, seed: int, train_steps: int | None) -> Path:
-    """``results/.harness/models/<benchmark>-seed<N>[-steps<K>]``."""
+def default_model_dir(benchmark: str, seed: int, train_steps: int | None,
+                      precision: str = Precision.FP32.value) -> Path:
+    """``results/.harness/models/<benchmark>-seed<N>[-steps<K>][-<precision>]`` (no suffix for fp32)."""
     steps = f"-steps{train_steps}" if train_steps is not None else ""
-    return DEFAULT_MODELS_DIR / f"{benchmark}-seed{seed}{steps}"
+    trained_in = f"-{precision}" if precision != Precision.FP32.value else ""
+    return DEFAULT_MODELS_DIR / f"{benchmark}-seed{seed}{steps}{trained_in}"
 
 
 # ---------------------------------------------------------------------------------- results
@@ -222,6 +230,7 @@ class TrainedModel:
     target_auc: float
     train_s: float
     reused: bool = False
+    precision: str = Precision.FP32.value  # what it was trained in (a model saved before it was kept: fp32)
 
     @property
     def reached_target(self) -> bool:
@@ -371,7 +380,7 @@ class InferReport:
                 "scenarios": [s.value for s in c.scenarios], "cache_fraction": c.cache_fraction,
                 "cache_policy": c.cache_policy.value, "storage_latency_us": c.storage_latency_us,
                 "storage_queue_depth": c.storage_queue_depth,
-                "quick": c.quick, "max_batch": c.max_batch, "threads": c.threads,
+                "quick": c.quick, "max_batch": c.max_batch, "threads": c.threads, "precision": c.precision,
                 "user_conf": None if c.user_conf is None else str(c.user_conf),
                 "mlperf_conf": str(mlperf.MLPERF_CONF), "mlperf_conf_sha1": mlperf.MLPERF_CONF_SHA1,
                 "mlperf_conf_sha1_matches_loadgen": self.mlperf_conf_sha1_matches,
@@ -415,29 +424,31 @@ def loadgen_version() -> str:
 
 # ---------------------------------------------------------------------------------- training
 def trained_model(spec: BenchmarkSpec, *, seed: int, train_steps: int | None, model_dir: Path,
-                  progress: Callable[[str], None]) -> tuple[TrainedModel, dict[str, torch.Tensor]]:
-    """The benchmark's model trained from ``seed``: loaded from ``model_dir`` when it is there,
-    else trained now and saved there (``model.pt``: the state dict; ``model.json``, written
-    last: how it was trained)."""
+                  progress: Callable[[str], None],
+                  precision: str = Precision.FP32.value) -> tuple[TrainedModel, dict[str, torch.Tensor]]:
+    """The benchmark's model trained from ``seed`` in ``precision``: loaded from ``model_dir``
+    when it is there, else trained now and saved there (``model.pt``: the state dict;
+    ``model.json``, written last: how it was trained)."""
     meta_path, model_path = model_dir / META_FILE, model_dir / MODEL_FILE
     if meta_path.is_file():
         model = _read_meta(meta_path, model_path)
-        if (model.benchmark, model.seed, model.train_steps_requested) != (spec.name, seed, train_steps):
+        if (model.benchmark, model.seed, model.train_steps_requested, model.precision) != (
+                spec.name, seed, train_steps, precision):
             raise HarnessError(
                 f"{model_dir} holds a model of {model.benchmark} seed {model.seed} "
-                f"({_training_words(model.train_steps_requested)}), not of {spec.name} seed {seed} "
-                f"({_training_words(train_steps)}): give another --model-dir, or remove that one",
+                f"({_training_words(model.train_steps_requested, model.precision)}), not of {spec.name} seed {seed} "
+                f"({_training_words(train_steps, precision)}): give another --model-dir, or remove that one",
                 ErrorCategory.BAD_INPUT,
             )
         state = _read_state(model_path)
         progress(f"reusing the model in {model_dir}: {model.steps} steps ({model.epochs:.3f} epoch), AUC {model.auc:.5f}")
         return model, state
-    progress(f"training {spec.name} seed {seed} ({_training_words(train_steps)}) ...")
+    progress(f"training {spec.name} seed {seed} ({_training_words(train_steps, precision)}) ...")
     t0 = time.perf_counter()
-    state, steps, epochs, auc = _train(spec, seed, train_steps, progress)
+    state, steps, epochs, auc = _train(spec, seed, train_steps, progress, precision)
     model = TrainedModel(path=model_path, benchmark=spec.name, seed=seed, train_steps_requested=train_steps,
                          steps=steps, epochs=epochs, auc=auc, target_auc=spec.target_auc,
-                         train_s=time.perf_counter() - t0)
+                         train_s=time.perf_counter() - t0, precision=precision)
     model_dir.mkdir(parents=True, exist_ok=True)
     torch.save(state, model_path)
     meta = {k: v for k, v in model.to_dict().items() if k not in ("path", "reused")}
@@ -445,8 +456,8 @@ def trained_model(spec: BenchmarkSpec, *, seed: int, train_steps: int | None, mo
     return model, state
 
 
-def _training_words(train_steps: int | None) -> str:
-    return "until the target AUC" if train_steps is None else f"{train_steps} steps"
+def _training_words(train_steps: int | None, precision: str) -> str:
+    return ("until the target AUC" if train_steps is None else f"{train_steps} steps") + f" in {precision}"
 
 
 def _not_a_model(where: Path, err: Exception) -> HarnessError:
@@ -462,8 +473,9 @@ def _read_meta(meta_path: Path, model_path: Path) -> TrainedModel:
         return TrainedModel(path=model_path, benchmark=str(meta["benchmark"]), seed=int(meta["seed"]),
                             train_steps_requested=None if steps is None else int(steps), steps=int(meta["steps"]),
                             epochs=float(meta["epochs"]), auc=float(meta["auc"]),
-                            target_auc=float(meta["target_auc"]), train_s=float(meta["train_s"]), reused=True)
-    except (OSError, ValueError, KeyError, TypeError) as err:
+                            target_auc=float(meta["target_auc"]), train_s=float(meta["train_s"]), reused=True,
+                            precision=parse_precision(meta.get("precision", Precision.FP32.value)).value)
+    except (OSError, ValueError, KeyError, TypeError, HarnessError) as err:
         raise _not_a_model(meta_path, err) from err
 
 
@@ -483,13 +495,13 @@ class _Progress(SessionHooks):
         return False
 
 
-def _train(spec: BenchmarkSpec, seed: int, train_steps: int | None,
-           progress: Callable[[str], None]) -> tuple[dict[str, torch.Tensor], int, float, float]:
+def _train(spec: BenchmarkSpec, seed: int, train_steps: int | None, progress: Callable[[str], None],
+           precision: str) -> tuple[dict[str, torch.Tensor], int, float, float]:
     """Train as the reference run does (the same session: model, data order, optimizers,
-    schedule); return the inference state dict (no optimizer state), the steps taken, the
-    epochs and the last AUC."""
+    schedule, precision); return the inference state dict (no optimizer state), the steps
+    taken, the epochs and the last AUC."""
     session = TrainingSession(RunConfig.offline(spec.raw, dict(spec.reference_hyperparameters), seed,
-                                                who="harness-infer"))
+                                                who="harness-infer", precision=precision))
     limit = session.step_limit()
     if train_steps is not None and train_steps > limit:
         raise HarnessError(f"--train-steps {train_steps}: {spec.name} trains at most {limit} steps "
@@ -780,7 +792,7 @@ def run_inference(config: InferConfig, *, progress: Callable[[str], None] = lamb
     loadgen()
     spec = load_benchmark(config.benchmark)
     data = SyntheticDataset(spec.dataset).generator
-    model_dir = config.model_dir or default_model_dir(spec.name, config.seed, config.train_steps)
+    model_dir = config.model_dir or default_model_dir(spec.name, config.seed, config.train_steps, config.precision)
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)
     notes: list[str] = []
@@ -788,7 +800,7 @@ def run_inference(config: InferConfig, *, progress: Callable[[str], None] = lamb
         progress(f"*** {config.label} ***")
     try:
         model, state = trained_model(spec, seed=config.seed, train_steps=config.train_steps, model_dir=model_dir,
-                                     progress=progress)
+                                     progress=progress, precision=config.precision)
         memory_net = memory_model(spec, state)
         weight = memory_net.sparse_arch.embeddings.weight.detach()
         rows = int(weight.shape[0])

@@ -24,6 +24,7 @@ from harness.errors import ErrorCategory, HarnessError
 from harness.infer import (
     QUICK_ACCURACY_SAMPLES,
     InferConfig,
+    default_model_dir,
     SampleLibrary,
     Scenario,
     parse_summary,
@@ -114,6 +115,15 @@ def test_quick_labels_every_output_not_a_valid_mlperf_result(quick):
         assert eff["requested_min_query_count"] == 100
         if r["scenario"] == "server":
             assert eff["effective_target_latency_ns"] == 60_000_000
+
+
+@pytest.mark.slow
+def test_the_report_states_the_precision_the_model_was_trained_in(quick):
+    js = quick["json"]
+    assert js["settings"]["precision"] == js["model"]["precision"] == "fp32"  # the default: fp32 on every machine
+    assert quick["text"].splitlines()[2].startswith("model: dlrm_synthetic seed 0, 20 steps (") and \
+        ") in fp32, AUC " in quick["text"].splitlines()[2]
+    assert json.loads((quick["model"] / "model.json").read_text())["precision"] == "fp32"
 
 
 @pytest.mark.slow
@@ -335,6 +345,21 @@ def test_a_model_dir_holding_another_model_is_one_line(tmp_path, capsys):
     assert main(["infer", "--seed", "0", "--model-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "holds a model of dlrm_synthetic seed 7" in err and "--model-dir" in err
+
+
+def test_a_model_of_another_precision_is_not_reused(tmp_path, capsys):
+    (tmp_path / "model.json").write_text(json.dumps({  # written before the precision was kept: fp32
+        "benchmark": "dlrm_synthetic", "seed": 0, "train_steps_requested": 5, "steps": 5, "epochs": 0.01,
+        "auc": 0.6, "target_auc": 0.747, "train_s": 1.0,
+    }))
+    assert main(["infer", "--train-steps", "5", "--precision", "bf16", "--model-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "holds a model of dlrm_synthetic seed 0 (5 steps in fp32), not of " \
+        "dlrm_synthetic seed 0 (5 steps in bf16)" in err
+    assert main(["infer", "--precision", "fp8"]) == 2
+    assert "Invalid value for '--precision'" in capsys.readouterr().err
+    assert default_model_dir("dlrm_synthetic", 0, None) == default_model_dir("dlrm_synthetic", 0, None, "fp32")
+    assert default_model_dir("dlrm_synthetic", 0, 5, "bf16").name == "dlrm_synthetic-seed0-steps5-bf16"
 
 
 def test_a_damaged_saved_model_is_one_line(tmp_path, capsys):

@@ -25,6 +25,7 @@ from harness.infer import (
     run_inference,
 )
 from harness.reference.tiered import CachePolicy
+from harness.rules.precision import Precision
 
 DEFAULT_BENCHMARK = "dlrm_synthetic"
 SCENARIOS = {"offline": (Scenario.OFFLINE,), "server": (Scenario.SERVER,), "both": (Scenario.OFFLINE, Scenario.SERVER)}
@@ -67,19 +68,24 @@ SCENARIOS = {"offline": (Scenario.OFFLINE,), "server": (Scenario.SERVER,), "both
 @click.option("--train-steps", type=click.IntRange(min=1), default=None,
               help="Train this many steps [default: until the target AUC, evaluating at the benchmark's cadence].")
 @click.option("--model-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where the trained model is kept and reused [default: results/.harness/models/<benchmark>-seed<N>].")
+              help="Where the trained model is kept and reused [default: results/.harness/models/<benchmark>-seed<N>, "
+                   "-bf16 or -fp16 appended for those precisions].")
 @click.option("--max-batch", type=click.IntRange(min=1), default=16384, show_default=True,
               help="Rows per model call in Offline, about (whole users; Server answers each query, one user, "
                    "on its own).")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
               help="Torch intra-op threads (training and inference).")
+@click.option("--precision", type=click.Choice([p.value for p in Precision]), default=Precision.FP32.value,
+              show_default=True,
+              help="Train the served model in this precision, as harness run --precision does (the dense layers, the "
+                   "tables' storage); the model is kept per precision. Serving computes in fp32.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def infer(
     benchmark: str, scenario: str, quick: bool, results: Path, storage_latency_us: float, storage_queue_depth: int,
     cache_fraction: float,
     cache_policy: str, offline_qps: float | None, server_qps: float | None, user_conf: Path | None,
     variant_kinds: tuple[str, ...], high_accuracy: bool, buffered: bool, seed: int, train_steps: int | None, model_dir: Path | None,
-    max_batch: int, threads: int, as_json: bool,
+    max_batch: int, threads: int, precision: str, as_json: bool,
 ) -> None:
     """Serve a trained model from memory and from the SSD tier as MLPerf Inference runs it."""
     config = InferConfig(
@@ -88,7 +94,7 @@ def infer(
         storage_queue_depth=storage_queue_depth, quick=quick, results=results,
         offline_qps=offline_qps, server_qps=server_qps, user_conf=user_conf, high_accuracy=high_accuracy,
         direct=not buffered, variant_kinds=variant_kinds or VARIANT_KINDS, seed=seed, train_steps=train_steps, model_dir=model_dir, max_batch=max_batch,
-        threads=threads,
+        threads=threads, precision=precision,
     )
     report = run_inference(config, progress=lambda message: click.echo(message, err=True))
     if as_json:
@@ -123,7 +129,7 @@ def render(report: InferReport) -> str:
     if report.label:
         lines += [f"*** {report.label} ***", ""]
     lines += [
-        (f"model: {m.benchmark} seed {m.seed}, {m.steps} steps ({m.epochs:.3f} epoch), AUC {m.auc:.5f} "
+        (f"model: {m.benchmark} seed {m.seed}, {m.steps} steps ({m.epochs:.3f} epoch) in {m.precision}, AUC {m.auc:.5f} "
          f"(training target {m.target_auc} {target}); {how}: {m.path}"),
         f"predictions identical (memory vs every ssd variant), bit for bit, on {report.identical_samples} eval rows",
         (f"loadgen {report.loadgen_version}; mlperf.conf {'= LoadGen' if report.mlperf_conf_sha1_matches else '!= LoadGen'}"
