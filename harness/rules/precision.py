@@ -34,7 +34,7 @@ class Precision(enum.Enum):
     @property
     def mlperf_name(self) -> str:
         """The value MLPerf's ``lowest_numerical_precision_*`` keys use for it."""
-        return self.value
+        return {"fp32": "fp32", "bf16": "bfloat16", "fp16": "fp16"}[self.value]
 
     @property
     def loss_scaling(self) -> bool:

@@ -17,6 +17,7 @@ import itertools
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -278,8 +279,11 @@ class CachedShard:
         unique, inverse, _ = distinct(ids)
         return self.cache.current_weights(unique), inverse
 
-    def update(self, rows: torch.Tensor, grad: torch.Tensor, opt: SparseOptimizerConfig | None) -> None:
-        """The fused optimizer on the distinct local ``rows`` (resident since their lookup)."""
+    def update(self, rows: torch.Tensor, grad: torch.Tensor, opt: SparseOptimizerConfig | None,
+               rounding: Any = None) -> None:
+        """The fused optimizer on the distinct local ``rows`` (resident since their lookup). The
+        slots hold fp32 rows (16-bit tables behind caches are refused when the shard is made), so
+        ``rounding`` is not needed yet."""
         slots = self.cache.row_slot.index_select(0, rows).long()
         sparse_update(self.cache.weights, self.cache.state, slots, grad, opt)
         self.cache.mark_dirty(slots)
