@@ -4,12 +4,17 @@
 #   bash bench/gpu_check.sh            # from the repository root (or anywhere: it cds there)
 #
 # 1. the tests that run only where CUDA is present (tests/reference/test_trainer.py's GPU test);
-# 2. bench/throughput.py --device cuda for both configs (small, dcnv2);
-# 3. a one-run `harness run --profile h200-1gpu` (the profile of the project's GPU machine)
-#    into a temporary results folder, and `harness check` of its log;
-# then a summary, one line per step with its status and time. Each step has its own time limit
-# so that the whole stays within 8 minutes. On a machine without a GPU it says so in one line
-# and exits 0. Not covered yet (issue 15): a one-rank NCCL sharded run and the init self-check.
+# 2. bench/throughput.py --device cuda (each run times plain PyTorch fp32, plain PyTorch under
+#    autocast, ours at the precision, and the roofline): the small config in fp32, bf16 and fp16
+#    (fp16: ours scales the loss, the plain baseline runs fp16 autocast with a GradScaler), and
+#    the dcnv2 config in bf16 (10 timed steps a round, to fit its limit);
+# 3. a one-run `harness run --profile h200-1gpu --precision bf16` (the profile of the project's
+#    GPU machine, at the precision MLPerf submitters train in) into a temporary results folder,
+#    and `harness check` of its log;
+# then a summary, one line per step with its status and time, and each throughput run's ratios.
+# Each step has its own time limit (70 + 3 x 45 + 150 + 140 + 20 = 515 s) so that the whole stays
+# within 9 minutes. On a machine without a GPU it says so in one line and exits 0. Not covered yet
+# (issue 15): a one-rank NCCL sharded run and the init self-check.
 #
 # Environment: PYTHON (default: python) is the interpreter with torch and this project
 # installed (`pip install -e .` into the machine's own torch environment).
@@ -41,13 +46,15 @@ step() {  # step NAME LIMIT_S COMMAND...
 }
 
 "$PY" -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'on', torch.cuda.get_device_name(0))"
-step gpu-tests 120 "$PY" -m pytest -q -n 0 -p no:cacheprovider tests/reference/test_trainer.py -k gpu
-step throughput-small 90 "$PY" bench/throughput.py --device cuda --config small
-step throughput-dcnv2 150 "$PY" bench/throughput.py --device cuda --config dcnv2
-step harness-run-h200 180 "$PY" -m harness run --profile h200-1gpu --runs 1 --seed 1 --results "$OUT/results"
+step gpu-tests 70 "$PY" -m pytest -q -n 0 -p no:cacheprovider tests/reference/test_trainer.py -k gpu
+step throughput-small 45 "$PY" bench/throughput.py --device cuda --config small --precision fp32
+step throughput-small-bf16 45 "$PY" bench/throughput.py --device cuda --config small --precision bf16
+step throughput-small-fp16 45 "$PY" bench/throughput.py --device cuda --config small --precision fp16
+step throughput-dcnv2-bf16 150 "$PY" bench/throughput.py --device cuda --config dcnv2 --precision bf16 --steps 10
+step harness-run-h200 140 "$PY" -m harness run --profile h200-1gpu --precision bf16 --runs 1 --seed 1 --results "$OUT/results"
 LOG=$(find "$OUT/results" -name 'result_0.txt' -path '*/results/*' 2>/dev/null | head -n 1)
 if [ -n "$LOG" ]; then
-  step harness-check 30 "$PY" -m harness check "$LOG"
+  step harness-check 20 "$PY" -m harness check "$LOG"
 else
   SUMMARY+=("$(printf '%-22s %-18s' harness-check "no log to check")")
   FAILED=1
@@ -55,5 +62,7 @@ fi
 
 echo "== summary"
 for line in "${SUMMARY[@]}"; do echo "$line"; done
-grep -h "ratio ours / baseline" "$OUT"/throughput-*.log 2>/dev/null | sed 's/^/throughput: /'
+for log in "$OUT"/throughput-*.log; do  # each run's last line: ratios: ours / plain fp32 ..., ours / plain bf16 ...
+  [ -f "$log" ] && printf '%-22s %s\n' "$(basename "$log" .log)" "$(grep '^ratios:' "$log" | tail -n 1)"
+done
 exit $FAILED

@@ -1,23 +1,46 @@
-"""Training throughput of the reference DLRM against a plain PyTorch baseline, in one run.
+"""Training throughput of the reference DLRM against plain PyTorch, and the machine's limit, in one run.
 
-    python bench/throughput.py                       # the fixed small config on CPU
-    python bench/throughput.py --config dcnv2        # MLPerf dlrm_dcnv2's architecture (rows capped)
-    python bench/throughput.py --device cuda         # the same on a GPU
-    python bench/throughput.py --profile-step        # first, where a step's time goes, phase by phase
+    python bench/throughput.py --precision bf16                 # the fixed small config on CPU
+    python bench/throughput.py --config dcnv2 --precision bf16  # MLPerf dlrm_dcnv2's architecture (rows capped)
+    python bench/throughput.py                                  # everything in fp32 (--precision fp32)
+    python bench/throughput.py --device cuda --precision fp16   # on a GPU: fp16 with loss scaling
+    python bench/throughput.py --profile-step                   # first, where a step's time goes, phase by phase
 
-Both models get the identical architecture, batch and (in-memory) data; a step is
-forward + backward + optimizer. The baseline is what a PyTorch user writes first: one
-``nn.EmbeddingBag(sparse=True)`` per table and one ``torch.optim.Adagrad`` over every
-parameter. Ours is the engine's own step (:meth:`harness.reference.session.TrainingSession.step`
-on :class:`harness.reference.model.DLRM`): the tables fused into one weight and Adagrad fused
-into the embedding backward (see ``harness/reference/embeddings.py``).
+Three models are timed, on the identical architecture, batches and (in-memory) data; a step is
+forward + backward + optimizer:
 
-Timings alternate between the two models over several rounds and report the median, so
-both see the same machine noise; the last line is the ratio ours / baseline. Beside them it
-prints the bound the machine's matrix-multiply rate puts on the dense part: the time of its
-own GEMMs (every layer's forward and two backward multiplies, and the interaction's, at the
-benchmark's batch; each shape the median of 7 repetitions), so the fraction of the bound is
-stable from run to run (:func:`gemm_bound`).
+* **plain fp32**: what a PyTorch user writes first: one ``nn.EmbeddingBag(sparse=True)`` per
+  table and one ``torch.optim.Adagrad`` over every parameter, all in fp32.
+* **plain bf16**: the same model with its forward and loss under
+  ``torch.autocast(device_type, dtype=torch.bfloat16)``, what an informed user writes (the
+  tables stay fp32). On CUDA with ``--precision fp16`` it is fp16 autocast with
+  ``torch.amp.GradScaler`` instead (the ratios line still calls it "plain bf16"). It steps the
+  same module and optimizer as plain fp32: only the autocast differs.
+* **ours**: the engine's own step (:meth:`harness.reference.session.TrainingSession.step` on
+  :class:`harness.reference.model.DLRM`: the tables fused into one weight, Adagrad fused into the
+  embedding backward) at ``--precision``, given to the engine as ``RunConfig.precision``: in bf16
+  or fp16 its dense layers under autocast with fp32 master weights and its tables stored in that
+  type (fp32 Adagrad state, stochastic rounding); fp16 scales the loss. Where the engine stores the
+  tables in another type than asked, a note says so.
+
+Timings alternate between the three over several rounds (ours, plain fp32, plain bf16, round
+after round) and report each one's median, so all see the same machine noise.
+
+**The roofline** (``bench/roofline.py``) is the limit of one step measured here in the same run:
+the time of the dense part's own GEMMs (every layer's forward and two backward multiplies and
+the interaction's, at the benchmark's batch, in the precision's compute type: fp32, bf16, or fp16
+on CUDA; each shape the median of 7 repetitions) plus the embedding bytes of a step at the
+memory bandwidth measured by a large tensor copy (read + write bytes, median of 7)::
+
+    embedding bytes = B * sum(pooling) * D * b_table  +  U * D * 2 * (b_table + 4)
+
+the forward gather of every looked-up row, plus the backward read and write of each distinct
+row's weights (``b_table``: 4 bytes in fp32, 2 in bf16/fp16) and its fp32 Adagrad state, with
+``U`` the distinct ids of each table in the batch summed over tables (counted on the timed
+batches, their mean). Roofline samples/s = B / (gemm time + bytes / bandwidth). Each model's
+line gives its fraction of it. The last line is exactly::
+
+    ratios: ours / plain fp32 X.XXx, ours / plain bf16 Y.YYx
 """
 
 from __future__ import annotations
@@ -26,15 +49,21 @@ import argparse
 import contextlib
 import statistics
 import time
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from roofline import Roofline, sync  # bench/roofline.py: the script's own folder is on sys.path
+
+from harness.errors import HarnessError
 from harness.reference.batches import Batch
 from harness.reference.model import DLRMConfig, Interaction
 from harness.reference.run_config import RunConfig
 from harness.reference.session import TrainingSession
+from harness.rules.precision import Precision, parse_precision
 
 MLPERF_POOLING = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1)
 MLPERF_ROWS = (40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10, 2209,
@@ -135,89 +164,6 @@ class BaselineInteraction(nn.Module):
         return self.base.interact(x, e)
 
 
-def mlp_flops_per_sample(cfg: DLRMConfig) -> float:
-    """Forward + backward FLOPs of the dense layers and interaction (2 per MAC, backward = 2 x forward)."""
-    macs, n_in = 0, cfg.num_dense
-    for w in cfg.bottom_mlp:
-        macs, n_in = macs + n_in * w, w
-    if cfg.interaction is Interaction.DOT:
-        n = cfg.num_sparse + 1
-        macs += n * n * cfg.embedding_dim
-    else:
-        macs += cfg.dcn_layers * 2 * cfg.interaction_width * cfg.dcn_rank
-    n_in = cfg.interaction_width
-    for w in cfg.top_mlp:
-        macs, n_in = macs + n_in * w, w
-    return 3 * 2 * macs
-
-
-def mlp_gemms(cfg: DLRMConfig, batch: int) -> list[tuple[int, int, int]]:
-    """The matrix multiplies of one training step of the dense part, ``(m, k, n)`` each: every
-    layer's forward ``(B x in) @ (in x out)`` and its two backward ones (input and weight
-    gradients), for the bottom MLP, the DCN layers' low-rank pair (or the dot interaction's
-    batched ``(F+1) x D`` products, as one ``B(F+1) x D x (F+1)`` multiply) and the top MLP."""
-    layers, n_in = [], cfg.num_dense
-    for w in cfg.bottom_mlp:
-        layers.append((n_in, w))
-        n_in = w
-    out = []
-    if cfg.interaction is Interaction.DCN:
-        for _ in range(cfg.dcn_layers):
-            layers += [(cfg.interaction_width, cfg.dcn_rank), (cfg.dcn_rank, cfg.interaction_width)]
-    else:
-        n = cfg.num_sparse + 1
-        out += [(batch * n, cfg.embedding_dim, n)] * 3  # forward, and the two gradients (the same shape)
-    n_in = cfg.interaction_width
-    for w in cfg.top_mlp:
-        layers.append((n_in, w))
-        n_in = w
-    for k, n in layers:
-        out += [(batch, k, n), (batch, n, k), (n, batch, k)]  # forward, input gradient, weight gradient
-    return out
-
-
-def gemm_bound(cfg: DLRMConfig, batch: int, device, reps: int = 7) -> tuple[float, float]:
-    """The samples/s the machine's matrix-multiply rate allows the dense part, and that rate:
-    every multiply of a step (:func:`mlp_gemms`), each timed as the median of ``reps``
-    repetitions after a warm-up, summed. The bound uses the layers' own shapes at the
-    benchmark's batch, so it is what these GEMMs can do here, not a square matrix's peak."""
-    g = torch.Generator(device="cpu").manual_seed(0)
-    total_s, flops = 0.0, 0.0
-    for m, k, n in mlp_gemms(cfg, batch):
-        a = torch.randn(m, k, generator=g).to(device)
-        b = torch.randn(k, n, generator=g).to(device)
-        for _ in range(2):
-            a @ b
-        times = []
-        for _ in range(reps):
-            _sync(device)
-            t = time.perf_counter()
-            a @ b
-            _sync(device)
-            times.append(time.perf_counter() - t)
-        total_s += statistics.median(times)
-        flops += 2 * m * k * n
-    return batch / total_s, flops / total_s
-
-
-def gemm_flops_per_s(device, size: int = 2048, reps: int = 20) -> float:
-    a = torch.randn(size, size, device=device)
-    b = torch.randn(size, size, device=device)
-    for _ in range(3):
-        a @ b
-    _sync(device)
-    t = time.perf_counter()
-    for _ in range(reps):
-        a @ b
-    _sync(device)
-    return 2 * size**3 * reps / (time.perf_counter() - t)
-
-
-def _sync(device) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
-
-
 def make_batches(cfg: DLRMConfig, batch_size: int, count: int, device) -> list[Batch]:
     g = torch.Generator().manual_seed(0)
     out = []
@@ -251,24 +197,74 @@ def bench_spec(bc: BenchConfig) -> tuple[dict, dict]:
     return raw, raw["reference_hyperparameters"]
 
 
-def stepper(model: nn.Module, optimizer: torch.optim.Optimizer):
+AUTOCAST_DTYPES = {Precision.FP32: None, Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}
+
+
+@dataclass(frozen=True)
+class Amp:
+    """How a step autocasts: ``dtype`` None is plain fp32; ``scaled`` adds a ``GradScaler``."""
+
+    device_type: str
+    dtype: torch.dtype | None = None
+    scaled: bool = False
+
+    @property
+    def name(self) -> str:
+        return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.dtype]
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+
+def plain_amp(precision: Precision, device: torch.device) -> Amp:
+    """The informed user's autocast: bf16, or on CUDA at fp16 fp16 with a ``GradScaler``."""
+    if precision is Precision.FP16 and device.type == "cuda":
+        return Amp(device.type, torch.float16, scaled=True)
+    return Amp(device.type, torch.bfloat16)
+
+
+def ours_autocast(session: TrainingSession, honoured: bool) -> Callable[[], contextlib.AbstractContextManager]:
+    """The autocast region the engine's step runs its forward in, to profile its pieces one by
+    one as the step runs them: the session's own where it has one, else none where the engine
+    does not honour the precision, else the precision's."""
+    if callable(getattr(session, "autocast", None)):
+        return session.autocast
+    if not honoured:
+        return contextlib.nullcontext
+    dtype = AUTOCAST_DTYPES[parse_precision(session.config.precision)]
+    return Amp(torch.device(session.device).type, dtype).autocast
+
+
+def stepper(model: nn.Module, optimizer: torch.optim.Optimizer, amp: Amp):
+    """The plain step, as a user writes it: the forward and loss under ``amp``'s autocast, and
+    with a ``GradScaler`` when ``amp.scaled``."""
     loss_fn = nn.BCEWithLogitsLoss()
+    scaler = torch.amp.GradScaler(amp.device_type) if amp.scaled else None
 
     def step(batch: Batch) -> None:
         optimizer.zero_grad(set_to_none=True)
-        loss_fn(model(batch.dense, batch.sparse), batch.labels).backward()
-        optimizer.step()
+        with amp.autocast():
+            loss = loss_fn(model(batch.dense, batch.sparse), batch.labels)
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
 
     return step
 
 
 def time_steps(step, batches, device) -> float:
     """Seconds per step over ``batches``."""
-    _sync(device)
+    sync(device)
     t = time.perf_counter()
     for b in batches:
         step(b)
-    _sync(device)
+    sync(device)
     return (time.perf_counter() - t) / len(batches)
 
 
@@ -276,34 +272,37 @@ PHASES = ("lookups (forward)", "bottom MLP", "interaction", "top MLP + loss", "b
           "backward: embeddings (+ fused update)", "optimizer step", "Python and the rest")
 
 
-def profile_phases(model: nn.Module, embeddings, dense_arch, interaction, over_arch, step_fn, optimizer,
-                   batches: list[Batch], device) -> dict[str, float]:
+def profile_phases(embeddings, dense_arch, interaction, over_arch, step_fn, optimizer,
+                   autocast: Callable[[], contextlib.AbstractContextManager], batches: list[Batch],
+                   device) -> dict[str, float]:
     """Milliseconds per step of each phase, each timed on its own (synchronised on a GPU) over
-    ``batches``: the forward pieces, the backward of the dense part (from the loss to the
-    pooled embeddings) apart from the embeddings' own backward (the scatter of their gradients
-    and, for ours, the fused Adagrad update), the dense optimizer's step; "the rest" is the
-    whole step (``step_fn``, timed on its own) minus the phases."""
+    ``batches``: the forward pieces (under ``autocast()``), the backward of the dense part
+    (from the loss to the pooled embeddings) apart from the embeddings' own backward (the scatter
+    of their gradients and, for ours, the fused Adagrad update), the dense optimizer's step; "the
+    rest" is the whole step (``step_fn``, timed on its own, loss scaling included) minus the
+    phases."""
     loss_fn = nn.BCEWithLogitsLoss()
     acc = dict.fromkeys(PHASES, 0.0)
 
     @contextlib.contextmanager
-    def phase(name: str):
-        _sync(device)
+    def phase(name: str, cast: bool = False):
+        sync(device)
         t = time.perf_counter()
-        yield
-        _sync(device)
+        with autocast() if cast else contextlib.nullcontext():
+            yield
+        sync(device)
         acc[name] += time.perf_counter() - t
 
     for b in batches:
         optimizer.zero_grad(set_to_none=True)
-        with phase(PHASES[0]):
+        with phase(PHASES[0], True):
             e = embeddings(b.sparse)
-        with phase(PHASES[1]):
+        with phase(PHASES[1], True):
             d = dense_arch(b.dense)
         e_in = e.detach().requires_grad_()
-        with phase(PHASES[2]):
+        with phase(PHASES[2], True):
             z = interaction(d, e_in)
-        with phase(PHASES[3]):
+        with phase(PHASES[3], True):
             loss = loss_fn(over_arch(z).reshape(-1), b.labels)
         with phase(PHASES[4]):
             loss.backward()
@@ -317,24 +316,53 @@ def profile_phases(model: nn.Module, embeddings, dense_arch, interaction, over_a
     return out
 
 
-def print_profile(ours: dict[str, float], base: dict[str, float]) -> None:
-    print(f"{'phase (ms per step)':<40} {'ours':>9} {'baseline':>9}")
-    for name in PHASES:
-        print(f"{name:<40} {ours[name]:9.2f} {base[name]:9.2f}")
-    print(f"{'step':<40} {sum(ours.values()):9.2f} {sum(base.values()):9.2f}")
+def print_profile(columns: dict[str, dict[str, float]]) -> None:
+    """One row per phase, one column per model (ms per step)."""
+    print(f"{'phase (ms per step)':<40}" + "".join(f" {name:>11}" for name in columns))
+    for phase in PHASES:
+        print(f"{phase:<40}" + "".join(f" {col[phase]:11.2f}" for col in columns.values()))
+    print(f"{'step':<40}" + "".join(f" {sum(col.values()):11.2f}" for col in columns.values()))
 
 
-def main() -> None:
+def table_dtype(session: TrainingSession) -> torch.dtype | None:
+    """The type the engine stores its tables in (None where its embeddings have no one weight)."""
+    weight = getattr(session.model.sparse_arch.embeddings, "weight", None)
+    return None if weight is None or weight.numel() == 0 else weight.dtype
+
+
+def time_models(steps: dict[str, Callable[[Batch], object]], batches: list[Batch], rounds: int, device) -> dict[str, float]:
+    """Median seconds per step of each of ``steps``, timed in turn round after round (after two
+    warm-up steps each), so that all see the same machine noise."""
+    for step in steps.values():
+        for b in batches[:2]:
+            step(b)
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            times[name].append(time_steps(step, batches, device))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", choices=["small", "dcnv2"], default="small")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--precision", choices=[p.value for p in Precision], default="fp32",
+                    help="ours' precision (the engine's RunConfig.precision) and the roofline's (default fp32)")
     ap.add_argument("--batch-size", type=int, default=None, help="default: 2048 (small), 1024 (dcnv2 on CPU)")
     ap.add_argument("--steps", type=int, default=None, help="timed steps per round (default 10 small, 3 dcnv2 on CPU)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile-step", action="store_true", help="print where a step's time goes, phase by phase")
-    ap.add_argument("--max-rows", type=int, default=None, help="cap on table rows for dcnv2 (default 200k on CPU, 4M on GPU: two models with fp32 Adagrad state must fit)")
-    args = ap.parse_args()
+    ap.add_argument("--max-rows", type=int, default=None,
+                    help="cap on table rows for dcnv2 (default 200k on CPU, 4M on GPU: ours and the plain model, "
+                         "each with fp32 Adagrad state, must fit)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     device = torch.device(args.device)
+    precision = parse_precision(args.precision)
     on_gpu = device.type == "cuda"
     if args.config == "small":
         bc = small_config(args.batch_size or 2048)
@@ -343,47 +371,65 @@ def main() -> None:
         bc = dcnv2_config(args.batch_size or (65536 if on_gpu else 1024), args.max_rows or (4_000_000 if on_gpu else 200_000))
         steps = args.steps or (20 if on_gpu else 3)
     cfg = bc.model
+    plain = plain_amp(precision, device)
+    warnings.filterwarnings("ignore", message="Sparse invariant checks")  # torch's, once per sparse Adagrad
     print(f"config {args.config} on {device}: batch {bc.batch_size}, {len(cfg.table_rows)} tables, "
           f"{sum(cfg.table_rows):,} rows x dim {cfg.embedding_dim}, pooling {sum(cfg.pooling)} ids/sample, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+          f"precision {precision.value}, torch {torch.__version__}, {torch.get_num_threads()} threads")
 
     session = TrainingSession(RunConfig.offline(
-        *bench_spec(bc), 0, who="bench", profile={"name": "bench", "device_type": device.type}))
-    ours_step = session.step  # the engine's own step: schedule, forward, fused backward, optimizers
+        *bench_spec(bc), 0, who="bench", profile={"name": "bench", "device_type": device.type},
+        precision=precision.value))
+    stored = table_dtype(session)
+    honoured = stored is None or stored.itemsize == precision.bytes_per_element
+    if not honoured:
+        print(f"note: the engine stored its tables in {stored} ({stored.itemsize} bytes per value), not in "
+              f"{precision.value} ({precision.bytes_per_element}): ours ran at the engine's precision, not the one asked")
     torch.manual_seed(0)
     base = BaselineDLRM(cfg, device)
     base_opt = torch.optim.Adagrad(base.parameters(), lr=bc.lr, eps=1e-8)
-    base_step = stepper(base, base_opt)
+    labels = {
+        "ours": f"ours {precision.value} (fused tables + fused Adagrad)",
+        "plain fp32": "plain fp32 (EmbeddingBag sparse + torch.optim.Adagrad)",
+        "plain bf16": f"plain {plain.name} (the same under torch.autocast {plain.name}"
+                      + (" + GradScaler)" if plain.scaled else ")"),
+    }
+    step_fns = {
+        "ours": session.step,  # the engine's own step: schedule, forward, fused backward, optimizers
+        "plain fp32": stepper(base, base_opt, Amp(device.type)),
+        "plain bf16": stepper(base, base_opt, plain),
+    }
 
     batches = make_batches(cfg, bc.batch_size, steps, device)
-    for step in (ours_step, base_step):  # warm up both
-        for b in batches[:2]:
-            step(b)
-    ours_t, base_t = [], []
-    for _ in range(args.rounds):
-        ours_t.append(time_steps(ours_step, batches, device))
-        base_t.append(time_steps(base_step, batches, device))
-    ours_sps = bc.batch_size / statistics.median(ours_t)
-    base_sps = bc.batch_size / statistics.median(base_t)
+    seconds = time_models(step_fns, batches, args.rounds, device)
+    sps = {name: bc.batch_size / s for name, s in seconds.items()}
 
     if args.profile_step:
         m = session.model
-        ours_phases = profile_phases(m, m.sparse_arch, m.dense_arch, m.interaction, m.over_arch, ours_step,
-                                     session.dense_optimizer, batches, device)
         base_int = BaselineInteraction(base)
-        base_phases = profile_phases(base, base.lookups, base.bottom, base_int, base.top, base_step, base_opt,
-                                     batches, device)
-        print_profile(ours_phases, base_phases)
+        print_profile({
+            "ours": profile_phases(m.sparse_arch, m.dense_arch, m.interaction, m.over_arch, step_fns["ours"],
+                                   session.dense_optimizer, ours_autocast(session, honoured), batches, device),
+            "plain fp32": profile_phases(base.lookups, base.bottom, base_int, base.top, step_fns["plain fp32"],
+                                         base_opt, contextlib.nullcontext, batches, device),
+            f"plain {plain.name}": profile_phases(base.lookups, base.bottom, base_int, base.top,
+                                                  step_fns["plain bf16"], base_opt, plain.autocast, batches, device),
+        })
 
-    flops = mlp_flops_per_sample(cfg)
-    bound, rate = gemm_bound(cfg, bc.batch_size, device)
-    print(f"MLP + interaction: {flops / 1e6:.2f} MFLOP/sample (fwd+bwd); its GEMMs at batch {bc.batch_size} run at "
-          f"{rate / 1e9:.1f} GFLOP/s here (each shape's median of 7)")
-    print(f"matrix-multiply bound:   {bound:12,.0f} samples/s")
-    print(f"baseline (EmbeddingBag sparse + torch.optim.Adagrad): {base_sps:12,.0f} samples/s  ({base_sps / bound:.2f} of bound)")
-    print(f"ours (fused tables + fused Adagrad):                  {ours_sps:12,.0f} samples/s  ({ours_sps / bound:.2f} of bound)")
-    print(f"ratio ours / baseline: {ours_sps / base_sps:.2f}x")
+    roof = Roofline.measure(cfg, bc.batch_size, [b.sparse for b in batches], precision, device)
+    for line in roof.describe():
+        print(line)
+    width = max(len(label) for label in labels.values())
+    for name in ("plain fp32", "plain bf16", "ours"):
+        print(f"{labels[name] + ':':<{width + 1}} {sps[name]:12,.0f} samples/s  "
+              f"({sps[name] / roof.samples_per_s:5.1%} of roofline)")
+    print(f"ratios: ours / plain fp32 {sps['ours'] / sps['plain fp32']:.2f}x, "
+          f"ours / plain bf16 {sps['ours'] / sps['plain bf16']:.2f}x")
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except HarnessError as e:  # a bad setting the engine refused: one line, as the harness says it
+        print(f"throughput: {e}")
+        raise SystemExit(e.exit_code) from None
