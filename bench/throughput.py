@@ -237,13 +237,29 @@ def ours_autocast(session: TrainingSession, honoured: bool) -> Callable[[], cont
     return Amp(torch.device(session.device).type, dtype).autocast
 
 
+@contextlib.contextmanager
+def torch_defaults():
+    """torch's default algorithms, whatever the engine set process-wide (on CUDA it asks for
+    deterministic ones): the plain steps run as a user's would."""
+    mode, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(False)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+
+
 def stepper(model: nn.Module, optimizer: torch.optim.Optimizer, amp: Amp):
     """The plain step, as a user writes it: the forward and loss under ``amp``'s autocast, and
-    with a ``GradScaler`` when ``amp.scaled``."""
+    with a ``GradScaler`` when ``amp.scaled``; torch's default algorithms (:func:`torch_defaults`)."""
     loss_fn = nn.BCEWithLogitsLoss()
     scaler = torch.amp.GradScaler(amp.device_type) if amp.scaled else None
 
     def step(batch: Batch) -> None:
+        with torch_defaults():
+            plain_step(batch)
+
+    def plain_step(batch: Batch) -> None:
         optimizer.zero_grad(set_to_none=True)
         with amp.autocast():
             loss = loss_fn(model(batch.dense, batch.sparse), batch.labels)
@@ -351,7 +367,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="ours' precision (the engine's RunConfig.precision) and the roofline's (default fp32)")
     ap.add_argument("--batch-size", type=int, default=None, help="default: 2048 (small), 1024 (dcnv2 on CPU)")
     ap.add_argument("--steps", type=int, default=None, help="timed steps per round (default 10 small, 3 dcnv2 on CPU)")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of timing, each model in turn (default 5)")
     ap.add_argument("--profile-step", action="store_true", help="print where a step's time goes, phase by phase")
     ap.add_argument("--max-rows", type=int, default=None,
                     help="cap on table rows for dcnv2 (default 200k on CPU, 4M on GPU: ours and the plain model, "
@@ -359,24 +375,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    device = torch.device(args.device)
-    precision = parse_precision(args.precision)
-    on_gpu = device.type == "cuda"
+def bench_config(args: argparse.Namespace, on_gpu: bool) -> tuple[BenchConfig, int]:
+    """The config the options name, and the timed steps per round."""
     if args.config == "small":
-        bc = small_config(args.batch_size or 2048)
-        steps = args.steps or 10
-    else:
-        bc = dcnv2_config(args.batch_size or (65536 if on_gpu else 1024), args.max_rows or (4_000_000 if on_gpu else 200_000))
-        steps = args.steps or (20 if on_gpu else 3)
-    cfg = bc.model
-    plain = plain_amp(precision, device)
-    warnings.filterwarnings("ignore", message="Sparse invariant checks")  # torch's, once per sparse Adagrad
-    print(f"config {args.config} on {device}: batch {bc.batch_size}, {len(cfg.table_rows)} tables, "
-          f"{sum(cfg.table_rows):,} rows x dim {cfg.embedding_dim}, pooling {sum(cfg.pooling)} ids/sample, "
-          f"precision {precision.value}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+        return small_config(args.batch_size or 2048), args.steps or 10
+    bc = dcnv2_config(args.batch_size or (65536 if on_gpu else 1024), args.max_rows or (4_000_000 if on_gpu else 200_000))
+    return bc, args.steps or (20 if on_gpu else 3)
 
+
+def ours_session(bc: BenchConfig, precision: Precision, device: torch.device) -> tuple[TrainingSession, bool]:
+    """The engine's session at ``precision``, and whether it stored its tables in that precision
+    (a note says so where it did not)."""
     session = TrainingSession(RunConfig.offline(
         *bench_spec(bc), 0, who="bench", profile={"name": "bench", "device_type": device.type},
         precision=precision.value))
@@ -385,6 +394,34 @@ def main(argv: list[str] | None = None) -> None:
     if not honoured:
         print(f"note: the engine stored its tables in {stored} ({stored.itemsize} bytes per value), not in "
               f"{precision.value} ({precision.bytes_per_element}): ours ran at the engine's precision, not the one asked")
+    return session, honoured
+
+
+def print_results(labels: dict[str, str], sps: dict[str, float], roof: Roofline) -> None:
+    """The roofline with its parts, one line per model, and last the ratios line."""
+    for line in roof.describe():
+        print(line)
+    width = max(len(label) for label in labels.values())
+    for name in ("plain fp32", "plain bf16", "ours"):
+        print(f"{labels[name] + ':':<{width + 1}} {sps[name]:12,.0f} samples/s  "
+              f"({sps[name] / roof.samples_per_s:5.1%} of roofline)")
+    print(f"ratios: ours / plain fp32 {sps['ours'] / sps['plain fp32']:.2f}x, "
+          f"ours / plain bf16 {sps['ours'] / sps['plain bf16']:.2f}x")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    precision = parse_precision(args.precision)
+    bc, steps = bench_config(args, device.type == "cuda")
+    cfg = bc.model
+    plain = plain_amp(precision, device)
+    warnings.filterwarnings("ignore", message="Sparse invariant checks")  # torch's, once per sparse Adagrad
+    print(f"config {args.config} on {device}: batch {bc.batch_size}, {len(cfg.table_rows)} tables, "
+          f"{sum(cfg.table_rows):,} rows x dim {cfg.embedding_dim}, pooling {sum(cfg.pooling)} ids/sample, "
+          f"precision {precision.value}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+
+    session, honoured = ours_session(bc, precision, device)
     torch.manual_seed(0)
     base = BaselineDLRM(cfg, device)
     base_opt = torch.optim.Adagrad(base.parameters(), lr=bc.lr, eps=1e-8)
@@ -397,7 +434,7 @@ def main(argv: list[str] | None = None) -> None:
     step_fns = {
         "ours": session.step,  # the engine's own step: schedule, forward, fused backward, optimizers
         "plain fp32": stepper(base, base_opt, Amp(device.type)),
-        "plain bf16": stepper(base, base_opt, plain),
+        "plain bf16": stepper(base, base_opt, plain),  # the same module and optimizer, under autocast
     }
 
     batches = make_batches(cfg, bc.batch_size, steps, device)
@@ -405,8 +442,7 @@ def main(argv: list[str] | None = None) -> None:
     sps = {name: bc.batch_size / s for name, s in seconds.items()}
 
     if args.profile_step:
-        m = session.model
-        base_int = BaselineInteraction(base)
+        m, base_int = session.model, BaselineInteraction(base)
         print_profile({
             "ours": profile_phases(m.sparse_arch, m.dense_arch, m.interaction, m.over_arch, step_fns["ours"],
                                    session.dense_optimizer, ours_autocast(session, honoured), batches, device),
@@ -416,15 +452,7 @@ def main(argv: list[str] | None = None) -> None:
                                                   step_fns["plain bf16"], base_opt, plain.autocast, batches, device),
         })
 
-    roof = Roofline.measure(cfg, bc.batch_size, [b.sparse for b in batches], precision, device)
-    for line in roof.describe():
-        print(line)
-    width = max(len(label) for label in labels.values())
-    for name in ("plain fp32", "plain bf16", "ours"):
-        print(f"{labels[name] + ':':<{width + 1}} {sps[name]:12,.0f} samples/s  "
-              f"({sps[name] / roof.samples_per_s:5.1%} of roofline)")
-    print(f"ratios: ours / plain fp32 {sps['ours'] / sps['plain fp32']:.2f}x, "
-          f"ours / plain bf16 {sps['ours'] / sps['plain bf16']:.2f}x")
+    print_results(labels, sps, Roofline.measure(cfg, bc.batch_size, [b.sparse for b in batches], precision, device))
 
 
 if __name__ == "__main__":
