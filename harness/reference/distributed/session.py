@@ -380,7 +380,9 @@ class DistributedSession(TrainingSession):
         links = self.config.profile.get("interconnect") or {}
         dense = sum(p.numel() for p in self.model.dense.module.parameters())
         return project_traffic(self.config.sharding_plan or {}, ranks_per_node=self.ranks_per_node(),
-                               codecs=self.codecs.to_names(), dense_values=dense,
+                               # what the pooled vectors cross in: the tables' type where the codec is fp32
+                               codecs={**self.codecs.to_names(), "forward": self.embeddings.forward_codec.value,
+                                       "backward": self.embeddings.backward_codec.value}, dense_values=dense,
                                intra_bw_bytes_per_s=float(links.get("intra_node_bw_bytes_per_s", 0)) / 2,
                                scale_out_bw_bytes_per_s=float(links.get("scale_out_bw_bytes_per_s", 0)) / 2)
 
