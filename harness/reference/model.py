@@ -125,19 +125,27 @@ class _PairwiseDots(torch.autograd.Function):
     Autograd would differentiate ``bmm(z, z^T)`` through both operands (two batched
     matmuls); since ``d<z_i, z_j>/dz`` is symmetric, one suffices:
     ``grad_z = (G + G^T) z`` with ``G`` the ``(F+1) x (F+1)`` gradient of the dots.
+
+    ``G + G^T`` is gathered, not added: entry ``(i, j)`` of it is the gradient of pair
+    ``(min(i, j), max(i, j))``, zero on the diagonal (``mirror`` lists, per entry, that pair's
+    column of the gradient, or the zero column appended after the last). Both directions use
+    ``gather`` with an expanded index, several times faster in bf16 than ``index_select`` over
+    the second dimension, and no ``B x n x n`` sum is made.
     """
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(z, pairs)
-        return torch.bmm(z, z.transpose(1, 2)).flatten(1).index_select(1, pairs)
+    def forward(ctx, z: torch.Tensor, pairs: torch.Tensor, mirror: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(z, mirror)
+        dots = torch.bmm(z, z.transpose(1, 2)).flatten(1)
+        return torch.gather(dots, 1, pairs.expand(dots.shape[0], -1))
 
     @staticmethod
     def backward(ctx, grad_dots: torch.Tensor):
-        z, pairs = ctx.saved_tensors
+        z, mirror = ctx.saved_tensors
         n = z.shape[1]
-        g = grad_dots.new_zeros(grad_dots.shape[0], n * n).index_copy_(1, pairs, grad_dots).view(-1, n, n)
-        return torch.bmm(g + g.transpose(1, 2), z), None
+        padded = torch.nn.functional.pad(grad_dots, (0, 1))
+        g = torch.gather(padded, 1, mirror.expand(padded.shape[0], -1)).view(-1, n, n)
+        return torch.bmm(g, z), None, None
 
 
 class InteractionArch(nn.Module):
@@ -147,7 +155,11 @@ class InteractionArch(nn.Module):
         super().__init__()
         n = num_sparse + 1
         rows, cols = torch.triu_indices(n, n, offset=1)
-        self.register_buffer("pairs", (rows * n + cols).to(device), persistent=False)
+        pairs = rows * n + cols
+        mirror = torch.full((n * n,), pairs.numel(), dtype=torch.int64)  # the diagonal: the zero column
+        mirror[pairs] = mirror[cols * n + rows] = torch.arange(pairs.numel())
+        self.register_buffer("pairs", pairs.to(device), persistent=False)
+        self.register_buffer("mirror", mirror.to(device), persistent=False)
 
     def forward(self, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
         """``B x D`` and ``B x F x D`` -> ``B x (D + (F + 1) F / 2)``.
@@ -158,7 +170,7 @@ class InteractionArch(nn.Module):
             arch(torch.rand(2, 8), torch.rand(2, 3, 8)).shape  # torch.Size([2, 14])
         """
         z = torch.cat([dense.unsqueeze(1), sparse], dim=1)
-        return torch.cat([dense, _PairwiseDots.apply(z, self.pairs)], dim=1)
+        return torch.cat([dense, _PairwiseDots.apply(z, self.pairs, self.mirror)], dim=1)
 
 
 class InteractionDCNArch(nn.Module):

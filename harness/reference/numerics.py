@@ -13,8 +13,9 @@ same curve, bit for bit.
 
 The bits: a 32-bit key per updated row, ``mix(seed, step, table, row)`` (three rounds of a
 32-bit integer finaliser, :func:`_mix32`), times an odd 31-bit multiplier per column
-(``mix(column) | 1``), of which bits 16 to 31 are taken: for a fixed column, multiplying by an
-odd number is a bijection modulo 2**32, so a uniform key gives uniform bits. Everything is
+(``mix(column) | 1``), of which bits 16 to 31 are taken, the highest flipped: for a fixed
+column, multiplying by an odd number is a bijection modulo 2**32, so a uniform key gives uniform
+bits. Everything is
 int32/int64 arithmetic that torch computes alike on every device, with no overflow in the
 int64 steps (each product is below 2**63).
 
@@ -40,17 +41,24 @@ from harness.rules.precision import Precision, parse_precision
 _WORKSPACES = threading.local()
 
 
-def workspace(name: str, like: torch.Tensor) -> torch.Tensor:
-    """A tensor of ``like``'s shape, dtype and device, from a buffer of this thread kept for the
-    next call (grown when too small): its contents are whatever was last written there."""
+def workspace(name: str, like: torch.Tensor, dtype: torch.dtype | None = None,
+              shape: Sequence[int] | None = None) -> torch.Tensor:
+    """A tensor of ``shape`` (default ``like``'s), ``like``'s device and ``dtype`` (default
+    ``like``'s), from a buffer of this thread kept for the next call (grown when too small): its
+    contents are whatever was last written there."""
     buffers = getattr(_WORKSPACES, "buffers", None)
     if buffers is None:
         buffers = _WORKSPACES.buffers = {}
-    key = (name, like.dtype, like.device)
+    dtype = like.dtype if dtype is None else dtype
+    shape = tuple(like.shape if shape is None else shape)
+    numel = 1
+    for n in shape:
+        numel *= int(n)
+    key = (name, dtype, like.device)
     buf = buffers.get(key)
-    if buf is None or buf.numel() < like.numel():
-        buf = buffers[key] = torch.empty(like.numel(), dtype=like.dtype, device=like.device)
-    return buf[: like.numel()].view(like.shape)
+    if buf is None or buf.numel() < numel:
+        buf = buffers[key] = torch.empty(numel, dtype=dtype, device=like.device)
+    return buf[:numel].view(shape)
 
 
 _DTYPES = {Precision.FP32: torch.float32, Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}
@@ -89,6 +97,14 @@ def _mix32(x: torch.Tensor | int) -> torch.Tensor | int:
     return (x >> 16) ^ x
 
 
+def _mix32_(x: torch.Tensor) -> torch.Tensor:
+    """:func:`_mix32` of an int64 tensor, in place (the same values, without a fresh tensor per
+    operation: the keys of a step's rows are computed on tens of thousands of them)."""
+    for _ in range(2):
+        x.bitwise_xor_(x >> 16).mul_(_M).bitwise_and_(_MASK32)
+    return x.bitwise_xor_(x >> 16)
+
+
 def _to_int32(x: torch.Tensor) -> torch.Tensor:
     """int64 values in ``[0, 2**32)`` as the int32 of the same bits."""
     return torch.where(x >= 1 << 31, x - (1 << 32), x).to(torch.int32)
@@ -104,10 +120,16 @@ def row_keys(seed: int, step: int, tables: torch.Tensor, rows: torch.Tensor) -> 
     ``tables`` (each row's table index in the model) at ``step``."""
     s = step_key(seed, step)
     rows = rows.to(torch.int64)
-    h = _mix32((tables.to(torch.int64) & _MASK32) ^ s)
-    h = _mix32(h ^ (rows >> 32))
-    h = _mix32(h ^ (rows & _MASK32))
+    h = _mix32_((tables.to(torch.int64) & _MASK32) ^ s)
+    h = _mix32_(h ^ (rows >> 32))
+    h = _mix32_(h ^ (rows & _MASK32))
     return _to_int32(h).unsqueeze(1)
+
+
+def _table_keys(seed: int, step: int, tables: torch.Tensor) -> torch.Tensor:
+    """Per table, the hash that :func:`row_keys` mixes with a row's low 32 bits when its high 32
+    bits are zero (every row of a table of fewer than 2**32 rows)."""
+    return _mix32_(_mix32_((tables & _MASK32) ^ step_key(seed, step)))
 
 
 @functools.lru_cache(maxsize=256)
@@ -123,23 +145,37 @@ def column_multipliers(col_offset: int, cols: int, device: torch.device | str = 
 
 
 def random_bits(keys: torch.Tensor, multipliers: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``U x C`` int32 values, uniform in ``[0, 2**16)``: bits 16..31 of ``key * multiplier``."""
+    """``U x C`` int32 values, uniform in ``[0, 2**16)``: bits 16..31 of ``key * multiplier``
+    with the highest of them flipped (:func:`stochastic_round` adds them this way in fewer
+    passes; flipping a bit keeps them uniform)."""
     out = torch.mul(keys, multipliers, out=out) if out is not None else torch.mul(keys, multipliers)
-    return out.bitwise_right_shift_(16).bitwise_and_(0xFFFF)
+    return out.bitwise_right_shift_(16).add_(1 << 15)
+
+
+def _high_halves(x: torch.Tensor) -> torch.Tensor:
+    """The upper 16 bits of each int32 of ``x``, as a signed int16 view (no copy; little-endian,
+    as on every platform torch runs on)."""
+    return x.view(torch.int16)[..., 1::2]
 
 
 def stochastic_round(values: torch.Tensor, dtype: torch.dtype, keys: torch.Tensor, multipliers: torch.Tensor,
                      ) -> torch.Tensor:
     """``values`` (``U x C`` fp32; consumed) rounded stochastically to ``dtype`` (bf16 or fp16)
-    with the random bits of ``keys`` (``U x 1``) and ``multipliers`` (``C``); fp32 is returned as is."""
+    with the random bits of ``keys`` (``U x 1``) and ``multipliers`` (``C``); fp32 is returned as is.
+
+    bf16 is returned as a view (not contiguous) of ``values``' storage, since bf16 is fp32's upper
+    half: the upper halves of ``values``' bits plus :func:`random_bits`. Every pass is an int32
+    operation on int32 tensors (torch's mixed-type integer arithmetic, and a conversion to int16,
+    take several times longer each)."""
     if dtype == torch.float32:
         return values
-    bits = random_bits(keys, multipliers, out=workspace("rounding_bits", values.view(torch.int32)))
     if dtype == torch.bfloat16:
-        bits.add_(values.view(torch.int32)).bitwise_right_shift_(16)
-        return bits.to(torch.int16).view(torch.bfloat16)
+        bits = values.view(torch.int32)
+        bits.add_(random_bits(keys, multipliers, out=workspace("rounding_bits", bits)))
+        return _high_halves(bits).view(torch.bfloat16)
     if dtype != torch.float16:
         raise ValueError(f"no stochastic rounding to {dtype}")
+    bits = random_bits(keys, multipliers, out=workspace("rounding_bits", values.view(torch.int32)))
     values.clamp_(-_FP16_MAX, _FP16_MAX)
     small = values.abs() < _FP16_MIN_NORMAL
     normal = values.view(torch.int32).add(bits >> 3).bitwise_and_(~0x1FFF).view(torch.float32)
@@ -173,13 +209,28 @@ class TableLayout:
         offsets = torch.tensor(self.row_offsets or (0,) * len(self.tables), dtype=torch.int64)
         return starts, torch.tensor(self.tables, dtype=torch.int64), offsets
 
+    @functools.cached_property
+    def _short_tables(self) -> bool:
+        """Whether every row of the layout has an index below 2**32 in its table."""
+        offsets = self.row_offsets or (0,) * len(self.tables)
+        return all(o + r <= 1 << 32 for o, r in zip(offsets, self.block_rows))
+
     def keys(self, rows: torch.Tensor, step: int) -> torch.Tensor:
-        """The ``U x 1`` keys of local rows ``rows`` at ``step``."""
+        """The ``U x 1`` keys of local rows ``rows`` at ``step`` (:func:`row_keys`' values)."""
         starts, tables, offsets = (t.to(rows.device) for t in self._tensors)
         if len(self.tables) == 1:
-            return row_keys(self.seed, step, tables.expand(rows.shape[0]), rows + offsets[0])
-        block = torch.bucketize(rows, starts[1:], right=True)
-        return row_keys(self.seed, step, tables[block], rows - starts[block] + offsets[block])
+            block = None
+            local = rows + offsets[0]
+        else:
+            block = torch.bucketize(rows, starts[1:], right=True)
+            local = rows - starts[block] + offsets[block]
+        if not self._short_tables:
+            return row_keys(self.seed, step, tables.expand(rows.shape[0]) if block is None else tables[block], local)
+        # rows below 2**32: the first two rounds of row_keys depend on the table only, so they
+        # are computed once per table and the rows' own round is the only one over every row
+        per_table = _table_keys(self.seed, step, tables.clone())
+        h = local.bitwise_xor_(per_table[0] if block is None else per_table[block])
+        return _to_int32(_mix32_(h)).unsqueeze(1)
 
     def round(self, values: torch.Tensor, dtype: torch.dtype, rows: torch.Tensor, step: int) -> torch.Tensor:
         """``values`` (fp32, the new values of local rows ``rows``) stored as ``dtype``."""

@@ -100,6 +100,7 @@ from harness.reference.embeddings import (
     set_learning_rate,
     sparse_update,
     unscale,
+    update_from_bags,
 )
 from harness.reference.numerics import TableLayout
 from harness.reference.planner.estimators import cache_rows
@@ -809,18 +810,16 @@ class ShardedEmbeddingCollection(nn.Module):
 
     def _update_shard(self, i: int, k: KeyedIds, pooled_grad: torch.Tensor) -> None:
         """Apply local shard ``i``'s pooled gradients (the global batch's) to the rows it looked up."""
-        if k.one_per_sample:
-            rows, summed = coalesce(k.values, pooled_grad)
-        else:  # each id's bag: a segment sum of the bags' gradients, no copy per id
-            bag = torch.repeat_interleave(torch.arange(k.lengths.numel(), device=pooled_grad.device), k.lengths)
-            rows, summed = coalesce_bags(k.values, bag, pooled_grad)
-        unscale(summed, self.grad_unscale)
+        # each id's bag: a segment sum of the bags' gradients, no copy per id
+        bag = None if k.one_per_sample else torch.repeat_interleave(
+            torch.arange(k.lengths.numel(), device=pooled_grad.device), k.lengths)
         rounding = (self._layouts[i], self.update_step)
-        if i in self.cached:
-            self.cached[i].update(rows, summed, self.optimizer, rounding)
-        else:
-            sparse_update(self._weights[i], self._states[i], rows, summed, self.optimizer,  # type: ignore[arg-type]
-                          rounding)
+        if i not in self.cached:
+            update_from_bags(self._weights[i], self._states[i], k.values, bag, pooled_grad,  # type: ignore[arg-type]
+                             self.optimizer, rounding, self.grad_unscale)
+            return
+        rows, summed = coalesce_bags(k.values, bag, pooled_grad, reuse=True)
+        self.cached[i].update(rows, unscale(summed, self.grad_unscale), self.optimizer, rounding)
 
     def _start_two_stage_backward(self, grad: torch.Tensor, sizes: Sequence[int]) -> PendingAllToAll:
         """Stage two in reverse: to the rank of my local index on node ``m``, the gradients of my

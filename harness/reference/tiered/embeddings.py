@@ -142,7 +142,8 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
 
         self._ahead = (self._reader.submit(prepare), sparse)
 
-    def _apply_update(self, rows: torch.Tensor, grad: torch.Tensor) -> None:
+    def _update_from_pooled(self, ids: torch.Tensor, grad_pooled: torch.Tensor) -> None:
+        rows, grad = self._coalesce_pooled(ids, grad_pooled)
         sparse_update(self.weight.data, self.optimizer_state, rows, grad, self.optimizer)
         self.cache.mark_dirty(rows)
 
