@@ -223,17 +223,16 @@ def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | No
     # groups and in one process, and the run stops in one line unless they agree.
     comm = _comm_codecs(request.comm, profile.world_size)
     hyperparameters = effective_hyperparameters(spec, request.submitter, request.division)
-    precision, precision_reason, native = _precision(request, spec, profile, detected)
+    precision, precision_reason = _precision(request, spec, profile, detected)
     data, data_description = _validated_dataset(spec, request.data, int(hyperparameters["global_batch_size"]),
                                                 progress)
     runs = request.runs if request.runs is not None else spec.required_runs
     if runs < 1:
         raise HarnessError("--runs must be at least 1")
-    sharding_plan = _sharding_plan(spec, profile, hyperparameters, comm, request) if profile.world_size > 1 else None
-    tier_plan = _tier_plan(request, spec, profile, hyperparameters) if profile.world_size == 1 else None
+    sharding_plan = (_sharding_plan(spec, profile, hyperparameters, comm, request, precision)
+                     if profile.world_size > 1 else None)
+    tier_plan = _tier_plan(request, spec, profile, hyperparameters, precision) if profile.world_size == 1 else None
     embedding_tier = _embedding_tier(request, tier_plan or sharding_plan)
-    precision, precision_reason = _precision_with_caches(precision, precision_reason, native,
-                                                         _cached_tiers(tier_plan or sharding_plan))
     fp = fingerprint({
         "benchmark": spec.raw, "hyperparameters": hyperparameters, "profile": _fingerprint_profile(profile),
         **({"emulated": True} if request.emulate else {}),
@@ -266,46 +265,18 @@ def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | No
 
 
 def _precision(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile,
-               detected: DetectedHardware) -> tuple[Precision, str, bool]:
-    """The run set's precision, where it comes from, and whether it is the hardware's default:
+               detected: DetectedHardware) -> tuple[Precision, str]:
+    """The run set's precision and where it comes from:
     ``--precision``, else the submitter config's choice for the profile, else the fastest
     precision the hardware computes natively (this CPU's for ``--emulate``). The same command
     on the same machine resolves the same, so a plain ``--resume`` keeps the set's precision."""
     if request.precision is not None:
-        return parse_precision(request.precision, what="--precision"), "--precision", False
+        return parse_precision(request.precision, what="--precision"), "--precision"
     chosen = submitter_precision(request.submitter, spec.name, profile.name)
     if chosen is not None:
-        return *chosen, False
+        return chosen
     name, reason = native_precision(profile, detected, emulated=request.emulate)
-    return parse_precision(name), reason, True
-
-
-def _cached_tiers(plan: dict[str, Any] | None) -> list[str]:
-    """The tiers whose shards the plan trains behind a cache in a faster tier, as the sharded
-    executor runs them: SSD shards always, DDR shards when the rank has HBM above them and the
-    plan gives DDR a cache (a sharded run's memory tier)."""
-    if plan is None:
-        return []
-    tiers = {shard["tier"] for table in plan["tables"] for shard in table["shards"]}
-    ddr_cached = plan["rank_capacity_bytes"].get("hbm", 0) > 0 and plan["config"].get("ddr_cache_fraction", 0) > 0
-    return [t for t in ("ddr", "ssd") if t in tiers and (t == "ssd" or ddr_cached)]
-
-
-def _precision_with_caches(precision: Precision, reason: str, native: bool,
-                           cached: list[str]) -> tuple[Precision, str]:
-    """16-bit tables behind caches are not implemented yet (the executor refuses them): the
-    hardware's default falls back to fp32, saying why; a precision asked for is refused in one
-    line before anything is written."""
-    if not precision.reduced or not cached:
-        return precision, reason
-    where = " and ".join(t.upper() for t in cached)
-    if native:
-        return Precision.FP32, f"{reason}, but {precision.value} tables behind the {where} cache are not implemented yet"
-    raise HarnessError(
-        f"precision {precision.value} ({reason}): the plan puts tables on {where} behind a cache, and tables stored "
-        f"in {precision.value} behind caches are not implemented yet; use --precision fp32, or keep the tables in "
-        "memory (--embedding-tier memory, a profile whose fastest tier holds them)", ErrorCategory.NOT_IMPLEMENTED,
-    )
+    return parse_precision(name), reason
 
 
 def _validated_dataset(spec: BenchmarkSpec, path: Path | None, batch_size: int,
@@ -380,16 +351,18 @@ def _tier_constraints(request: RunSetRequest, spec: BenchmarkSpec, world_size: i
 
 
 def _tier_plan(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile,
-               hyperparameters: dict[str, Any]) -> dict[str, Any] | None:
+               hyperparameters: dict[str, Any], precision: Precision) -> dict[str, Any] | None:
     """A one-rank run's placement of each table on HBM, DDR or SSD within the profile's
-    capacities (see :func:`_tier_constraints`); None for ``--embedding-tier memory``."""
+    capacities (see :func:`_tier_constraints`), its weights counted in ``precision``'s bytes;
+    None for ``--embedding-tier memory``."""
     constraints = _tier_constraints(request, spec, 1)
     if constraints is None:
         return None
     from harness.reference.planner import PlannerConfig, plan_tables
     from harness.reference.planner.models import tables_for_benchmark
 
-    config = PlannerConfig(batch_size=int(hyperparameters["global_batch_size"]), **constraints)
+    config = PlannerConfig(batch_size=int(hyperparameters["global_batch_size"]),
+                           param_bytes_per_element=precision.bytes_per_element, **constraints)
     return plan_tables(tables_for_benchmark(spec), profile, config).to_dict()
 
 
@@ -423,9 +396,10 @@ def _comm_codecs(requested: tuple[tuple[str, str], ...], world_size: int) -> dic
 
 
 def _sharding_plan(spec: BenchmarkSpec, profile: Profile, hyperparameters: dict[str, Any],
-                   comm: dict[str, str], request: RunSetRequest) -> dict[str, Any]:
+                   comm: dict[str, str], request: RunSetRequest, precision: Precision) -> dict[str, Any]:
     """The plan the run's ranks execute: the planner's, for the (emulated) profile and the global
-    batch (with ``--embedding-tier ssd|auto``, its tier settings and SSD caches counted)."""
+    batch (with ``--embedding-tier ssd|auto``, its tier settings and SSD caches counted), the
+    tables' weights in ``precision``'s bytes."""
     from harness.reference.comm_codecs import Codec
     from harness.reference.planner import PlannerConfig, plan_tables
     from harness.reference.planner.models import tables_for_benchmark
@@ -437,7 +411,8 @@ def _sharding_plan(spec: BenchmarkSpec, profile: Profile, hyperparameters: dict[
         )
     slowest = max((Codec(comm["forward"]), Codec(comm["backward"])), key=lambda c: c.bytes_per_element)
     constraints = _tier_constraints(request, spec, profile.world_size) or {}
-    config = PlannerConfig(batch_size=gbs, comm_precision=slowest, **constraints)
+    config = PlannerConfig(batch_size=gbs, comm_precision=slowest, param_bytes_per_element=precision.bytes_per_element,
+                           **constraints)
     return plan_tables(tables_for_benchmark(spec), profile, config).to_dict()
 
 

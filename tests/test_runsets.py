@@ -320,32 +320,33 @@ def test_the_precision_is_the_option_else_the_submitters_choice_for_the_system_e
     assert len({chosen.fingerprint, explicit.fingerprint, plan(precision="fp32").fingerprint}) == 3
 
 
-def test_16_bit_tables_behind_caches_fall_back_to_fp32_by_default_and_are_refused_when_asked(tmp_path):
-    """The executor does not implement 16-bit tables behind caches yet: the run set knows it
-    from the plan before anything is written."""
-    from harness.errors import ErrorCategory, HarnessError
+def test_16_bit_tables_behind_caches_keep_their_precision_and_the_plans_count_their_bytes(tmp_path):
+    """Tables on the SSD tier (one rank) and DDR shards behind HBM caches (sharded) run in the
+    precision asked, and the plans count their weights in its bytes (half of fp32's)."""
     from harness.rules.precision import Precision
     from harness.runsets import RunSetRequest, plan_run_set
 
-    def plan(**request):
+    def ssd(**request):
         return plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile="local", results_dir=tmp_path / "r",
                                           embedding_tier="ssd", ssd_tables=(0, 3), **request))
 
-    default = plan()
-    assert default.precision is Precision.FP32
-    memory = plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile="local", results_dir=tmp_path / "r"))
-    if memory.precision.reduced:  # this CPU computes bf16 natively: the default says why it is not used
-        assert default.precision_reason == (f"{memory.precision_reason}, but {memory.precision.value} tables behind "
-                                            "the SSD cache are not implemented yet")
-    small_hbm = plan_run_set(RunSetRequest(  # its HBM cannot hold the default benchmark: DDR shards behind caches
-        benchmark="dlrm_synthetic", profile=str(FIXTURE.parent / "small_hbm_4gpu.yaml"), emulate=True,
-        results_dir=tmp_path / "r"))
-    assert small_hbm.precision is Precision.FP32
-    assert not memory.precision.reduced or small_hbm.precision_reason.endswith(" the DDR cache are not implemented yet")
-    with pytest.raises(HarnessError) as refused:
-        plan(precision="fp16")
-    assert refused.value.category is ErrorCategory.NOT_IMPLEMENTED and "\n" not in str(refused.value)
-    assert str(refused.value).startswith("precision fp16 (--precision): the plan puts tables on SSD behind a cache")
+    def small_hbm(**request):  # its HBM cannot hold the default benchmark: DDR shards behind caches
+        return plan_run_set(RunSetRequest(benchmark="dlrm_synthetic", profile=str(FIXTURE.parent / "small_hbm_4gpu.yaml"),
+                                          emulate=True, results_dir=tmp_path / "r", **request))
+
+    def weight_bytes(plan):
+        plan = plan.tier_plan or plan.sharding_plan
+        return sum(s["storage_bytes"] for t in plan["tables"] for s in t["shards"])
+
+    def tiers(plan):
+        return {s["tier"] for t in (plan.tier_plan or plan.sharding_plan)["tables"] for s in t["shards"]}
+
+    for make, slow in ((ssd, "ssd"), (small_hbm, "ddr")):
+        full, half = make(precision="fp32"), make(precision="fp16")
+        assert (full.precision, half.precision) == (Precision.FP32, Precision.FP16)
+        assert slow in tiers(full) and slow in tiers(half)
+        # Adagrad: 2 + 4 bytes per value (fp16 weights, fp32 state) against 4 + 4
+        assert weight_bytes(half) * 4 == weight_bytes(full) * 3
     assert not (tmp_path / "r").exists()
 
 

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.reference.hugepages import empty_table
 from harness.reference.numerics import (TableLayout, column_multipliers, fused_layout, stochastic_round,
                                         workspace as _workspace)
 from harness.rules.specs import EmbeddingOptimizer
@@ -77,7 +78,7 @@ def initial_state(opt: SparseOptimizerConfig | None, rows: int, cols: int, devic
     if opt is None or opt.kind is SparseOptimizerKind.SGD:
         return torch.empty(0, device=device)
     shape = (rows, cols) if opt.kind is SparseOptimizerKind.ADAGRAD else (rows,)
-    return torch.full(shape, opt.initial_accumulator_value, device=device)
+    return empty_table(shape, device=device).fill_(opt.initial_accumulator_value)
 
 
 def distinct(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -210,6 +211,8 @@ def sparse_update(
     grad: torch.Tensor,
     opt: SparseOptimizerConfig | None,
     rounding: tuple[TableLayout, int] | None = None,
+    *,
+    key_rows: torch.Tensor | None = None,
 ) -> None:
     """Apply the fused optimizer to the distinct ``rows`` of ``weight`` given their summed ``grad``.
 
@@ -218,15 +221,17 @@ def sparse_update(
     (modified in place). A weight stored in bf16 or fp16 is updated in fp32 and its rows
     rounded stochastically with the bits of ``rounding`` (the weight's
     :class:`~harness.reference.numerics.TableLayout` and the step; see
-    :mod:`harness.reference.numerics`). The sharded embeddings
-    (:mod:`harness.reference.distributed.sharded`) and the tiers update with this same function.
+    :mod:`harness.reference.numerics`), by default of ``rows``; ``key_rows`` are the rows of the
+    layout that ``rows`` hold when they are not the same (the slots of a cache hold rows of a
+    table). The sharded embeddings (:mod:`harness.reference.distributed.sharded`) and the tiers
+    update with this same function.
     """
     if opt is None:
         raise HarnessError(
             "backward through embeddings built without an optimizer (inference tables)",
             ErrorCategory.BAD_INPUT,
         )
-    bits = _rounding_bits(weight, rows, rounding)
+    bits = _rounding_bits(weight, rows if key_rows is None else key_rows, rounding)
     # a block of rows at a time, each block's fp32 intermediates about 2 MB: every pass of the
     # update then runs in the caches, not in memory (about 1.3x faster on the default
     # benchmark's batch, and each row's update is the same, bit for bit)
@@ -385,7 +390,9 @@ class _FusedLookup(torch.autograd.Function):
     def backward(ctx, grad_pooled: torch.Tensor):
         (ids,) = ctx.saved_tensors
         owner: FusedEmbeddingCollection = ctx.owner
-        owner._update_from_pooled(ids, grad_pooled.float())  # summed and applied in fp32 whatever the tables' type
+        # summed and applied in fp32 whatever the tables' type; widened into a buffer kept from
+        # step to step (a fresh one costs more in page faults than the conversion)
+        owner._update_from_pooled(ids, _workspace("pooled_grad", grad_pooled, torch.float32).copy_(grad_pooled))
         return None, None, None
 
 
@@ -437,7 +444,7 @@ class FusedEmbeddingCollection(nn.Module):
         self.register_buffer("column_feature", column_feature.to(device), persistent=False)
         self._one_hot = all(p == 1 for p in self.pooling)
         total = sum(self.table_rows) if allocate else 0  # not allocated: a subclass stores the rows
-        self.weight = nn.Parameter(torch.empty(total, self.dim, device=device, dtype=dtype))
+        self.weight = nn.Parameter(empty_table((total, self.dim), dtype, device))
         self.layout = fused_layout(self.seed, self.table_ids, self.table_rows)
         self.update_step = 0  # the optimizer step of the next update (its rounding bits)
         self.grad_unscale: float | None = None  # 1 / the loss scale, when the loss is scaled

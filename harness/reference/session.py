@@ -274,7 +274,8 @@ class TrainingSession:
                 "cache is implemented", ErrorCategory.NOT_IMPLEMENTED,
             )
         in_file = bool(tier.get("rows_in_file"))  # resuming: the file already holds the rows
-        store = SsdRows(Path(tier["path"]), sum(full.table_rows), full.dim, state_columns(full), create=not in_file)
+        store = SsdRows(Path(tier["path"]), sum(full.table_rows), full.dim, state_columns(full), create=not in_file,
+                        dtype=full.weight.dtype)
         on_ssd = tier.get("ssd_tables")  # table indices; None: all
         memory = tuple(t for t in range(len(full.table_rows)) if on_ssd is not None and t not in on_ssd)
         # each SSD table's share of the cache, as the planner counts it

@@ -107,7 +107,8 @@ def test_every_sharding_type_follows_single_process_training(single, tmp_path, w
 @pytest.mark.parametrize(("world", "nodes"), [(2, 1), (4, 2)])
 def test_tables_in_fp16_round_as_one_process_bit_for_bit_under_every_sharding_type(tmp_path, world, nodes):
     """Tables stored in fp16 (dense layers in fp16, the loss scaled dynamically), every sharding
-    type and a mixed plan: after 20 steps every table value equals one process's, bit for bit.
+    type and a mixed plan (at 2 ranks also with the shards on the SSD tier behind caches): after
+    20 steps every table value equals one process's, bit for bit.
     The dense part is frozen, so that every rank computes each sample's gradient as one process
     does (its all-reduce adds the ranks' dense gradients in another order, and training it would
     set the curves apart by rounding, as in fp32); what is compared is the tables' path: the
@@ -118,7 +119,11 @@ def test_tables_in_fp16_round_as_one_process_bit_for_bit_under_every_sharding_ty
     single = run_driver(tmp_path, "w1", 1, {"single": {}}, steps=20, **extra)["single"]
     moved = single["weight"] != start["weight"]
     assert int(moved.sum()) > single["weight"].numel() // 4  # the tables did train
-    results = run_driver(tmp_path, f"w{world}", world, every_type_and_mixed(), steps=20, nodes=nodes, **extra)
+    plans = every_type_and_mixed()
+    if world == 2:  # and every shard but the replicas' on the SSD tier, 16-bit rows behind 5% caches
+        plans["ssd"] = {"types": {"*": [t for t in TYPES if t != "data_parallel"]}, "ssd": {"cache_fraction": 0.05}}
+    results = run_driver(tmp_path, f"w{world}", world, plans, steps=20, nodes=nodes, **extra)
+    assert results["ssd" if world == 2 else "mixed"]["types"]
     for plan, got in results.items():
         differ = int((got["weight"] != single["weight"]).sum())
         assert differ == 0, f"{plan} on {world} ranks: {differ} table values differ from one process's"

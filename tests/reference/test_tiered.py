@@ -131,10 +131,10 @@ def big_table_spec() -> dict:
     return spec
 
 
-def session(tmp_path: Path, tier: dict | None) -> TrainingSession:
+def session(tmp_path: Path, tier: dict | None, precision: str = "fp32") -> TrainingSession:
     spec = big_table_spec()
     hp = dict(spec_from_dict(spec, what="test spec").reference_hyperparameters, global_batch_size=BATCH)
-    return TrainingSession(RunConfig.offline(spec, hp, 3, who="test", embedding_tier=tier))
+    return TrainingSession(RunConfig.offline(spec, hp, 3, who="test", embedding_tier=tier, precision=precision))
 
 
 class Losses(SessionHooks):
@@ -176,6 +176,21 @@ def test_training_on_the_ssd_tier_behind_a_5_percent_cache_is_bit_identical(in_m
     assert 0 < report["hit_rate"] < 1 and report["ssd_bytes_read"] > 0 and report["ssd_bytes_written"] > 0
     # the rows of almost every batch were read while the previous step computed
     assert report["read_ahead_batches"] >= STEPS - 2
+    t.close()
+
+
+def test_tables_in_bf16_on_the_ssd_tier_train_as_in_memory_bit_for_bit_in_three_quarters_of_the_bytes(tmp_path):
+    """16-bit tables behind a cache: the slots hold bf16 rows, the file two values to a word
+    (fp32 Adagrad state beside them), and each update rounds with the bits of the row's place
+    in the tables, not of its slot, so the run equals the tables in memory in bf16."""
+    memory = train(session(tmp_path / "m", None, "bf16"))
+    path = tmp_path / "tables.bin"
+    t = session(tmp_path, {"tier": "ssd", "path": str(path), "cache_fraction": 0.05, "policy": "lru"}, "bf16")
+    losses, aucs, weights = train(t)
+    assert weights.dtype == torch.bfloat16 and t.cache_report()["hit_rate"] > 0
+    assert losses == memory[0] and aucs == memory[1] and torch.equal(weights, memory[2])
+    dim = big_table_spec()["model"]["embedding_dim"]
+    assert path.stat().st_size == 26 * 40_000 * (dim // 2 + dim) * 4  # fp32: (dim + dim) * 4
     t.close()
 
 
@@ -235,7 +250,7 @@ def test_the_planner_places_the_tables_that_memory_cannot_hold_on_the_ssd(tmp_pa
 
     def planned(**kw):
         return plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile=str(profile), results_dir=tmp_path / "r",
-                                          embedding_tier="auto", **kw))
+                                          embedding_tier="auto", precision="fp32", **kw))
 
     plan = planned()
     tiers = table_tiers(plan.tier_plan)
@@ -255,7 +270,7 @@ def test_the_planner_places_the_tables_that_memory_cannot_hold_on_the_ssd(tmp_pa
     assert table_tiers(forced.tier_plan)[0] == "ssd" and set(forced.embedding_tier["ssd_tables"]) == {0, *ssd}
     # where memory holds every table, auto keeps them all there
     roomy = plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile=str(small_memory_profile(tmp_path, 10**9)),
-                                       results_dir=tmp_path / "r", embedding_tier="auto"))
+                                       results_dir=tmp_path / "r", embedding_tier="auto", precision="fp32"))
     assert set(table_tiers(roomy.tier_plan)) == {"ddr"} and roomy.embedding_tier is None
 
 
@@ -263,7 +278,8 @@ def test_harness_run_auto_trains_with_the_planners_placement_and_refuses_what_ca
     def run(ddr_bytes: int, *extra: str) -> subprocess.CompletedProcess:
         return subprocess.run(
             [sys.executable, "-m", "harness", "run", "--benchmark", str(FIXTURE), "--runs", "1", "--threads", "1",
-             "--profile", str(small_memory_profile(tmp_path, ddr_bytes)), "--embedding-tier", "auto", *extra],
+             "--profile", str(small_memory_profile(tmp_path, ddr_bytes)), "--embedding-tier", "auto",
+             "--precision", "fp32", *extra],  # the byte counts below are fp32's
             cwd=tmp_path, capture_output=True, text=True, timeout=300,
         )
 

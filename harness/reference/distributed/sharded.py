@@ -102,11 +102,13 @@ from harness.reference.embeddings import (
     unscale,
     update_from_bags,
 )
+from harness.reference.hugepages import empty_table
 from harness.reference.numerics import TableLayout
 from harness.reference.planner.estimators import cache_rows
 from harness.reference.planner.types import ShardingType
 from harness.reference.tiered import CachedShard, CachePolicy, CacheStats
 from harness.reference.tiered.ledger import TIER_NAMES, TierLedger
+from harness.reference.tiered.store import row_bytes
 
 
 @dataclass(frozen=True)
@@ -413,7 +415,7 @@ class ShardedEmbeddingCollection(nn.Module):
                 self._weights.append(None)
                 self._states.append(None)
                 continue
-            weight = self._initial_block(s).to(device=device, dtype=self.table_dtype)
+            weight = empty_table((s.rows, s.cols), self.table_dtype, device).copy_(self._initial_block(s))
             state = initial_state(self.optimizer, s.rows, s.cols, device)
             self.ledger.allocate(s.tier, _nbytes(weight, state), f"shard {i} (table {s.table})")
             self.register_buffer(f"shard{i}_weight", weight)
@@ -507,15 +509,11 @@ class ShardedEmbeddingCollection(nn.Module):
         if fraction <= 0:
             raise HarnessError(f"shard {i} (table {s.table}) is on the SSD tier without a cache: plan SSD shards "
                                "with an ssd_cache_fraction", ErrorCategory.NOT_IMPLEMENTED)
-        if self.table_dtype != torch.float32:
-            raise HarnessError(f"shard {i} (table {s.table}) is planned in {s.tier} behind a cache: tables stored in "
-                               f"{self.table_dtype} behind caches are not implemented yet; run it with --precision "
-                               "fp32, or on a profile whose fastest tier holds the tables", ErrorCategory.NOT_IMPLEMENTED)
         if self._device.type != "cpu":
             raise HarnessError("caches of slower tiers on a GPU (in HBM) are not implemented: only the CPU path "
                                "caches DDR and SSD shards", ErrorCategory.NOT_IMPLEMENTED)
         state_cols = self._state_cols(s.cols)
-        self.ledger.allocate(s.tier, s.rows * (s.cols + state_cols) * 4, f"shard {i} (table {s.table})")
+        self.ledger.allocate(s.tier, s.rows * row_bytes(s.cols, state_cols, self.table_dtype), f"shard {i} (table {s.table})")
         slots = cache_rows(s.rows, fraction, int(self.tiers.get("batch", 1)) * self.pooling[s.table])
         policy = CachePolicy(self.tiers.get("policy", "lru"))
         if self._io is None:
@@ -525,9 +523,11 @@ class ShardedEmbeddingCollection(nn.Module):
                 raise HarnessError("the plan puts shards on the SSD tier, but the run gave them no file path",
                                    ErrorCategory.BAD_INPUT)
             path = Path(f"{self.tiers['path']}.shard{i}.bin")
-            cached = CachedShard.on_ssd(path, s.rows, s.cols, state_cols, self._initial_rows(s), slots, policy, self._io)
+            cached = CachedShard.on_ssd(path, s.rows, s.cols, state_cols, self._initial_rows(s), slots, policy, self._io,
+                                        dtype=self.table_dtype)
         else:
-            cached = CachedShard.in_ddr(s.rows, s.cols, state_cols, self._initial_rows(s), slots, policy, self._io)
+            cached = CachedShard.in_ddr(s.rows, s.cols, state_cols, self._initial_rows(s), slots, policy, self._io,
+                                        dtype=self.table_dtype)
         self.ledger.allocate(fast, cached.cache.nbytes, f"the cache of shard {i} (table {s.table})")
         return cached
 

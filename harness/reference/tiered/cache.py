@@ -107,7 +107,7 @@ class RowCache:
         self.store, self.capacity, self.policy = store, self.free_capacity + pinned_rows, policy
         self.io = io
         self._writes: deque[Future] = deque()  # write-backs in flight on ``io``, oldest first
-        self.weights = torch.zeros(self.capacity, store.cols)  # read and updated in place by the step
+        self.weights = torch.zeros(self.capacity, store.cols, dtype=store.dtype)  # read and updated in place by the step
         self._state = torch.zeros(self.capacity, store.state_cols)
         self.slot_row = torch.full((self.capacity,), -1, dtype=torch.int64)
         # one int32 per row of the whole table: the only per-row cost of the cache in memory
@@ -170,8 +170,8 @@ class RowCache:
         self._count(rows, outside, resident, counts, missing.numel())
         if missing.numel():
             slots = self._victims(rows, missing.numel())
-            self.weights.index_copy_(0, slots, fetched[:, : self.store.cols])
-            self._state.index_copy_(0, slots, fetched[:, self.store.cols :])
+            self.weights.index_copy_(0, slots, self.store.weights_of(fetched))
+            self._state.index_copy_(0, slots, self.store.state_of(fetched))
             self.slot_row[slots] = missing
             self.row_slot[missing] = slots.to(self.row_slot.dtype)
         self.clock += 1
@@ -215,7 +215,7 @@ class RowCache:
         """The latest weights of ``rows``, wherever they are (a slot, or the store once the
         write-backs in flight are done); nothing is admitted."""
         self.drain()
-        values = self.store.read(rows)[:, : self.store.cols]
+        values = self.store.weights_of(self.store.read(rows)).clone()
         slots = self.row_slot.index_select(0, rows)
         resident = slots >= 0
         values[resident] = self.weights.index_select(0, slots[resident].long())
@@ -242,7 +242,7 @@ class RowCache:
     def _write_back(self, slots: torch.Tensor) -> None:
         slots = slots[self.dirty.index_select(0, slots)]
         if slots.numel():
-            values = torch.cat([self.weights.index_select(0, slots), self._state.index_select(0, slots)], dim=1)
+            values = self.store.pack(self.weights.index_select(0, slots), self._state.index_select(0, slots))
             rows = self.slot_row.index_select(0, slots)
             if self.io is None:
                 self.store.write(rows, values)

@@ -29,6 +29,7 @@ from harness.reference.embeddings import (
     SparseOptimizerKind,
     distinct,
     sparse_update,
+    unscale,
 )
 from harness.reference.tiered.cache import CachePolicy, RowCache
 from harness.reference.tiered.store import MemoryRows, RowStore, SsdRows
@@ -61,12 +62,11 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
     def __init__(self, full: FusedEmbeddingCollection, store: RowStore, cache_rows: int,
                  policy: CachePolicy = CachePolicy.LRU, *, copy_rows: bool = True,
                  memory_tables: tuple[int, ...] = ()):
-        if full.weight.dtype != torch.float32:
-            raise HarnessError(f"tables stored in {full.weight.dtype} on the SSD tier are not implemented yet: "
-                               "run the SSD tier with --precision fp32", ErrorCategory.NOT_IMPLEMENTED)
-        super().__init__(full.table_rows, full.dim, full.pooling, optimizer=full.optimizer, allocate=False)
-        if store.rows != sum(full.table_rows) or store.cols != full.dim or store.state_cols != state_columns(full):
-            raise ValueError("the store's shape does not match the tables")
+        super().__init__(full.table_rows, full.dim, full.pooling, optimizer=full.optimizer, allocate=False,
+                         dtype=full.weight.dtype, seed=full.seed, table_ids=full.table_ids)
+        if (store.rows != sum(full.table_rows) or store.cols != full.dim or store.state_cols != state_columns(full)
+                or store.dtype != full.weight.dtype):
+            raise ValueError("the store's shape or type does not match the tables")
         if copy_rows:
             store.load(full.weight.detach(), full.optimizer_state.reshape(full.weight.shape[0], -1))
         self.store = store
@@ -143,9 +143,12 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
         self._ahead = (self._reader.submit(prepare), sparse)
 
     def _update_from_pooled(self, ids: torch.Tensor, grad_pooled: torch.Tensor) -> None:
-        rows, grad = self._coalesce_pooled(ids, grad_pooled)
-        sparse_update(self.weight.data, self.optimizer_state, rows, grad, self.optimizer)
-        self.cache.mark_dirty(rows)
+        """The update of the slots ``ids`` looked up; 16-bit tables round with the bits of the
+        slots' rows (their place in the tables), as the tables in memory do."""
+        slots, grad = self._coalesce_pooled(ids, grad_pooled)
+        sparse_update(self.weight.data, self.optimizer_state, slots, unscale(grad, self.grad_unscale), self.optimizer,
+                      (self.layout, self.update_step), key_rows=self.cache.slot_row.index_select(0, slots))
+        self.cache.mark_dirty(slots)
 
     # ------------------------------------------------------------------ durability
     def flush(self) -> None:
@@ -209,7 +212,8 @@ class CachedShard:
                  policy: CachePolicy = CachePolicy.LRU, io: ThreadPoolExecutor | None = None):
         self.store = store
         for lo in range(0, store.rows, self.CHUNK_ROWS):
-            self.store.write_rows(lo, initial(lo, min(lo + self.CHUNK_ROWS, store.rows)))
+            rows = initial(lo, min(lo + self.CHUNK_ROWS, store.rows))
+            self.store.write_rows(lo, store.pack(rows[:, : store.cols], rows[:, store.cols :]))
         self._io = io
         self.cache = RowCache(self.store, cache_rows, policy, io=io)
         self._queued: torch.Tensor | None = None
@@ -219,14 +223,14 @@ class CachedShard:
     @classmethod
     def on_ssd(cls, path: Path, rows: int, cols: int, state_cols: int, initial: Callable[[int, int], torch.Tensor],
                cache_rows: int, policy: CachePolicy = CachePolicy.LRU,
-               io: ThreadPoolExecutor | None = None) -> CachedShard:
-        return cls(SsdRows(path, rows, cols, state_cols, create=True), initial, cache_rows, policy, io)
+               io: ThreadPoolExecutor | None = None, dtype: torch.dtype = torch.float32) -> CachedShard:
+        return cls(SsdRows(path, rows, cols, state_cols, create=True, dtype=dtype), initial, cache_rows, policy, io)
 
     @classmethod
     def in_ddr(cls, rows: int, cols: int, state_cols: int, initial: Callable[[int, int], torch.Tensor],
                cache_rows: int, policy: CachePolicy = CachePolicy.LRU,
-               io: ThreadPoolExecutor | None = None) -> CachedShard:
-        return cls(MemoryRows(rows, cols, state_cols, tier="ddr"), initial, cache_rows, policy, io)
+               io: ThreadPoolExecutor | None = None, dtype: torch.dtype = torch.float32) -> CachedShard:
+        return cls(MemoryRows(rows, cols, state_cols, tier="ddr", dtype=dtype), initial, cache_rows, policy, io)
 
     @property
     def store_bytes(self) -> int:
@@ -282,11 +286,11 @@ class CachedShard:
 
     def update(self, rows: torch.Tensor, grad: torch.Tensor, opt: SparseOptimizerConfig | None,
                rounding: Any = None) -> None:
-        """The fused optimizer on the distinct local ``rows`` (resident since their lookup). The
-        slots hold fp32 rows (16-bit tables behind caches are refused when the shard is made), so
-        ``rounding`` is not needed yet."""
+        """The fused optimizer on the distinct local ``rows`` (resident since their lookup), in
+        their slots; a 16-bit shard rounds with the bits of ``rows`` (``rounding``: the shard's
+        layout and the step), as the shard in memory does."""
         slots = self.cache.row_slot.index_select(0, rows).long()
-        sparse_update(self.cache.weights, self.cache.state, slots, grad, opt)
+        sparse_update(self.cache.weights, self.cache.state, slots, grad, opt, rounding, key_rows=rows)
         self.cache.mark_dirty(slots)
 
     def full_weight(self) -> torch.Tensor:

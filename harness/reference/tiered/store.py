@@ -1,8 +1,11 @@
 """Where embedding rows live: host memory, or an SSD tier as a memory-mapped file.
 
 A row is its weights followed by its optimizer state (Adagrad: one value per weight;
-row-wise Adagrad: one per row; SGD: none), float32, stored contiguously so that one row is
-one read and one write. :class:`MemoryRows` keeps them in a tensor (the HBM or DDR tier; on
+row-wise Adagrad: one per row; SGD: none), stored contiguously so that one row is one read and
+one write, as 4-byte words: the state is float32 always; the weights are float32, or, for tables
+stored in bf16 or fp16, two 16-bit values to a word (half the bytes, a trailing half-word of
+padding when the row has an odd number of columns). :meth:`RowStore.pack` makes a row's words
+and :meth:`RowStore.weights_of` / :meth:`RowStore.state_of` read them back. :class:`MemoryRows` keeps them in a tensor (the HBM or DDR tier; on
 a CPU-only machine both are host memory); :class:`SsdRows` in a file on local disk through
 ``numpy.memmap``, read and written row by row, flushed (``msync``) on :meth:`flush`.
 """
@@ -19,20 +22,55 @@ import torch
 from harness.errors import ErrorCategory, HarnessError
 
 
+def weight_words(cols: int, dtype: torch.dtype = torch.float32) -> int:
+    """The 4-byte words of a row's ``cols`` weights stored as ``dtype``."""
+    per_word = 4 // torch.empty(0, dtype=dtype).element_size()
+    return -(-int(cols) // per_word)
+
+
+def row_bytes(cols: int, state_cols: int, dtype: torch.dtype = torch.float32) -> int:
+    """The bytes of one stored row: its weights in ``dtype``, its optimizer state in fp32."""
+    return 4 * (weight_words(cols, dtype) + int(state_cols))
+
+
 class RowStore:
-    """``rows`` rows of ``cols`` weights and ``state_cols`` optimizer-state values each."""
+    """``rows`` rows of ``cols`` weights (stored as ``dtype``) and ``state_cols`` optimizer-state
+    values (fp32) each."""
 
     tier = "ddr"
 
-    def __init__(self, rows: int, cols: int, state_cols: int):
+    def __init__(self, rows: int, cols: int, state_cols: int, dtype: torch.dtype = torch.float32):
         self.rows, self.cols, self.state_cols = int(rows), int(cols), int(state_cols)
+        self.dtype = dtype
+        self.weight_words = weight_words(cols, dtype)
+        self.width = self.weight_words + self.state_cols  # 4-byte words per row
 
     @property
     def row_bytes(self) -> int:
-        return 4 * (self.cols + self.state_cols)
+        return 4 * self.width
+
+    def pack(self, weights: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        """Rows as stored: ``weights`` (``n x cols``, converted to the store's type) and
+        ``state`` (``n x state_cols``) as ``n x width`` words (float32)."""
+        weights = weights.to(self.dtype)
+        if self.dtype != torch.float32:
+            pad = self.weight_words * (4 // weights.element_size()) - self.cols
+            if pad:
+                weights = torch.nn.functional.pad(weights, (0, pad))
+            weights = weights.contiguous().view(torch.float32)
+        return torch.cat([weights, state.reshape(weights.shape[0], self.state_cols).float()], dim=1)
+
+    def weights_of(self, words: torch.Tensor) -> torch.Tensor:
+        """The weights (``n x cols``, the store's type; a view) of rows read as words."""
+        w = words[:, : self.weight_words]
+        return w if self.dtype == torch.float32 else w.view(self.dtype)[:, : self.cols]
+
+    def state_of(self, words: torch.Tensor) -> torch.Tensor:
+        """The optimizer state (``n x state_cols``, fp32; a view) of rows read as words."""
+        return words[:, self.weight_words :]
 
     def read(self, rows: torch.Tensor) -> torch.Tensor:
-        """Rows ``rows`` (int64) as a ``len(rows) x (cols + state_cols)`` float32 tensor (a copy)."""
+        """Rows ``rows`` (int64) as a ``len(rows) x width`` tensor of words (a copy; see :meth:`pack`)."""
         raise NotImplementedError
 
     def write(self, rows: torch.Tensor, values: torch.Tensor) -> None:
@@ -50,16 +88,16 @@ class RowStore:
         a chunk of rows at a time."""
         for lo in range(0, self.rows, chunk):
             hi = min(lo + chunk, self.rows)
-            self.write(torch.arange(lo, hi), torch.cat([weight[lo:hi], state[lo:hi]], dim=1))
+            self.write(torch.arange(lo, hi), self.pack(weight[lo:hi], state[lo:hi]))
 
 
 class MemoryRows(RowStore):
     """Rows in a tensor in memory."""
 
-    def __init__(self, rows: int, cols: int, state_cols: int, tier: str = "ddr"):
-        super().__init__(rows, cols, state_cols)
+    def __init__(self, rows: int, cols: int, state_cols: int, tier: str = "ddr", dtype: torch.dtype = torch.float32):
+        super().__init__(rows, cols, state_cols, dtype)
         self.tier = tier
-        self.data = torch.zeros(rows, cols + state_cols)
+        self.data = torch.zeros(rows, self.width)
 
     def read(self, rows: torch.Tensor) -> torch.Tensor:
         return self.data.index_select(0, rows)
@@ -78,10 +116,11 @@ class SsdRows(RowStore):
 
     tier = "ssd"
 
-    def __init__(self, path: Path, rows: int, cols: int, state_cols: int, *, create: bool):
-        super().__init__(rows, cols, state_cols)
+    def __init__(self, path: Path, rows: int, cols: int, state_cols: int, *, create: bool,
+                 dtype: torch.dtype = torch.float32):
+        super().__init__(rows, cols, state_cols, dtype)
         self.path = Path(path)
-        width = cols + state_cols
+        width = self.width
         expected = rows * width * 4
         if create:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -89,7 +128,8 @@ class SsdRows(RowStore):
                 f.truncate(expected)
         elif not self.path.is_file() or self.path.stat().st_size != expected:
             raise HarnessError(
-                f"{self.path}: not a table file of {rows} rows x {width} values ({expected} bytes)",
+                f"{self.path}: not a table file of {rows} rows x {width} words ({expected} bytes; weights in "
+                f"{str(dtype).removeprefix('torch.')})",
                 ErrorCategory.BAD_INPUT,
             )
         self._map = np.memmap(self.path, dtype=np.float32, mode="r+", shape=(rows, width))
