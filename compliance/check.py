@@ -161,10 +161,34 @@ class Report:
         }
 
 
+@dataclass
+class TreeReport:
+    """Several packages checked at once (a round folder, a tree of rounds): each package's
+    :class:`Report`, under its own round's rule set."""
+
+    path: Path
+    packages: list[Report]
+
+    @property
+    def passed(self) -> bool:
+        return all(p.passed for p in self.packages)
+
+    @property
+    def all_findings(self) -> list[Finding]:
+        return [f for p in self.packages for f in p.all_findings]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"path": str(self.path), "verdict": "pass" if self.passed else "fail",
+                "packages_checked": len(self.packages), "packages_failed": sum(not p.passed for p in self.packages),
+                "packages": [p.as_json() for p in self.packages]}
+
+
 # ---- checking -----------------------------------------------------------------------------------
 
-def check_path(path: Path, *, ruleset: str | None = None, lenders: list[Path] | None = None) -> Report:
-    """Check a log file, a run-set directory or a submitter package."""
+def check_path(path: Path, *, ruleset: str | None = None, lenders: list[Path] | None = None
+               ) -> Report | TreeReport:
+    """Check a log file, a run-set directory, a submitter package, or every package in or below a
+    folder (a round folder of submitters, a tree of rounds)."""
     path = Path(path)
     try:
         is_file, is_dir = path.is_file(), path.is_dir()
@@ -191,10 +215,41 @@ def check_path(path: Path, *, ruleset: str | None = None, lenders: list[Path] | 
         report.ruleset = rs.ruleset
         report.run_sets.append(rs)
         return report
+    packages = find_packages(path)
+    if packages:
+        return TreeReport(path, [_check_package(p, ruleset, lenders or []) for p in packages])
     raise HarnessError(
-        f"{path}: nothing to check here (no result_*.txt logs, no systems/ and results/ of a package)",
-        ErrorCategory.BAD_INPUT,
+        f"{path}: nothing to check here (no result_*.txt logs, no package with systems/ and results/ in it or "
+        "below it)", ErrorCategory.BAD_INPUT,
     )
+
+
+_MAX_DEPTH = 6  # a tree of rounds: <tree>/<round>/<submitter>/results/<system>/<benchmark>/
+
+
+def find_packages(root: Path, max_depth: int = _MAX_DEPTH) -> list[Path]:
+    """The submitter packages (folders with a ``results/`` folder) in or below ``root``: a round
+    folder of submitters, a tree of rounds. Hidden folders and symlinks are not followed; a
+    package's own sub-folders are not searched."""
+    found: list[Path] = []
+
+    def walk(folder: Path, depth: int) -> None:
+        results = folder / "results"
+        if results.is_dir() and not results.is_symlink():
+            found.append(folder)
+            return
+        if depth >= max_depth:
+            return
+        try:
+            children = sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+        except OSError:
+            return
+        for child in children:
+            if not child.name.startswith("."):
+                walk(child, depth + 1)
+
+    walk(Path(root), 0)
+    return found
 
 
 def _is_package(path: Path) -> bool:

@@ -41,6 +41,8 @@ undefined quantity fails every comparison but ``equals``, where it is ``None``).
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -59,6 +61,38 @@ RULESETS = resources.files("compliance").joinpath("rulesets")
 ROOT_LEVEL = "common"
 
 
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where PyYAML has it
+VALIDATED = RULESETS.joinpath("validated.json")  # "<ruleset>/<level>.yaml" -> SHA-256 of a content validated
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@functools.cache
+def _validated() -> dict[str, str]:
+    try:
+        return json.loads(VALIDATED.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def validated_digests() -> dict[str, str]:
+    """Every bundled rule file validated against the rule-set schema, and its digest: what
+    ``compliance/rulesets/validated.json`` must hold (``python -m compliance.engine`` writes it;
+    a test checks it). Raises on the first invalid file."""
+    out = {}
+    for ruleset in ruleset_names():
+        for path in sorted(RULESETS.joinpath(ruleset).iterdir(), key=lambda p: p.name):
+            if path.name.endswith(".yaml"):
+                text = path.read_text()
+                errors = schema_errors(yaml.safe_load(text), "ruleset")
+                if errors:
+                    raise HarnessError(f"rule file {ruleset}/{path.name} is invalid: {errors[0]}", ErrorCategory.BAD_INPUT)
+                out[f"{ruleset}/{path.name}"] = _digest(text)
+    return out
+
+
 def ruleset_names() -> list[str]:
     return sorted(p.name for p in RULESETS.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
 
@@ -75,8 +109,11 @@ def load_rule_file(ruleset: str, level: str) -> dict[str, Any] | None:
     path = _rules_path(ruleset, level)
     if not path.is_file():
         return None
-    raw = yaml.safe_load(path.read_text())
-    errors = schema_errors(raw, "ruleset")
+    text = path.read_text()
+    raw = yaml.load(text, Loader=_YAML_LOADER)
+    # a bundled file as the test suite validated it needs no second validation (jsonschema's
+    # import alone is most of a check's start-up); any other content is validated here
+    errors = [] if _validated().get(f"{ruleset}/{level}.yaml") == _digest(text) else schema_errors(raw, "ruleset")
     if errors:
         raise HarnessError(f"rule file {ruleset}/{level}.yaml is invalid: {errors[0]}", ErrorCategory.BAD_INPUT)
     keys: dict[str, Any] = {}
@@ -555,3 +592,7 @@ def run_set_rules(ruleset: str, levels: list[str]) -> dict[str, Any] | None:
         if rules is not None and rules["run_set"] is not None:
             return rules["run_set"]
     return None
+
+
+if __name__ == "__main__":  # python -m compliance.engine: record the bundled rule files as validated
+    Path(str(VALIDATED)).write_text(json.dumps(validated_digests(), indent=1, sort_keys=True) + "\n")

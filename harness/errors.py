@@ -7,6 +7,9 @@ and a non-zero exit code. The library never calls ``sys.exit``.
 from __future__ import annotations
 
 import enum
+import errno
+import signal
+from pathlib import Path
 
 
 class ErrorCategory(enum.Enum):
@@ -17,7 +20,9 @@ class ErrorCategory(enum.Enum):
     HARDWARE = "hardware"  # the requested hardware is not present
     NOT_IMPLEMENTED = "not_implemented"
     RUN_FAILED = "run_failed"  # a training process failed
-    INTERRUPTED = "interrupted"
+    IO_FAULT = "io_fault"  # the machine's own: a full disk, a folder that cannot be written, an I/O error
+    INTERRUPTED = "interrupted"  # SIGINT (Ctrl-C)
+    TERMINATED = "terminated"  # SIGTERM (a batch scheduler, ``timeout``, a container stop)
 
 
 EXIT_CODES: dict[ErrorCategory, int] = {
@@ -26,7 +31,9 @@ EXIT_CODES: dict[ErrorCategory, int] = {
     ErrorCategory.NOT_FOUND: 2,
     ErrorCategory.HARDWARE: 3,
     ErrorCategory.NOT_IMPLEMENTED: 4,
+    ErrorCategory.IO_FAULT: 5,
     ErrorCategory.INTERRUPTED: 130,
+    ErrorCategory.TERMINATED: 143,
 }
 
 
@@ -44,3 +51,62 @@ class HarnessError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop asked for by a signal: SIGINT (Ctrl-C) or SIGTERM (what a batch scheduler,
+    ``timeout`` or a container stop sends). Both stop a run the same way; only the words and
+    the exit code (128 + the signal's number) differ."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+
+def signal_of(err: BaseException) -> int:
+    """The signal behind an interrupt (a bare KeyboardInterrupt is Python's own SIGINT)."""
+    return getattr(err, "signum", int(signal.SIGINT))
+
+
+def interrupt_reason(err: BaseException) -> str:
+    """How a log and a message say that a run was stopped: ``interrupted`` (SIGINT), or
+    ``interrupted by SIGTERM``."""
+    signum = signal_of(err)
+    return "interrupted" if signum == signal.SIGINT else f"interrupted by {signal.Signals(signum).name}"
+
+
+def interrupt_category(err: BaseException) -> ErrorCategory:
+    return ErrorCategory.INTERRUPTED if signal_of(err) == signal.SIGINT else ErrorCategory.TERMINATED
+
+
+def stop_on_signals(*signums: int) -> None:
+    """Turn the first of these signals into :class:`Interrupted` (raised where the main thread
+    is), and ignore the later ones, so that a second signal cannot cut short the record of the
+    first being written."""
+
+    def handler(signum, frame):  # noqa: ARG001
+        for s in signums:
+            signal.signal(s, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    for s in signums:
+        signal.signal(s, handler)
+
+
+_IO_ADVICE = {
+    errno.ENOSPC: "free space there",
+    errno.EDQUOT: "free space there (the disk quota is full)",
+    errno.EROFS: "the filesystem is read-only: give a writable folder",
+    errno.EACCES: "make it writable, or give another folder",
+    errno.EPERM: "make it writable, or give another folder",
+}
+
+
+def io_fault(err: OSError, path: str | Path | None = None, doing: str = "", then: str = "") -> HarnessError:
+    """One line for an I/O fault of the machine (exit 5): the path, what failed and what to do
+    (``then``: what to run once the cause is gone, e.g. the same command with ``--resume``)."""
+    where = err.filename if err.filename is not None else path
+    what = err.strerror or type(err).__name__
+    advice = _IO_ADVICE.get(err.errno or 0, "check the device and the folder")
+    text = f"{where}: {what}" + (f" while {doing}" if doing else "") + f"; {advice}" + (f", then {then}" if then else "")
+    return HarnessError(text, ErrorCategory.IO_FAULT)

@@ -55,7 +55,6 @@ from harness.reference.tiered import CachePolicy
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import BenchmarkSpec
 
-DEFAULT_MODELS_DIR = Path("results") / ".harness" / "models"
 DEFAULT_RESULTS = Path("results")
 DEFAULT_STORAGE_LATENCY_US = 100.0  # a NAND-flash read; 3D XPoint (Optane) is about 10 us
 # reads in flight at once (an NVMe queue holds far more; on this machine's virtio disk, Python's
@@ -208,11 +207,12 @@ class InferConfig:
 
 
 def default_model_dir(benchmark: str, seed: int, train_steps: int | None,
-                      precision: str = Precision.FP32.value) -> Path:
-    """``results/.harness/models/<benchmark>-seed<N>[-steps<K>][-<precision>]`` (no suffix for fp32)."""
+                      precision: str = Precision.FP32.value, results: Path = DEFAULT_RESULTS) -> Path:
+    """``<results>/.harness/models/<benchmark>-seed<N>[-steps<K>][-<precision>]`` (no suffix for
+    fp32), under the run's ``--results`` (``results`` of the current directory by default)."""
     steps = f"-steps{train_steps}" if train_steps is not None else ""
     trained_in = f"-{precision}" if precision != Precision.FP32.value else ""
-    return DEFAULT_MODELS_DIR / f"{benchmark}-seed{seed}{steps}{trained_in}"
+    return Path(results) / ".harness" / "models" / f"{benchmark}-seed{seed}{steps}{trained_in}"
 
 
 # ---------------------------------------------------------------------------------- results
@@ -792,7 +792,8 @@ def run_inference(config: InferConfig, *, progress: Callable[[str], None] = lamb
     loadgen()
     spec = load_benchmark(config.benchmark)
     data = SyntheticDataset(spec.dataset).generator
-    model_dir = config.model_dir or default_model_dir(spec.name, config.seed, config.train_steps, config.precision)
+    model_dir = config.model_dir or default_model_dir(spec.name, config.seed, config.train_steps, config.precision,
+                                                      config.results)
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)
     notes: list[str] = []

@@ -16,6 +16,7 @@ An interrupted run's log ends with ``run_stop status=aborted`` and stays in stag
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -27,7 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ErrorCategory, HarnessError
+from harness.errors import (
+    ErrorCategory,
+    HarnessError,
+    interrupt_category,
+    interrupt_reason,
+    io_fault,
+    signal_of,
+)
 from harness.hw_profiles import (
     DetectedHardware,
     Profile,
@@ -426,11 +434,23 @@ def _read_manifest(plan: RunSetPlan) -> dict[str, Any] | None:
         raise HarnessError(f"{plan.manifest_path}: unreadable run-set manifest ({err})") from None
 
 
+_RESUME = "run the same command with --resume"
+IO_FAULT_EXIT = 5  # the worker's exit status for an I/O fault (harness.reference.worker)
+
+
 def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """``text`` into ``path`` through a temporary sibling renamed over it: readers see the old
+    file or the new one. On an I/O fault (a full disk, a folder that cannot be written) the
+    temporary file is removed, the old file is as it was, and the error is one line (exit 5)."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise io_fault(err, path, f"writing {path.name}", _RESUME) from None
 
 
 def _pending_indices(plan: RunSetPlan) -> list[int]:
@@ -604,47 +624,74 @@ def _follow_worker(command: list[str], stderr_path: Path, on_progress: Callable[
                     except json.JSONDecodeError:
                         pass
             return proc.wait()
-        except KeyboardInterrupt:
-            _stop_worker(proc)
+        except KeyboardInterrupt as err:
+            _stop_worker(proc, signal_of(err))
             raise
 
 
 def _run_one(plan: RunSetPlan, index: int, config: RunConfig, reporter: Reporter, job: int = 0) -> Path:
     """Run one training process (this node's share of it); return its finished log, moved into
     the results tree."""
-    plan.staging_dir.mkdir(parents=True, exist_ok=True)
     staged = plan.staging_dir / f"result_{index}.txt"
-    staged.unlink(missing_ok=True)
     stderr_path = plan.staging_dir / f"result_{index}.stderr.txt"
     config_path = plan.staging_dir / f"result_{index}.config.json"
+    try:
+        plan.staging_dir.mkdir(parents=True, exist_ok=True)
+        staged.unlink(missing_ok=True)
+    except OSError as err:
+        raise io_fault(err, plan.staging_dir, "preparing the run's staging folder", _RESUME) from None
     _write_atomic(config_path, config.to_json())
     stamp = time.strftime("%Y%m%dT%H%M%S")
     def remove_tables() -> None:  # the SSD tier of this run, if any: one file, or one per shard of each rank
         for path in plan.staging_dir.glob(f"result_{index}.tables.bin*"):
             path.unlink(missing_ok=True)
 
+    def keep(name: str, reason: str) -> Path:
+        """The staged log under ``name``, ending run_stop aborted (where the disk still takes a line)."""
+        kept = plan.staging_dir / name
+        with contextlib.suppress(OSError):  # a full disk: the log keeps what it has
+            _ensure_aborted(staged, reason)
+        with contextlib.suppress(OSError):
+            os.replace(staged, kept)
+        return kept
+
+    def finished_runs() -> str:
+        finished = sorted(plan.results_dir.glob("result_*.txt")) if plan.results_dir.is_dir() else []
+        return (f"the {len(finished)} finished run(s) are in {plan.results_dir}; complete the set with the same "
+                "command and --resume" if finished else "no run of the set had finished; the same command starts it again")
+
+    faults: list[str] = []  # an I/O fault the worker reported on its pipe (its stderr file may be on a full disk)
+
+    def on_progress(event: dict) -> None:
+        if "io_fault" in event:
+            faults.append(str(event["io_fault"]))
+        else:
+            reporter.progress(index, event)
+
     try:
         nodes = plan.request.nodes
         code = _follow_worker(worker_command(str(config_path), plan.world_size, nodes, job), stderr_path,
-                              lambda event: reporter.progress(index, event), worker_env(nodes))
-    except KeyboardInterrupt:
+                              on_progress, worker_env(nodes))
+    except KeyboardInterrupt as err:
         remove_tables()
-        kept = plan.staging_dir / f"result_{index}.interrupted-{stamp}.txt"
-        _ensure_aborted(staged, "interrupted")
-        os.replace(staged, kept)
-        finished = sorted(plan.results_dir.glob("result_*.txt")) if plan.results_dir.is_dir() else []
-        where = (f"the {len(finished)} finished run(s) are in {plan.results_dir}; complete the set with the same "
-                 "command and --resume" if finished else
-                 "no run of the set had finished; the same command starts it again")
+        kept = keep(f"result_{index}.interrupted-{stamp}.txt", interrupt_reason(err))
         raise HarnessError(
-            f"interrupted during {run_name(index)}: its log ends run_stop status=aborted and is kept at {kept}; "
-            f"{where}", ErrorCategory.INTERRUPTED,
+            f"{interrupt_reason(err)} during {run_name(index)}: its log ends run_stop status=aborted and is kept at "
+            f"{kept}; {finished_runs()}", interrupt_category(err),
         ) from None
+    except OSError as err:  # the worker's stderr file could not be made
+        raise io_fault(err, stderr_path, f"starting {run_name(index)}", _RESUME) from None
     remove_tables()
+    if code == IO_FAULT_EXIT or faults:  # the worker met an I/O fault (a full disk...): its message names the file
+        kept = keep(f"result_{index}.failed-{stamp}.txt", "I/O fault")
+        message = faults[-1] if faults else _worker_failure(stderr_path).removeprefix("harness worker: I/O fault: ")
+        raise HarnessError(
+            f"{run_name(index)} stopped by an I/O fault: {message} (its log, incomplete, is kept at {kept}); free "
+            f"space or fix the folder, then run the same command with --resume ({finished_runs()})",
+            ErrorCategory.IO_FAULT,
+        )
     if code != 0:
-        failed = plan.staging_dir / f"result_{index}.failed-{stamp}.txt"
-        _ensure_aborted(staged, f"worker exited with status {code}")
-        os.replace(staged, failed)
+        failed = keep(f"result_{index}.failed-{stamp}.txt", f"worker exited with status {code}")
         raise HarnessError(
             f"{run_name(index)} failed: {_worker_failure(stderr_path)} (log kept at {failed})", ErrorCategory.RUN_FAILED
         )
@@ -652,24 +699,29 @@ def _run_one(plan: RunSetPlan, index: int, config: RunConfig, reporter: Reporter
         raise HarnessError(f"{run_name(index)}: the ranks ended without an error but wrote no log at {staged}",
                            ErrorCategory.RUN_FAILED)
     final = plan.result_path(index)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(staged, final)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged, final)
+    except OSError as err:
+        raise io_fault(err, final, f"moving {run_name(index)}'s finished log into the results", _RESUME) from None
     return final
 
 
-def _stop_worker(proc: subprocess.Popen) -> None:
-    """Ask the worker to stop (SIGINT), give it time to end its log, then make sure it is gone."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _stop_worker(proc: subprocess.Popen, signum: int = signal.SIGINT) -> None:
+    """Pass the signal that stopped us (SIGINT or SIGTERM) on to the worker (torchrun passes it to
+    its ranks), give it time to end its log, then make sure it is gone."""
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signum)
         try:
             proc.wait(timeout=_INTERRUPT_GRACE_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 # --------------------------------------------------------------------------- results
@@ -763,7 +815,7 @@ def _execute(plan: RunSetPlan, reporter: Reporter, group: NodeGroup | None) -> R
                 _report_cache(final, reporter)
     except (HarnessError, KeyboardInterrupt) as err:
         if group is not None:
-            group.report(job, False, str(err) if isinstance(err, HarnessError) else "interrupted")
+            group.report(job, False, str(err) if isinstance(err, HarnessError) else interrupt_reason(err))
             group.wait_done(FAILED_DONE_TIMEOUT_S)
         raise
     if group is not None:

@@ -106,15 +106,19 @@ def test_a_global_batch_the_ranks_cannot_share_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_every_rank_and_the_log_ends_aborted(tmp_path):
+def test_sigterm_stops_every_rank_and_the_log_ends_aborted(tmp_path):
+    """SIGTERM (a scheduler's, a container stop's) as Ctrl-C: the launcher passes it to every rank
+    (Ctrl-C takes the same path with SIGINT: tests/test_runsets.py)."""
+    signum, code, said = signal.SIGTERM, 143, "interrupted by SIGTERM"
     proc, staging = start_long_emulated_run(tmp_path)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     _, err = proc.communicate(timeout=180)
-    assert proc.returncode == 130, err[-3000:]
+    assert proc.returncode == code, err[-3000:]
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(f"harness: error: {said} during run 1")
     [kept] = staging.glob("*/tiny_synthetic/result_0.interrupted-*.txt")
     [stop] = [r for r in records(kept) if r["key"] == "run_stop"]
     assert stop["metadata"]["status"] == "aborted"
-    assert stop["metadata"]["reason"] == "interrupted"  # written by rank 0 itself, not patched on after
+    assert stop["metadata"]["reason"] == said  # written by rank 0 itself, not patched on after
     assert_no_rank_left(tmp_path)
 
 

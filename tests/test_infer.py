@@ -84,12 +84,12 @@ def quick(tmp_path_factory):
     """``harness infer --quick`` (20 training steps, a third variant at +20 us per read), in
     process: the report, its text, its JSON, and the directories."""
     root = tmp_path_factory.mktemp("infer")
-    config = InferConfig(quick=True, train_steps=20, storage_latency_us=LATENCY_US, results=root / "results",
-                         model_dir=root / "model")
+    config = InferConfig(quick=True, train_steps=20, storage_latency_us=LATENCY_US, results=root / "results")
     messages: list[str] = []
     report = run_inference(config, progress=messages.append)
     return {"report": report, "text": render(report), "json": report.to_dict(), "progress": messages,
-            "results": root / "results", "model": root / "model"}
+            "results": root / "results",  # the model too, by default: under --results, not ./results
+            "model": root / "results" / ".harness" / "models" / "dlrm_synthetic-seed0-steps20"}
 
 
 @pytest.mark.slow
@@ -360,6 +360,9 @@ def test_a_model_of_another_precision_is_not_reused(tmp_path, capsys):
     assert "Invalid value for '--precision'" in capsys.readouterr().err
     assert default_model_dir("dlrm_synthetic", 0, None) == default_model_dir("dlrm_synthetic", 0, None, "fp32")
     assert default_model_dir("dlrm_synthetic", 0, 5, "bf16").name == "dlrm_synthetic-seed0-steps5-bf16"
+    # under the run's --results, not under ./results of wherever the command was started
+    out = tmp_path / "elsewhere"
+    assert default_model_dir("dlrm_synthetic", 0, None, "fp32", out).parent == out / ".harness" / "models"
 
 
 def test_a_damaged_saved_model_is_one_line(tmp_path, capsys):

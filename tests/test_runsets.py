@@ -188,7 +188,10 @@ def test_same_seed_list_gives_identical_eval_accuracy_sequences(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_keeps_finished_runs_and_resume_completes_the_set(tmp_path):
+@pytest.mark.parametrize(("signum", "code", "said"), [(signal.SIGINT, 130, "interrupted"),
+                                                      (signal.SIGTERM, 143, "interrupted by SIGTERM")])
+def test_ctrl_c_or_sigterm_keeps_finished_runs_and_resume_completes_the_set(tmp_path, signum, code, said):
+    """Ctrl-C, or the SIGTERM that a batch scheduler, ``timeout`` or a container stop sends."""
     # run 0 converges at once; run 1 is long enough to be interrupted
     spec = write_spec(tmp_path, **{"dataset.train_samples": 2_000_000, "quality.target": 0.51})
     root = tmp_path / "root"
@@ -204,19 +207,23 @@ def test_ctrl_c_keeps_finished_runs_and_resume_completes_the_set(tmp_path):
             break
         time.sleep(0.2)
     assert staged_run_1 is not None, f"run 1 never started: {proc.poll()} {proc.stderr.read() if proc.poll() is not None else ''}"
-    # let it train a little, then press Ctrl-C
+    # let it train a little, then press Ctrl-C (or send SIGTERM)
     time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err and "interrupted during run 2 (result_1.txt)" in err and "--resume" in err
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and f"{said} during run 2 (result_1.txt)" in err and "--resume" in err
     assert "the 1 finished run(s) are in" in err
+    assert err.strip().splitlines()[-1].startswith(f"harness: error: {said} during run 2"), err
+    assert not list(root.rglob("*.tmp-*"))
     rdir = result_dir(root)
     assert [p.name for p in rdir.glob("result_*.txt")] == ["result_0.txt"]
     interrupted = list(staged_run_1.parent.glob("result_1.interrupted-*.txt"))
     assert len(interrupted) == 1
     stops = [r for r in records(interrupted[0]) if r["key"] == "run_stop"]
-    assert len(stops) == 1 and stops[0]["metadata"]["status"] == "aborted"
+    assert len(stops) == 1 and stops[0]["metadata"] == {**stops[0]["metadata"], "status": "aborted", "reason": said}
+    if signum == signal.SIGINT:  # the resume below is the same after either
+        return
     # the finished run is untouched by the resume
     before = (rdir / "result_0.txt").read_bytes()
     # without --resume the existing results are refused, and nothing changes

@@ -5,9 +5,7 @@ from __future__ import annotations
 import functools
 import json
 from importlib import resources
-from typing import Any
-
-import jsonschema
+from typing import TYPE_CHECKING, Any
 
 from harness.errors import ErrorCategory, HarnessError
 
@@ -21,8 +19,14 @@ def load_schema(name: str) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+if TYPE_CHECKING:
+    import jsonschema
+
+
 @functools.cache
 def _validator(name: str) -> jsonschema.protocols.Validator:
+    import jsonschema  # here: its import (its metaschemas' registry) is most of a check's start-up
+
     schema = load_schema(name)
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)

@@ -2,7 +2,8 @@
 
 Every user-facing failure is one line on stderr and a documented exit code:
 0 success, 1 a run or check failed, 2 bad input or unknown name, 3 hardware not present,
-4 not implemented, 130 interrupted.
+4 not implemented, 5 an I/O fault of the machine (a full disk, a folder that cannot be written, an
+I/O error), 130 interrupted (SIGINT), 143 stopped by SIGTERM.
 
 A command's module is imported only when that command runs (or its ``--help`` is asked for):
 ``harness --help`` lists the commands from :data:`COMMANDS` alone, so ``harness check`` never
@@ -12,18 +13,20 @@ loads the training stack (torch) that ``harness run`` needs.
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 from collections.abc import Mapping
 
 import click
 
-from harness.errors import ErrorCategory, HarnessError
+from harness.errors import ErrorCategory, HarnessError, interrupt_reason, io_fault, signal_of, stop_on_signals
 
 #: name -> ("module:attribute" of the click command, the one-line help ``harness --help`` shows)
 COMMANDS: dict[str, tuple[str, str]] = {
     "borrow": ("harness.cli.borrow:borrow", "Copy a lender's hyperparameters into a submitter config, with their provenance."),
     "check": ("harness.cli.check:check",
-              "Check a result log, a results/<system>/<benchmark> run set, or a package (systems/ + results/)."),
+              "Check a result log, a results/<system>/<benchmark> run set, a package (systems/ + results/), or "
+              "every package in or below a folder (a round folder, a tree of rounds: one line each)."),
     "data": ("harness.cli.data:data", "Datasets: write the synthetic benchmark as Criteo files, inspect Criteo files."),
     "infer": ("harness.cli.infer:infer", "Serve a trained model from memory and from the SSD tier as MLPerf Inference runs it."),
     "leaderboard": ("harness.cli.leaderboard:leaderboard",
@@ -95,7 +98,10 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the CLI, turning every HarnessError into one line and an exit code."""
+    """Entry point: run the CLI, turning every HarnessError into one line and an exit code.
+    SIGTERM (a batch scheduler, ``timeout``, a container stop) interrupts as Ctrl-C does, with
+    exit code 143."""
+    stop_on_signals(signal.SIGINT, signal.SIGTERM)
     try:
         code = cli.main(args=argv, prog_name="harness", standalone_mode=False)
     except HarnessError as err:
@@ -107,9 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as err:
         err.show()
         return err.exit_code
-    except KeyboardInterrupt:
-        click.echo("harness: interrupted", err=True)
-        return 130
+    except KeyboardInterrupt as err:
+        click.echo(f"harness: {interrupt_reason(err)}", err=True)
+        return 128 + signal_of(err)
+    except OSError as err:  # the machine's own fault where no command caught it: still one line
+        fault = io_fault(err)
+        click.echo(f"harness: error: {fault}", err=True)
+        return fault.exit_code
     return code if isinstance(code, int) else 0
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from compliance.check import Report
+    from compliance.check import Report, TreeReport
     from compliance.findings import Finding
 
 
@@ -64,16 +64,33 @@ def _human(report: Report) -> None:
               help="Results directory of a lender whose hyperparameters the checked logs claim to borrow.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def check(path: Path, ruleset: str | None, lenders: tuple[Path, ...], as_json: bool) -> None:
-    """Check a result log, a results/<system>/<benchmark> run set, or a package (systems/ + results/).
+    """Check a result log, a results/<system>/<benchmark> run set, a package (systems/ + results/),
+    or every package in or below a folder (a round folder, a tree of rounds: one line each).
 
-    Exit status: 0 pass, 1 fail, 2 unusable input.
+    Exit status: 0 pass, 1 fail (any package), 2 unusable input.
     """
-    from compliance.check import check_path
+    from compliance.check import TreeReport, check_path
 
     report = check_path(path, ruleset=ruleset, lenders=list(lenders))
     if as_json:
         click.echo(json.dumps(report.as_json(), indent=1, default=str))
+    elif isinstance(report, TreeReport):
+        _tree(report)
     else:
         _human(report)
     if not report.passed:
         raise click.exceptions.Exit(1)
+
+
+def _tree(tree: TreeReport) -> None:
+    """One line per package (verdict, errors, warnings, each run set's score), then the total."""
+    for report in tree.packages:
+        findings = report.all_findings
+        errors = sum(f.is_error for f in findings)
+        scores = ", ".join(f"{rs.path.parent.name}/{rs.path.name} {_fmt(rs.summary.get('score_minutes'), '.3f')} min"
+                           for rs in report.run_sets) or "no run set"
+        click.echo(f"{'PASS' if report.passed else 'FAIL'}  {report.path}  ({report.ruleset or '?'}; {errors} errors, "
+                   f"{len(findings) - errors} warnings)  {scores}")
+    failed = sum(not r.passed for r in tree.packages)
+    click.echo(f"{len(tree.packages)} package(s) checked under {tree.path}: {len(tree.packages) - failed} pass, "
+               f"{failed} fail; verdict: {'PASS' if tree.passed else 'FAIL'}")

@@ -68,7 +68,7 @@ SCENARIOS = {"offline": (Scenario.OFFLINE,), "server": (Scenario.SERVER,), "both
 @click.option("--train-steps", type=click.IntRange(min=1), default=None,
               help="Train this many steps [default: until the target AUC, evaluating at the benchmark's cadence].")
 @click.option("--model-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where the trained model is kept and reused [default: results/.harness/models/<benchmark>-seed<N>, "
+              help="Where the trained model is kept and reused [default: <--results>/.harness/models/<benchmark>-seed<N>, "
                    "-bf16 or -fp16 appended for those precisions].")
 @click.option("--max-batch", type=click.IntRange(min=1), default=16384, show_default=True,
               help="Rows per model call in Offline, about (whole users; Server answers each query, one user, "

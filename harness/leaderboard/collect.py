@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from compliance.check import find_packages
 from compliance.schemas import validate
 from harness import __version__
 from harness.errors import ErrorCategory, HarnessError
@@ -41,7 +42,6 @@ from harness.leaderboard.labels import assign_labels, resolve_baseline, system_k
 from harness.rules.specs import BenchmarkSpec, benchmark_names, load_benchmark
 
 _ROUND = re.compile(r"^v(\d+)\.(\d+)$")
-_MAX_DEPTH = 6
 RCP_NOT_CHECKED = "not checked"
 
 
@@ -57,27 +57,12 @@ def find_run_sets(root: Path) -> Iterator[RunSetRef]:
     root = Path(root)
     if not root.is_dir():
         raise HarnessError(f"{root} is not a directory", ErrorCategory.NOT_FOUND)
-    for package in _packages(root, 0):
+    for package in find_packages(root):
         results = package / "results"
         for system in sorted(p for p in results.iterdir() if p.is_dir() and not p.is_symlink()):
             for bench in sorted(p for p in system.iterdir() if p.is_dir() and not p.is_symlink()):
                 if any(bench.glob(RESULT_GLOB)):
                     yield RunSetRef(package, system.name, bench)
-
-
-def _packages(folder: Path, depth: int) -> Iterator[Path]:
-    if (folder / "results").is_dir() and not (folder / "results").is_symlink():
-        yield folder
-        return
-    if depth >= _MAX_DEPTH:
-        return
-    try:
-        children = sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
-    except OSError:
-        return
-    for child in children:
-        if not child.name.startswith("."):
-            yield from _packages(child, depth + 1)
 
 
 def _round_of(path: Path) -> str | None:

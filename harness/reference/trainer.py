@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from harness.errors import interrupt_reason
 from harness.reference.comm_codecs import Codec, CommConfig, mlperf_precision
 from harness.reference.mlperf_log import MLPerfLog
 from harness.reference.run_config import RunConfig
@@ -51,7 +52,7 @@ class RunResult:
 
     def reason_is_final(self) -> bool:
         """Whether the run ended by its own rules (target or epoch limit), not by an error or interrupt."""
-        return not (self.reason == "interrupted" or self.reason.startswith("error: "))
+        return not (self.reason.startswith("interrupted") or self.reason.startswith("error: "))
 
 
 class _RunHooks(SessionHooks):
@@ -206,8 +207,8 @@ class Trainer:
             outcome = session.train(hooks)
             result.status, result.reason = outcome.status, outcome.reason
             result.eval_accuracies = outcome.eval_accuracies
-        except KeyboardInterrupt:
-            result.reason = "interrupted"
+        except KeyboardInterrupt as err:
+            result.reason = interrupt_reason(err)
             raise
         except Exception as err:
             result.reason = f"error: {type(err).__name__}: {err}"

@@ -60,6 +60,31 @@ def test_every_expected_score_of_the_shared_logs_is_reproduced(shared_logs):
         assert run_set.summary["score_minutes"] == pytest.approx(score, abs=1e-9 if len(str(score)) > 10 else 5e-7)
 
 
+def test_a_tree_of_rounds_lists_every_package_with_its_verdict_and_score(shared_logs, tmp_path):
+    """What the leaderboard takes, the checker takes: a round folder, or the whole tree of rounds."""
+    expected = {"v0.7": 3.331, "v1.0": 71.554, "v2.1": 1.849, "v3.0": 4.256, "v3.1": 227.138, "v4.0": 3.886,
+                "v4.1": 3.742, "v5.0": 2.369}
+    proc = harness("check", str(shared_logs))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == len(expected) + 1 and lines[-1].endswith("8 pass, 0 fail; verdict: PASS")
+    for line, (round_, score) in zip(lines, expected.items()):
+        assert line.startswith(f"PASS  {shared_logs / round_}/") and line.endswith(f" {score:.3f} min"), line
+    # a round folder; and a copy in which one package fails: one FAIL line, exit 1, the same as JSON
+    shutil.copytree(shared_logs / "v4.1", tmp_path / "v4.1")
+    shutil.copytree(shared_logs / "v4.1" / "Dell", tmp_path / "v4.1" / "Other")
+    log = next((tmp_path / "v4.1" / "Other" / "results").glob("*/dlrm_dcnv2/result_0.txt"))
+    log.write_text(log.read_text().replace('"key": "opt_weight_decay", "value": 0', '"key": "opt_weight_decay", "value": 0.1'))
+    proc = harness("check", str(tmp_path / "v4.1"))
+    assert proc.returncode == 1
+    assert [line.split()[0] for line in proc.stdout.splitlines()[:2]] == ["PASS", "FAIL"]
+    assert proc.stdout.splitlines()[-1].endswith("1 pass, 1 fail; verdict: FAIL")
+    data = json.loads(harness("check", str(tmp_path / "v4.1"), "--json").stdout)
+    assert (data["verdict"], data["packages_checked"], data["packages_failed"]) == ("fail", 2, 1)
+    assert [p["verdict"] for p in data["packages"]] == ["pass", "fail"]
+    assert data["packages"][0]["run_sets"][0]["score_minutes"] == pytest.approx(3.742410, abs=1e-6)
+
+
 def test_a_failing_log_gives_file_line_findings_and_exit_1(shared_logs, tmp_path):
     log = shared_logs / "v4.1" / "Dell" / "results" / "XE9680x8H200-SXM-141GB" / "dlrm_dcnv2" / "result_0.txt"
     bad = tmp_path / "v4.1" / "result_0.txt"

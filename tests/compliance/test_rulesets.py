@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,24 @@ def test_every_rule_file_is_schema_valid_and_resolves():
             assert rules is not None and rules["keys"], path
             count += 1
     assert count >= 65
+    # the record that lets `harness check` skip validating them again: every bundled file, as is
+    recorded = json.loads(engine.VALIDATED.read_text())
+    assert recorded == engine.validated_digests(), "rule files changed: run python -m compliance.engine"
+
+
+def test_a_bundled_rule_file_that_was_changed_is_validated_again(tmp_path, monkeypatch):
+    """The record covers a file's exact content: an edited copy is checked against the schema."""
+    bad = tmp_path / "training_4.1.0"
+    bad.mkdir()
+    (bad / "common.yaml").write_text(RULESETS.joinpath("training_4.1.0", "common.yaml").read_text()
+                                     + "\nunknown_field: 1\n")
+    monkeypatch.setattr(engine, "RULESETS", tmp_path)
+    engine.load_rule_file.cache_clear()
+    try:
+        with pytest.raises(HarnessError, match="training_4.1.0/common.yaml is invalid"):
+            engine.load_rule_file("training_4.1.0", "common")
+    finally:
+        engine.load_rule_file.cache_clear()
 
 
 @pytest.mark.parametrize("benchmark, ruleset", [
