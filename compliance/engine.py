@@ -40,56 +40,73 @@ undefined quantity fails every comparison but ``equals``, where it is ``None``).
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
 import math
 from collections import Counter
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from compliance.findings import Finding, Severity
 from compliance.logread import ParsedLog, Record, parse_log
-from compliance.schemas import schema_errors
 from harness.errors import ErrorCategory, HarnessError
 
-RULESETS = resources.files("compliance").joinpath("rulesets")
+RULESETS = Path(__file__).resolve().parent / "rulesets"  # a plain path: importlib.resources costs start-up
 ROOT_LEVEL = "common"
 
 
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where PyYAML has it
-VALIDATED = RULESETS.joinpath("validated.json")  # "<ruleset>/<level>.yaml" -> SHA-256 of a content validated
+VALIDATED = RULESETS / "validated.json"  # "<ruleset>/<level>.yaml" -> {sha256, rules} of a content validated
 
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def schema_errors(instance: Any, name: str) -> list[str]:
+    """:func:`compliance.schemas.schema_errors`, imported when a rule file is validated at all."""
+    from compliance.schemas import schema_errors as errors_of
+
+    return errors_of(instance, name)
+
+
+def _parse_yaml(text: str) -> Any:
+    import yaml  # here: a check of bundled rule files reads them from the record, without PyYAML's import
+
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml's parser where present
+
+
 @functools.cache
-def _validated() -> dict[str, str]:
+def _validated() -> dict[str, dict[str, Any]]:
     try:
         return json.loads(VALIDATED.read_text())
     except (OSError, ValueError):
         return {}
 
 
-def validated_digests() -> dict[str, str]:
-    """Every bundled rule file validated against the rule-set schema, and its digest: what
-    ``compliance/rulesets/validated.json`` must hold (``python -m compliance.engine`` writes it;
-    a test checks it). Raises on the first invalid file."""
+def validated_digests() -> dict[str, dict[str, Any]]:
+    """Every bundled rule file validated against the rule-set schema, with its digest and its
+    parsed rules (where JSON holds them exactly): what ``compliance/rulesets/validated.json``
+    must hold (``python -m compliance.engine`` writes it; a test checks it). A check then takes a
+    bundled file whose text has that digest as validated and parsed, without importing jsonschema
+    or PyYAML (most of its start-up). Raises on the first invalid file."""
     out = {}
     for ruleset in ruleset_names():
         for path in sorted(RULESETS.joinpath(ruleset).iterdir(), key=lambda p: p.name):
             if path.name.endswith(".yaml"):
                 text = path.read_text()
-                errors = schema_errors(yaml.safe_load(text), "ruleset")
+                raw = _parse_yaml(text)
+                errors = schema_errors(raw, "ruleset")
                 if errors:
                     raise HarnessError(f"rule file {ruleset}/{path.name} is invalid: {errors[0]}", ErrorCategory.BAD_INPUT)
-                out[f"{ruleset}/{path.name}"] = _digest(text)
+                try:
+                    exact = json.loads(json.dumps(raw)) == raw
+                except (TypeError, ValueError):
+                    exact = False
+                out[f"{ruleset}/{path.name}"] = {"sha256": _digest(text), "rules": raw if exact else None}
     return out
 
 
@@ -110,10 +127,14 @@ def load_rule_file(ruleset: str, level: str) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     text = path.read_text()
-    raw = yaml.load(text, Loader=_YAML_LOADER)
-    # a bundled file as the test suite validated it needs no second validation (jsonschema's
-    # import alone is most of a check's start-up); any other content is validated here
-    errors = [] if _validated().get(f"{ruleset}/{level}.yaml") == _digest(text) else schema_errors(raw, "ruleset")
+    # a bundled file as the test suite validated it is neither parsed nor validated again
+    # (PyYAML's and jsonschema's imports are most of a check's start-up); any other content is
+    record = _validated().get(f"{ruleset}/{level}.yaml") or {}
+    if record.get("sha256") == _digest(text) and record.get("rules") is not None:
+        raw, errors = copy.deepcopy(record["rules"]), []
+    else:
+        raw = _parse_yaml(text)
+        errors = schema_errors(raw, "ruleset")
     if errors:
         raise HarnessError(f"rule file {ruleset}/{level}.yaml is invalid: {errors[0]}", ErrorCategory.BAD_INPUT)
     keys: dict[str, Any] = {}
@@ -595,4 +616,5 @@ def run_set_rules(ruleset: str, levels: list[str]) -> dict[str, Any] | None:
 
 
 if __name__ == "__main__":  # python -m compliance.engine: record the bundled rule files as validated
-    Path(str(VALIDATED)).write_text(json.dumps(validated_digests(), indent=1, sort_keys=True) + "\n")
+    # keys in the files' order: the order of derived quantities is their order of evaluation
+    Path(str(VALIDATED)).write_text(json.dumps(validated_digests(), indent=1) + "\n")
