@@ -36,6 +36,7 @@ from harness.errors import (
     io_fault,
     signal_of,
 )
+from harness.files import write_atomic
 from harness.hw_profiles import (
     DetectedHardware,
     Profile,
@@ -439,18 +440,8 @@ IO_FAULT_EXIT = 5  # the worker's exit status for an I/O fault (harness.referenc
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """``text`` into ``path`` through a temporary sibling renamed over it: readers see the old
-    file or the new one. On an I/O fault (a full disk, a folder that cannot be written) the
-    temporary file is removed, the old file is as it was, and the error is one line (exit 5)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except OSError as err:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise io_fault(err, path, f"writing {path.name}", _RESUME) from None
+    """``text`` into ``path`` atomically; a fault is one line that says to resume (:func:`write_atomic`)."""
+    write_atomic(path, text, then=_RESUME)
 
 
 def _pending_indices(plan: RunSetPlan) -> list[int]:

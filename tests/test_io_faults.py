@@ -102,3 +102,20 @@ def test_a_results_folder_that_cannot_be_written_is_one_line_and_nothing_is_left
         again = harness("run", "--benchmark", str(spec), "--runs", "1", "--threads", "1", cwd=root)
         assert again.returncode == 0, again.stderr[-2000:]
         assert (result_dir(root) / "result_0.txt").is_file() and not _leftovers(root)
+
+
+def test_an_export_or_a_leaderboard_into_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, shared_logs):
+    """Other writers: `harness data export` and `harness leaderboard` into a tmpfs too small for
+    them fail in one line (exit 5) and leave nothing of theirs behind."""
+    spec = write_spec(tmp_path)
+    with tmpfs(tmp_path / "disk", "size=64k") as disk:
+        export = harness("data", "export", "--benchmark", str(spec), "--format", "criteo-tsv", "--days", "2",
+                         str(disk / "data"), cwd=tmp_path)
+        assert export.returncode == 5, export.stderr[-2000:]
+        [line] = export.stderr.strip().splitlines()
+        assert line.startswith("harness: error: ") and "No space left on device" in line and "Traceback" not in line
+        assert not list(disk.iterdir())  # neither the data folder nor its temporary sibling
+        board = harness("leaderboard", str(shared_logs), "-o", str(disk / "site"), cwd=tmp_path)
+        assert board.returncode == 5, board.stderr[-2000:]
+        assert board.stderr.strip().splitlines()[-1].startswith("harness: error: ") and "Traceback" not in board.stderr
+        assert not [p for p in disk.rglob("*") if ".tmp" in p.name]

@@ -9,17 +9,11 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from harness.errors import ErrorCategory, HarnessError
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+from harness.files import write_atomic
 
 
 def write_leaderboard(board: dict[str, Any], out_dir: Path) -> dict[str, Path]:
@@ -39,6 +33,6 @@ def write_leaderboard(board: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     }
     written = {}
     for name, text in files.items():
-        _write_atomic(out_dir / name, text)
+        write_atomic(out_dir / name, text)
         written[name] = out_dir / name
     return written

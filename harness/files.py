@@ -1,0 +1,26 @@
+"""Writing files so that a fault of the machine loses nothing: through a temporary sibling renamed
+over the target (readers see the old file or the new one), the temporary file removed on failure,
+and the failure one line (:func:`harness.errors.io_fault`, exit 5)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from harness.errors import io_fault
+
+
+def write_atomic(path: Path, text: str, *, then: str = "") -> None:
+    """``text`` (UTF-8) into ``path``, atomically; ``then``: what to run once the cause of a
+    fault is gone (e.g. the same command with ``--resume``)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise io_fault(err, path, f"writing {path.name}", then) from None
