@@ -78,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
         med = statistics.median(totals[name])
         print(f"{name:9s} {med:7.2f} s in all, {med / n * 1000:6.1f} ms per log (median of {args.rounds} rounds; "
               f"{failures[name]} non-zero exits)")
+    compiled = any(Path(__file__).resolve().parents[1].joinpath("compliance", "__pycache__").glob("check.*.pyc"))
+    if not compiled:  # pip compiled the official package at install; an editable install compiles at each start
+        print("note: harness and compliance have no bytecode here (PYTHONDONTWRITEBYTECODE?): "
+              "python -m compileall -q harness compliance, as the README's setup does, compares like with like")
     ratio = statistics.median(totals["ours"]) / statistics.median(totals["official"])
     print(f"ours / official {ratio:.2f}x")
     return 0
