@@ -27,8 +27,7 @@ from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference.hugepages import empty_table
-from harness.reference.numerics import (TableLayout, column_multipliers, fused_layout, stochastic_round,
-                                        workspace as _workspace)
+from harness.reference.numerics import TableLayout, fused_layout, stochastic_round, workspace as _workspace
 from harness.rules.specs import EmbeddingOptimizer
 
 # the spec's own enum (adagrad, rowwise_adagrad, sgd): a spec's optimizer is the config's
@@ -258,7 +257,7 @@ def _rounding_bits(weight: torch.Tensor, rows: torch.Tensor, rounding: tuple[Tab
     if rounding is None:
         raise HarnessError(f"an update of a {weight.dtype} table needs its rounding layout", ErrorCategory.BAD_INPUT)
     layout, step = rounding
-    return layout.keys(rows, step), column_multipliers(layout.col_offset, weight.shape[1], weight.device)
+    return layout.bits(rows, step, weight.shape[1])
 
 
 def _update_rows(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tensor, grad: torch.Tensor,

@@ -232,12 +232,16 @@ class TableLayout:
         h = local.bitwise_xor_(per_table[0] if block is None else per_table[block])
         return _to_int32(_mix32_(h)).unsqueeze(1)
 
+    def bits(self, rows: torch.Tensor, step: int, cols: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rounding keys of local rows ``rows`` at ``step`` and the multipliers of the
+        weight's ``cols`` columns: :func:`stochastic_round`'s last two arguments."""
+        return self.keys(rows, step), column_multipliers(self.col_offset, cols, rows.device)
+
     def round(self, values: torch.Tensor, dtype: torch.dtype, rows: torch.Tensor, step: int) -> torch.Tensor:
         """``values`` (fp32, the new values of local rows ``rows``) stored as ``dtype``."""
         if dtype == torch.float32:
             return values
-        return stochastic_round(values, dtype, self.keys(rows, step),
-                                column_multipliers(self.col_offset, values.shape[1], values.device))
+        return stochastic_round(values, dtype, *self.bits(rows, step, values.shape[1]))
 
 
 def fused_layout(seed: int, table_ids: Sequence[int], table_rows: Sequence[int]) -> TableLayout:
