@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.errors import io_fault
@@ -14,13 +15,21 @@ from harness.errors import io_fault
 def write_atomic(path: Path, text: str, *, then: str = "") -> None:
     """``text`` (UTF-8) into ``path``, atomically; ``then``: what to run once the cause of a
     fault is gone (e.g. the same command with ``--resume``)."""
+    replace_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), then=then)
+
+
+def replace_atomic(path: Path, write: Callable[[Path], object], *, doing: str = "", then: str = "") -> None:
+    """Make ``path`` by ``write(temporary sibling)`` and a rename over it: the temporary file is
+    removed on any failure (an interrupt too), and an I/O fault is one line (exit 5)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
+        write(tmp)
         os.replace(tmp, path)
-    except OSError as err:
+    except BaseException as err:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        raise io_fault(err, path, f"writing {path.name}", then) from None
+        if isinstance(err, OSError):
+            raise io_fault(err, path, doing or f"writing {path.name}", then) from None
+        raise

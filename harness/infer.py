@@ -26,6 +26,7 @@ variant a performance and an accuracy test; :func:`run_inference` does them all.
 from __future__ import annotations
 
 import enum
+import io
 import json
 import os
 import pickle
@@ -42,7 +43,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.errors import ErrorCategory, HarnessError
+from harness.errors import EXIT_CODES, ErrorCategory, HarnessError, io_fault
+from harness.files import replace_atomic, write_atomic
 from harness.inference import mlperf
 from harness.inference.storage import Layout, PreadRows, SdmEmbeddings, write_rows
 from harness.reference import synthetic
@@ -94,6 +96,9 @@ OFFLINE_MEMORY_SHARE = 0.4  # of the memory available when the run starts
 CALIBRATION_ROUNDS = 2
 MODEL_FILE, META_FILE = "model.pt", "model.json"
 LOADGEN_PACKAGE = "mlcommons-loadgen"
+# what to do once an I/O fault's cause is gone: a model already trained and saved is reused
+AGAIN = "run the same command again (a model already trained is reused)"
+WORKER_IO_FAULT = "harness: error: "  # how a LoadGen worker that cannot write its result says why, on stderr
 
 
 class Scenario(enum.Enum):
@@ -449,10 +454,13 @@ def trained_model(spec: BenchmarkSpec, *, seed: int, train_steps: int | None, mo
     model = TrainedModel(path=model_path, benchmark=spec.name, seed=seed, train_steps_requested=train_steps,
                          steps=steps, epochs=epochs, auc=auc, target_auc=spec.target_auc,
                          train_s=time.perf_counter() - t0, precision=precision)
-    model_dir.mkdir(parents=True, exist_ok=True)
-    torch.save(state, model_path)
+    # serialised in memory first: torch's zip writer reports a full disk as a RuntimeError
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    replace_atomic(model_path, lambda tmp: tmp.write_bytes(buffer.getbuffer()), doing="saving the trained model",
+                   then=AGAIN)
     meta = {k: v for k, v in model.to_dict().items() if k not in ("path", "reused")}
-    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+    write_atomic(meta_path, json.dumps(meta, indent=1) + "\n", then=AGAIN)
     return model, state
 
 
@@ -753,6 +761,8 @@ def run_worker(job: dict[str, Any], work_dir: Path) -> dict[str, Any]:
                           capture_output=True, text=True, check=False)
     if not result_path.is_file():
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        if proc.returncode == EXIT_CODES[ErrorCategory.IO_FAULT] and tail.startswith(WORKER_IO_FAULT):
+            raise HarnessError(tail.removeprefix(WORKER_IO_FAULT), ErrorCategory.IO_FAULT)
         raise HarnessError(f"the LoadGen worker for {name} exited {proc.returncode} without a result: {tail}",
                            ErrorCategory.RUN_FAILED)
     result = json.loads(result_path.read_text())
@@ -800,70 +810,80 @@ def run_inference(config: InferConfig, *, progress: Callable[[str], None] = lamb
     if config.label:
         progress(f"*** {config.label} ***")
     try:
-        model, state = trained_model(spec, seed=config.seed, train_steps=config.train_steps, model_dir=model_dir,
-                                     progress=progress, precision=config.precision)
-        memory_net = memory_model(spec, state)
-        weight = memory_net.sparse_arch.embeddings.weight.detach()
-        rows = int(weight.shape[0])
-        cache_rows = max(1, round(rows * config.cache_fraction))
-        variants = variants_for(config.storage_latency_us, config.variant_kinds)
-        with tempfile.TemporaryDirectory(dir=model_dir, prefix="ssd-tier-") as tier:
-            tier_dir = Path(tier)
-            rows_file = tier_dir / "tables.rows"
-            layout = write_rows(rows_file, weight, direct=config.direct)
-            progress(f"tables on the SSD tier: {rows_file} ({rows} rows of {layout.row_bytes} bytes), "
-                     f"read {layout.mode}")
-            served = [_Served(v, memory_net) if not v.ssd else _Served(v, *ssd_model(
-                spec, state, rows_file, layout, cache_rows=cache_rows, policy=config.cache_policy,
-                latency_us=v.latency_us, queue_depth=config.storage_queue_depth)) for v in variants]
-            try:
-                identical = 0
-                for s in (s for s in served if s.tables is not None):
-                    identical = check_identical(memory_net, s.model, data, sizes=_check_sizes(config.max_batch))
-                if identical:
-                    progress(f"every SSD variant's predictions are identical to the in-memory model's, bit for "
-                             f"bit, on {identical} eval rows")
-                ref_auc, labels, ref_probs = reference_auc(memory_net, data)
-                progress(f"reference AUC (the in-memory model on the {labels.size} eval rows, directly): "
-                         f"{ref_auc:.6f}")
-                library = SampleLibrary(data)
-                progress(f"samples: {library.count} users of {library.sizes.min()} to {library.sizes.max()} rows "
-                         f"(mean {library.mean_rows:.0f}) over the {library.rows} eval rows, as MLPerf's DLRMv2 "
-                         f"reference draws them")
-                for rnd in range(CALIBRATION_ROUNDS):  # every variant, then every variant again
-                    for s in served:
-                        if s.tables is not None:  # a fresh, cold cache, as the worker's
-                            s.tables.store.close()
-                            s.model, s.tables = ssd_model(spec, state, rows_file, layout, cache_rows=cache_rows,
-                                                          policy=config.cache_policy, latency_us=s.variant.latency_us,
-                                                          queue_depth=config.storage_queue_depth)
-                        batch_s = calibrate(s.model, library, config.max_batch)
-                        s.batch_s = batch_s if rnd == 0 else min(s.batch_s, batch_s)
-                        if s.tables is not None:  # one-user queries meet a warm cache in a run
-                            warm_cache(s.model, library)
-                        mean_s, p99_s = calibrate_user_query(s.model, library)
-                        if rnd == 0 or mean_s < s.single_query_s:
-                            s.single_query_s, s.single_query_p99_s = mean_s, p99_s
-                for s in served:
-                    progress(f"calibration, {s.variant.name}: {config.max_batch / s.batch_s:,.0f} rows/s in "
-                             f"batches of {config.max_batch} rows, {s.single_query_s * 1e3:.3f} ms per one-user "
-                             f"query (p99 {s.single_query_p99_s * 1e3:.3f} ms)")
-                for s in served:
-                    if s.tables is not None:
-                        s.tables.store.close()
-                results = []
-                for scenario in config.scenarios:
-                    for s in served:
-                        results.append(_run_variant(config, spec, s, scenario, model_dir=model_dir, rows_file=rows_file,
-                                                    layout=layout, cache_rows=cache_rows, library=library, labels=labels,
-                                                    ref_probs=ref_probs, work_dir=tier_dir, notes=notes,
-                                                    progress=progress))
-            finally:
-                for s in served:
-                    if s.tables is not None:
-                        s.tables.store.close()
+        return _run_inference(config, spec, data, model_dir, notes, t_start, progress)
+    except OSError as err:  # the machine's: a full disk, a folder that cannot be written, an I/O error
+        raise io_fault(err, config.results, "serving", AGAIN) from None
     finally:
         torch.set_num_threads(threads)
+
+
+def _run_inference(config: InferConfig, spec: BenchmarkSpec, data: Any, model_dir: Path, notes: list[str],
+                   t_start: float, progress: Callable[[str], None]) -> InferReport:
+    model, state = trained_model(spec, seed=config.seed, train_steps=config.train_steps, model_dir=model_dir,
+                                 progress=progress, precision=config.precision)
+    memory_net = memory_model(spec, state)
+    weight = memory_net.sparse_arch.embeddings.weight.detach()
+    rows = int(weight.shape[0])
+    cache_rows = max(1, round(rows * config.cache_fraction))
+    variants = variants_for(config.storage_latency_us, config.variant_kinds)
+    with tempfile.TemporaryDirectory(dir=model_dir, prefix="ssd-tier-") as tier:
+        tier_dir = Path(tier)
+        rows_file = tier_dir / "tables.rows"
+        try:
+            layout = write_rows(rows_file, weight, direct=config.direct)
+        except OSError as err:
+            raise io_fault(err, rows_file, "writing the tables to the SSD tier", AGAIN) from None
+        progress(f"tables on the SSD tier: {rows_file} ({rows} rows of {layout.row_bytes} bytes), "
+                 f"read {layout.mode}")
+        served = [_Served(v, memory_net) if not v.ssd else _Served(v, *ssd_model(
+            spec, state, rows_file, layout, cache_rows=cache_rows, policy=config.cache_policy,
+            latency_us=v.latency_us, queue_depth=config.storage_queue_depth)) for v in variants]
+        try:
+            identical = 0
+            for s in (s for s in served if s.tables is not None):
+                identical = check_identical(memory_net, s.model, data, sizes=_check_sizes(config.max_batch))
+            if identical:
+                progress(f"every SSD variant's predictions are identical to the in-memory model's, bit for "
+                         f"bit, on {identical} eval rows")
+            ref_auc, labels, ref_probs = reference_auc(memory_net, data)
+            progress(f"reference AUC (the in-memory model on the {labels.size} eval rows, directly): "
+                     f"{ref_auc:.6f}")
+            library = SampleLibrary(data)
+            progress(f"samples: {library.count} users of {library.sizes.min()} to {library.sizes.max()} rows "
+                     f"(mean {library.mean_rows:.0f}) over the {library.rows} eval rows, as MLPerf's DLRMv2 "
+                     f"reference draws them")
+            for rnd in range(CALIBRATION_ROUNDS):  # every variant, then every variant again
+                for s in served:
+                    if s.tables is not None:  # a fresh, cold cache, as the worker's
+                        s.tables.store.close()
+                        s.model, s.tables = ssd_model(spec, state, rows_file, layout, cache_rows=cache_rows,
+                                                      policy=config.cache_policy, latency_us=s.variant.latency_us,
+                                                      queue_depth=config.storage_queue_depth)
+                    batch_s = calibrate(s.model, library, config.max_batch)
+                    s.batch_s = batch_s if rnd == 0 else min(s.batch_s, batch_s)
+                    if s.tables is not None:  # one-user queries meet a warm cache in a run
+                        warm_cache(s.model, library)
+                    mean_s, p99_s = calibrate_user_query(s.model, library)
+                    if rnd == 0 or mean_s < s.single_query_s:
+                        s.single_query_s, s.single_query_p99_s = mean_s, p99_s
+            for s in served:
+                progress(f"calibration, {s.variant.name}: {config.max_batch / s.batch_s:,.0f} rows/s in "
+                         f"batches of {config.max_batch} rows, {s.single_query_s * 1e3:.3f} ms per one-user "
+                         f"query (p99 {s.single_query_p99_s * 1e3:.3f} ms)")
+            for s in served:
+                if s.tables is not None:
+                    s.tables.store.close()
+            results = []
+            for scenario in config.scenarios:
+                for s in served:
+                    results.append(_run_variant(config, spec, s, scenario, model_dir=model_dir, rows_file=rows_file,
+                                                layout=layout, cache_rows=cache_rows, library=library, labels=labels,
+                                                ref_probs=ref_probs, work_dir=tier_dir, notes=notes,
+                                                progress=progress))
+        finally:
+            for s in served:
+                if s.tables is not None:
+                    s.tables.store.close()
     sha_ok = all(r.effective.get("mlperf_conf_sha1") == mlperf.MLPERF_CONF_SHA1 for r in results) \
         and mlperf.conf_sha1() == mlperf.MLPERF_CONF_SHA1
     return InferReport(

@@ -678,7 +678,7 @@ def _run_one(plan: RunSetPlan, index: int, config: RunConfig, reporter: Reporter
         message = faults[-1] if faults else _worker_failure(stderr_path).removeprefix("harness worker: I/O fault: ")
         raise HarnessError(
             f"{run_name(index)} stopped by an I/O fault: {message} (its log, incomplete, is kept at {kept}); free "
-            f"space or fix the folder, then run the same command with --resume ({finished_runs()})",
+            f"space or fix the folder, then: {finished_runs()}",
             ErrorCategory.IO_FAULT,
         )
     if code != 0:
@@ -831,6 +831,7 @@ def follow_run_set(plan: RunSetPlan, reporter: Reporter | None = None) -> Follow
     nodes = plan.request.nodes
     group = NodeGroup(nodes)
     done: list[int] = []
+    index: int | None = None
     try:
         jobs = group.join(plan.fingerprint)
         reporter.message(f"node {nodes.rank} of {nodes.count}: admitted by node 0 at {nodes.endpoint}; "
@@ -856,6 +857,10 @@ def follow_run_set(plan: RunSetPlan, reporter: Reporter | None = None) -> Follow
                     raise HarnessError(f"{run_name(index)}: node 0 reports: {verdict['message']}", ErrorCategory.RUN_FAILED)
                 done.append(index)
                 reporter.message(f"{run_name(index)}: done on node {nodes.rank} (node 0 holds its log)")
+    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: this node's ranks have ended with it
+        where = f"during {run_name(index)} on node {nodes.rank}" if index is not None else f"on node {nodes.rank}"
+        raise HarnessError(f"{interrupt_reason(err)} {where}: its ranks here have stopped, node 0 keeps the run's "
+                           f"log (this node writes none)", interrupt_category(err)) from None
     finally:
         group.done()
         group.close()

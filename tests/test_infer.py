@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -475,3 +476,93 @@ def test_the_sut_answers_whole_users_in_its_calls():
         assert n[:-1].sum() < 2048 <= n.sum() + 2048 and n.sum() < 2048 + 700  # about 2048 rows, whole users
     server = FastSut(None, None, library, 0).calls_of(users)
     assert [c.stop - c.start for c in server] == [1] * users.size  # one user per call
+
+
+# -- the machine's own faults, and SIGTERM (issue 25) --------------------------------------------
+def _copy_model(quick, to: Path) -> Path:
+    """The quick run's trained model (20 steps, fp32, seed 0) in ``to``, to be reused there."""
+    to.mkdir(parents=True, exist_ok=True)
+    for name in ("model.pt", "model.json"):
+        (to / name).write_bytes((quick["model"] / name).read_bytes())
+    return to
+
+
+def _reuse(model_dir: Path, results: Path, *more: str) -> list[str]:
+    return ["infer", "--quick", "--train-steps", "20", "--model-dir", str(model_dir), "--results", str(results),
+            "--scenario", "offline", *more]
+
+
+@pytest.mark.slow
+def test_a_full_disk_under_the_ssd_tier_is_one_line_and_the_model_is_kept(quick, tmp_path):
+    """The SSD tier's rows file on a disk that holds the model but not the rows: one line naming
+    the file (exit 5), no tier folder left, the saved model unchanged and reused on the next try."""
+    from tests.test_io_faults import tmpfs
+
+    model_bytes = sum((quick["model"] / n).stat().st_size for n in ("model.pt", "model.json"))
+    with tmpfs(tmp_path / "disk", f"size={model_bytes // 1024 + 64}k") as disk:
+        model_dir = _copy_model(quick, disk / "model")
+        before = {p.name: p.read_bytes() for p in model_dir.iterdir()}
+        proc = harness(*_reuse(model_dir, tmp_path / "results", "--variant", "ssd"))
+        assert proc.returncode == 5, proc.stderr[-3000:]
+        last = proc.stderr.strip().splitlines()[-1]
+        assert "Traceback" not in proc.stderr and last.startswith("harness: error: ") and \
+            "tables.rows: No space left on device while writing the tables to the SSD tier; free space there, then " \
+            "run the same command again" in last, last
+        assert "reusing the model in" in proc.stderr
+        assert {p.name: p.read_bytes() for p in model_dir.iterdir()} == before  # no ssd-tier-* folder either
+
+
+@pytest.mark.slow
+def test_a_read_only_results_folder_is_one_line_before_loadgen_runs(quick, tmp_path):
+    from tests.test_io_faults import tmpfs
+
+    model_dir = _copy_model(quick, tmp_path / "model")
+    with tmpfs(tmp_path / "results", "size=1m", "ro") as results:
+        proc = harness(*_reuse(model_dir, results, "--variant", "memory"))
+        assert proc.returncode == 5, proc.stderr[-3000:]
+        [line] = [x for x in proc.stderr.strip().splitlines() if x.startswith("harness:")]
+        assert "Traceback" not in proc.stderr and line == proc.stderr.strip().splitlines()[-1]
+        assert f"{results}/" in line and "Read-only file system" in line and "give a writable folder" in line
+        assert not list(results.iterdir())
+    assert sorted(p.name for p in model_dir.iterdir()) == ["model.json", "model.pt"]
+
+
+def _stderr_until(proc: subprocess.Popen, needle: str, timeout: float) -> str:
+    """``proc``'s stderr read line by line until a line holds ``needle`` (or it ends, or time is up)."""
+    import selectors
+    import time
+
+    seen, deadline = "", time.time() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        while time.time() < deadline and needle not in seen:
+            if sel.select(timeout=1.0):
+                line = proc.stderr.readline()
+                if not line:
+                    break
+                seen += line
+    return seen
+
+
+@pytest.mark.slow
+def test_sigterm_stops_infer_and_its_loadgen_worker_and_keeps_the_model(quick, tmp_path):
+    import signal
+
+    model_dir = _copy_model(quick, tmp_path / "model")
+    before = {p.name: p.read_bytes() for p in model_dir.iterdir()}
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *_reuse(model_dir, tmp_path / "results",
+                                                                      "--variant", "memory")],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = _stderr_until(proc, "LoadGen offline performance", 300)
+    assert "LoadGen offline performance" in seen, seen[-3000:]
+    time.sleep(1.0)  # the worker is serving
+    workers = subprocess.run(["pgrep", "-f", f"harness.inference.worker {model_dir}"], capture_output=True,
+                             text=True).stdout.split()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == (
+        "harness: error: interrupted by SIGTERM: a model already trained is kept and reused by the same command; "
+        "the results of the LoadGen run it stopped are incomplete")
+    assert workers and all(not Path(f"/proc/{pid}").exists() for pid in workers)  # the worker went with it
+    assert {p.name: p.read_bytes() for p in model_dir.iterdir()} == before  # and its SSD-tier folder

@@ -119,3 +119,28 @@ def test_an_export_or_a_leaderboard_into_a_full_disk_is_one_line_and_leaves_noth
         assert board.returncode == 5, board.stderr[-2000:]
         assert board.stderr.strip().splitlines()[-1].startswith("harness: error: ") and "Traceback" not in board.stderr
         assert not [p for p in disk.rglob("*") if ".tmp" in p.name]
+
+
+@pytest.mark.slow
+def test_an_ssd_tier_too_large_for_its_disk_is_one_line_before_training(tmp_path):
+    """The SSD tier's file is allocated when it is made: a disk that holds the logs but not the
+    tables fails there in one line naming the file (not with a SIGBUS when a write through the map
+    finds no block), the file is removed, and once the disk is larger the same command runs."""
+    spec = write_spec(tmp_path, **{"dataset.table_rows": [20_000] * 26})  # ~25 MB of rows and state
+    root = tmp_path / "root"
+    # a profile's SSD capacity (this machine's own is the free space of the results' disk, which
+    # the planner would refuse before anything runs: exit 3)
+    args = ("run", "--benchmark", str(spec), "--runs", "1", "--threads", "1", "--embedding-tier", "ssd",
+            "--profile", "h200-1gpu", "--emulate")
+    with tmpfs(root / "results", "size=4m"):
+        proc = harness(*args, cwd=root)
+        assert proc.returncode == 5, proc.stderr[-3000:]
+        last = proc.stderr.strip().splitlines()[-1]
+        assert "Traceback" not in proc.stderr and last.startswith("harness: error: run 1 (result_0.txt) stopped by "
+                                                                   "an I/O fault: "), last
+        assert "result_0.tables.bin" in last and "No space left on device" in last and "the same command starts it" in last
+        assert not list((root / "results").rglob("*.tables.bin*")) and not _leftovers(root)
+        subprocess.run(["mount", "-o", "remount,size=64m", str(root / "results")], check=True)
+        again = harness(*args, cwd=root)
+        assert again.returncode == 0, again.stderr[-2000:]
+        assert (result_dir(root) / "result_0.txt").is_file() and not list((root / "results").rglob("*.tables.bin*"))

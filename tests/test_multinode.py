@@ -176,3 +176,42 @@ def test_a_multi_node_launch_is_checked_against_the_profile(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "harness", "run", "--nnodes", "2"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2 and "--nnodes > 1 needs --rdzv-endpoint HOST:PORT" in proc.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_to_both_launchers_keeps_the_interrupted_log_and_ends_every_rank(tmp_path):
+    """What a batch scheduler does to a two-node job: SIGTERM to each node's launcher (not to its
+    ranks). Each launcher passes it on; node 0 keeps the interrupted log under its interrupted name
+    with ``run_stop aborted`` saying so, both exit 143 in one line, and no rank is left behind."""
+    spec = tmp_path / "long.yaml"
+    spec.write_text(FIXTURE.read_text().replace("train_samples: 32768", "train_samples: 4000000")
+                    .replace("target: 0.6", "target: 0.99"))
+    port = free_port()
+    follower = launch(1, port, tmp_path, "--benchmark", str(spec))
+    leader = launch(0, port, tmp_path, "--benchmark", str(spec))
+    staging = tmp_path / "node0" / "results" / ".harness" / "reference"
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        staged = list(staging.glob("*/tiny_synthetic/result_0.txt"))
+        if staged and "run_start" in staged[0].read_text():
+            break
+        assert leader.poll() is None, leader.communicate()[1][-3000:]
+        time.sleep(0.2)
+    time.sleep(2)
+    ranks = descendants(leader.pid) + descendants(follower.pid)
+    for proc in (leader, follower):
+        proc.send_signal(signal.SIGTERM)
+    _, err0 = finish(leader, 120)
+    _, err1 = finish(follower, 120)
+    assert (leader.returncode, follower.returncode) == (143, 143), err0[-3000:] + err1[-3000:]
+    for err in (err0, err1):
+        assert "Traceback" not in err and len(error_lines(err)) == 1, err[-3000:]
+        assert error_lines(err)[0].startswith("harness: error: interrupted by SIGTERM"), err[-3000:]
+    assert "during run 1 (result_0.txt)" in error_lines(err0)[0] and "the same command starts it again" in error_lines(err0)[0]
+    assert "during run 1 (result_0.txt) on node 1" in error_lines(err1)[0]
+    [kept] = staging.glob("*/tiny_synthetic/result_0.interrupted-*.txt")
+    [stop] = [r for r in records(kept) if r["key"] == "run_stop"]
+    assert stop["metadata"]["status"] == "aborted" and stop["metadata"]["reason"] == "interrupted by SIGTERM"
+    time.sleep(1)
+    assert ranks and not [pid for pid in ranks if Path(f"/proc/{pid}").exists()
+                          and "(Z)" not in Path(f"/proc/{pid}/stat").read_text()]

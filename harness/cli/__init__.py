@@ -107,9 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as err:
         click.echo(f"harness: error: {err}", err=True)
         return err.exit_code
-    except click.exceptions.Abort:
-        click.echo("harness: interrupted", err=True)
-        return 130
+    except click.exceptions.Abort as err:  # click's word for a KeyboardInterrupt it caught (or Ctrl-D at a prompt)
+        cause = err.__cause__ or err.__context__
+        signum = signal_of(cause) if isinstance(cause, KeyboardInterrupt) else signal.SIGINT
+        click.echo(f"harness: {interrupt_reason(cause) if isinstance(cause, KeyboardInterrupt) else 'interrupted'}",
+                   err=True)
+        return 128 + signum
     except click.ClickException as err:
         err.show()
         return err.exit_code

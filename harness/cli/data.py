@@ -2,7 +2,9 @@
 
 Exit status: 0 success (``inspect``: the dataset is well-formed); 2 bad input (``inspect``: a
 malformed record, after the report is printed; ``export``: an existing non-empty folder, a
-benchmark that is not synthetic, a format it does not accept) or nothing found at the path.
+benchmark that is not synthetic, a format it does not accept) or nothing found at the path; 5 an
+I/O fault (a full disk, a folder that cannot be written); 130 or 143 interrupted by Ctrl-C or
+SIGTERM (the partial export removed).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import json
 from pathlib import Path
 
 import click
+
+from harness.errors import HarnessError, interrupt_category, interrupt_reason
 
 
 def _size(n: int) -> str:
@@ -45,7 +49,11 @@ def export(out_dir: Path, benchmark: str, fmt: str, days: int, gz: bool) -> None
     from harness.rules.specs import load_benchmark
 
     spec = load_benchmark(benchmark)
-    result = export_dataset(spec, fmt, out_dir, days=days, gzip=gz, progress=click.echo)
+    try:
+        result = export_dataset(spec, fmt, out_dir, days=days, gzip=gz, progress=click.echo)
+    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the partial export has been removed
+        raise HarnessError(f"{interrupt_reason(err)}: nothing was exported to {out_dir} (the partial copy is "
+                           f"removed); run the same command again", interrupt_category(err)) from None
     click.echo(f"wrote {len(result.files)} files, {_size(result.total_bytes)}, to {result.out_dir}: "
                f"{spec.dataset['train_samples']} train samples in days 0-{days - 2}, "
                f"{spec.dataset['eval_samples']} eval samples in the first half of day {days - 1}")

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from harness.hw_profiles.profiles import format_bytes
+from harness.errors import HarnessError, interrupt_category, interrupt_reason
 from harness.infer import (
     DEFAULT_RESULTS,
     DEFAULT_STORAGE_LATENCY_US,
@@ -96,7 +97,12 @@ def infer(
         direct=not buffered, variant_kinds=variant_kinds or VARIANT_KINDS, seed=seed, train_steps=train_steps, model_dir=model_dir, max_batch=max_batch,
         threads=threads, precision=precision,
     )
-    report = run_inference(config, progress=lambda message: click.echo(message, err=True))
+    try:
+        report = run_inference(config, progress=lambda message: click.echo(message, err=True))
+    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the LoadGen worker has been stopped with it
+        raise HarnessError(f"{interrupt_reason(err)}: a model already trained is kept and reused by the same "
+                           f"command; the results of the LoadGen run it stopped are incomplete",
+                           interrupt_category(err)) from None
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=1))
     else:

@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.errors import ErrorCategory, HarnessError
+from harness.errors import ErrorCategory, HarnessError, io_fault
+from harness.files import write_atomic
 
 _STOP = object()
 
@@ -226,13 +227,19 @@ def main(argv: list[str]) -> int:
     try:
         result = run(job)
     except HarnessError as err:
-        out.write_text(json.dumps({"error": err.message, "category": err.category.value}))
-        return 1
+        result = {"error": err.message, "category": err.category.value}
+    except OSError as err:  # the machine's: a full disk, a folder that cannot be written, an I/O error
+        fault = io_fault(err, job.get("out_dir"), f"running LoadGen {job['scenario']} {job['mode']}",
+                         "run the same command again (a model already trained is reused)")
+        result = {"error": fault.message, "category": fault.category.value}
     except Exception as err:  # noqa: BLE001 - reported by the parent as one line
-        out.write_text(json.dumps({"error": f"{type(err).__name__}: {err}", "category": "run_failed"}))
-        return 1
-    out.write_text(json.dumps(result))
-    return 0
+        result = {"error": f"{type(err).__name__}: {err}", "category": "run_failed"}
+    try:
+        write_atomic(out, json.dumps(result))
+    except HarnessError as err:  # the result cannot be written either: said on stderr, exit 5
+        print(f"harness: error: {result.get('error', err.message)}", file=sys.stderr, flush=True)
+        return err.exit_code
+    return 1 if "error" in result else 0
 
 
 if __name__ == "__main__":

@@ -145,3 +145,28 @@ def test_errors_are_one_line_with_exit_code_2(tmp_path: Path, capsys) -> None:
     code, _, stderr = run(capsys, "data", "export", "-b", FIXTURE, "--format", "csv", str(tmp_path / "o"))
     assert code == 2 and "Invalid value for '--format'" in stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_sigterm_stops_an_export_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
+    """SIGTERM (or Ctrl-C) during an export: exit 143, one line, neither the folder nor its partial copy."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.test_runsets import write_spec
+
+    spec = write_spec(tmp_path, **{"dataset.train_samples": 4_000_000})
+    out = tmp_path / "data"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "data", "export", "-b", str(spec), "--format",
+                             "criteo-tsv", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()
+    assert first.startswith("exporting "), first + proc.stderr.read()
+    time.sleep(1.0)  # writing day 0
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".data.partial-")]
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert err == (f"harness: error: interrupted by SIGTERM: nothing was exported to {out} (the partial copy is "
+                   "removed); run the same command again\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [spec.name]

@@ -12,6 +12,7 @@ a CPU-only machine both are host memory); :class:`SsdRows` in a file on local di
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from pathlib import Path
@@ -106,12 +107,27 @@ class MemoryRows(RowStore):
         self.data.index_copy_(0, rows, values)
 
 
+def _reserve(fd: int, size: int, path: Path) -> None:
+    """The file's blocks allocated now: a disk too small for the table fails here, in one line
+    (``ENOSPC`` naming the file), not later as a SIGBUS where a write through the map finds no
+    block. A filesystem that cannot allocate ahead keeps the file sparse."""
+    if size <= 0 or not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as err:
+        if err.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            return
+        raise OSError(err.errno, err.strerror, str(path)) from None
+
+
 class SsdRows(RowStore):
     """Rows in a file on local disk, memory-mapped.
 
     Args:
-        path: the file; created (sparse, zero-filled) when ``create``, else opened and its
-            size checked against ``rows x (cols + state_cols)``.
+        path: the file; created (zero-filled) when ``create``, else opened and its
+            size checked against ``rows x (cols + state_cols)``. A created file has its blocks
+            allocated at once (zero-filled), so a full disk is an error here, not a SIGBUS later.
     """
 
     tier = "ssd"
@@ -126,6 +142,7 @@ class SsdRows(RowStore):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "wb") as f:
                 f.truncate(expected)
+                _reserve(f.fileno(), expected, self.path)
         elif not self.path.is_file() or self.path.stat().st_size != expected:
             raise HarnessError(
                 f"{self.path}: not a table file of {rows} rows x {width} words ({expected} bytes; weights in "
