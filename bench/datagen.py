@@ -16,9 +16,9 @@ import time
 
 import torch
 
-from harness.reference.datasets import SyntheticDataset
-from harness.reference.run_config import RunConfig
-from harness.reference.session import TrainingSession
+from harness.reference.data.datasets import SyntheticDataset
+from harness.reference.engine.run_config import RunConfig
+from harness.reference.engine.session import TrainingSession
 from harness.rules.specs import load_benchmark
 
 

@@ -83,8 +83,8 @@ def rank_main(work: Path) -> None:
     import torch.distributed as dist
 
     from harness.reference.distributed.session import DistributedSession
-    from harness.reference.run_config import RunConfig
-    from harness.reference.session import SessionHooks
+    from harness.reference.engine.run_config import RunConfig
+    from harness.reference.engine.session import SessionHooks
 
     job = json.loads((work / "job.json").read_text())
     torch.set_num_threads(1)

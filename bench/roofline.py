@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.reference.model import DLRMConfig, Interaction
+from harness.reference.models.dlrm import DLRMConfig, Interaction
 from harness.rules.precision import Precision
 
 ADAGRAD_STATE_BYTES = 4  # the fused (and torch's) Adagrad keeps one fp32 accumulator per value, in every precision

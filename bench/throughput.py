@@ -16,8 +16,8 @@ forward + backward + optimizer:
   tables stay fp32). On CUDA with ``--precision fp16`` it is fp16 autocast with
   ``torch.amp.GradScaler`` instead (the ratios line still calls it "plain bf16"). It steps the
   same module and optimizer as plain fp32: only the autocast differs.
-* **ours**: the engine's own step (:meth:`harness.reference.session.TrainingSession.step` on
-  :class:`harness.reference.model.DLRM`: the tables fused into one weight, Adagrad fused into the
+* **ours**: the engine's own step (:meth:`harness.reference.engine.session.TrainingSession.step` on
+  :class:`harness.reference.models.dlrm.DLRM`: the tables fused into one weight, Adagrad fused into the
   embedding backward) at ``--precision``, given to the engine as ``RunConfig.precision``: in bf16
   or fp16 its dense layers under autocast with fp32 master weights and its tables stored in that
   type (fp32 Adagrad state, stochastic rounding); fp16 scales the loss. Where the engine stores the
@@ -59,15 +59,17 @@ from torch import nn
 from roofline import Roofline, sync  # bench/roofline.py: the script's own folder is on sys.path
 
 from harness.errors import HarnessError
-from harness.reference.batches import Batch
-from harness.reference.model import DLRMConfig, Interaction
-from harness.reference.run_config import RunConfig
-from harness.reference.session import TrainingSession
+from harness.reference.data.batches import Batch
+from harness.reference.models.dlrm import DLRMConfig, Interaction
+from harness.reference.engine.run_config import RunConfig
+from harness.reference.engine.session import TrainingSession
 from harness.rules.precision import Precision, parse_precision
+from harness.rules.specs import load_benchmark
 
-MLPERF_POOLING = (3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1)
-MLPERF_ROWS = (40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10, 2209,
-               11938, 155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36)
+# MLPerf dlrm_dcnv2's tables and ids per sample: the spec's (one source for each benchmark number)
+_DCNV2 = load_benchmark("dlrm_dcnv2")
+MLPERF_POOLING: tuple[int, ...] = tuple(_DCNV2.dataset["pooling"])
+MLPERF_ROWS: tuple[int, ...] = tuple(_DCNV2.dataset["table_rows"])
 
 
 @dataclass(frozen=True)
@@ -179,7 +181,7 @@ def make_batches(cfg: DLRMConfig, batch_size: int, count: int, device) -> list[B
 
 def bench_spec(bc: BenchConfig) -> tuple[dict, dict]:
     """A benchmark spec and hyperparameters for the config, so that ours trains through the
-    engine (:class:`~harness.reference.session.TrainingSession`) as a run does."""
+    engine (:class:`~harness.reference.engine.session.TrainingSession`) as a run does."""
     cfg = bc.model
     raw = {
         "name": "throughput_bench", "description": "bench/throughput.py", "ruleset": "6.0.0",

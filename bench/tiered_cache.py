@@ -44,8 +44,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.reference.run_config import RunConfig  # noqa: E402
-from harness.reference.session import SessionHooks, TrainingSession  # noqa: E402
+from harness.reference.engine.run_config import RunConfig  # noqa: E402
+from harness.reference.engine.session import SessionHooks, TrainingSession  # noqa: E402
 from harness.rules.specs import load_benchmark  # noqa: E402
 
 

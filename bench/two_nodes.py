@@ -82,7 +82,7 @@ def profile():
 
 
 def make_plan(sharding: str, codec: str) -> dict[str, Any]:
-    from harness.reference.comm_codecs import Codec
+    from harness.reference.distributed.comm_codecs import Codec
     from harness.reference.planner import PlannerConfig, ShardingType, plan_tables
     from harness.reference.planner.models import tables_for_benchmark
     from harness.rules.specs import spec_from_dict
@@ -101,8 +101,8 @@ def worker(job_path: str) -> None:
 
     from harness.reference.distributed.session import DistributedSession
     from harness.reference.distributed.trainer import process_group
-    from harness.reference.run_config import RunConfig
-    from harness.reference.session import SessionHooks
+    from harness.reference.engine.run_config import RunConfig
+    from harness.reference.engine.session import SessionHooks
 
     job = json.loads(Path(job_path).read_text())
     torch.set_num_threads(1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from compliance.logread import ParsedLog, parse_log
+from harness.mllog.reader import ParsedLog, parse_log
 from harness.errors import HarnessError
 
 BATCH_SIZE = "global_batch_size"

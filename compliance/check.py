@@ -31,7 +31,7 @@ from compliance.engine import (
     run_set_rules,
 )
 from compliance.findings import Finding, Severity
-from compliance.logread import ParsedLog, parse_log
+from harness.mllog.reader import ParsedLog, parse_log
 from harness.errors import ErrorCategory, HarnessError
 
 RESULT_NAME = re.compile(r"^result_.*\.txt$")

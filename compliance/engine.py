@@ -52,7 +52,7 @@ from typing import Any
 
 
 from compliance.findings import Finding, Severity
-from compliance.logread import ParsedLog, Record, parse_log
+from harness.mllog.reader import ParsedLog, Record, parse_log
 from harness.errors import ErrorCategory, HarnessError
 
 RULESETS = Path(__file__).resolve().parent / "rulesets"  # a plain path: importlib.resources costs start-up

@@ -231,7 +231,7 @@ def _result_files(folder: Path) -> list[Path]:
 def _run_minutes(path: Path, ruleset_name: str) -> float | None:
     """The run's minutes, or None when the summarizer would drop it (not compliant, no start/stop)."""
     from compliance.engine import check_parsed
-    from compliance.logread import parse_log
+    from harness.mllog.reader import parse_log
 
     log = parse_log(path)
     if log.unreadable or not check_parsed(log, ruleset_name).passed:
@@ -279,7 +279,7 @@ def read_scaling_factor(folder: Path) -> Any:
 
 def _submission_epochs(files: list[Path]) -> tuple[Any, list[float] | None]:
     """``rcp_checker.get_submission_epochs`` for DLRM: (batch size, each run's epochs to converge or 1e9)."""
-    from compliance.logread import ParseProblem, iter_lines, mllog_text, parse_object
+    from harness.mllog.reader import ParseProblem, iter_lines, mllog_text, parse_object
 
     def record(line_no: int, text: str) -> dict[str, Any]:
         # the official checker json-loads a line only where a key's name occurs in it (and fails

@@ -15,7 +15,7 @@ import pytest
 from compliance.schemas import schema_errors
 from harness.errors import HarnessError
 from harness.hw_profiles import detect, emulated_profile, load_profile
-from harness.runsets import RunSetRequest, plan_run_set, worker_command
+from harness.runsets.runset import RunSetRequest, plan_run_set, worker_command
 from tests.test_runsets import FIXTURE, harness, records, start_harness, wait_for_run_start
 
 
@@ -34,7 +34,7 @@ def start_long_emulated_run(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
 
 def ranks_of(tmp_path: Path) -> list[str]:
     """``pid cmdline`` of this test's worker processes (torchrun's and its ranks'), not other tests'."""
-    listed = subprocess.run(["pgrep", "-af", "harness.reference.worker"], capture_output=True, text=True).stdout
+    listed = subprocess.run(["pgrep", "-af", "harness.reference.engine.worker"], capture_output=True, text=True).stdout
     return [line for line in listed.splitlines() if str(tmp_path) in line]
 
 
@@ -95,7 +95,7 @@ def test_an_emulated_plan_has_a_sharding_plan_and_an_emulated_system(tmp_path):
     assert fp32.fingerprint != plan.fingerprint
     cmd = worker_command(Path("c.json"), plan.world_size)
     assert cmd[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=8"]
-    assert worker_command(Path("c.json"), 1) == [sys.executable, "-m", "harness.reference.worker", "c.json"]
+    assert worker_command(Path("c.json"), 1) == [sys.executable, "-m", "harness.reference.engine.worker", "c.json"]
 
 
 def test_a_global_batch_the_ranks_cannot_share_is_refused(tmp_path):

@@ -22,7 +22,7 @@ import torch
 from harness.cli import main
 from harness.cli.infer import render
 from harness.errors import ErrorCategory, HarnessError
-from harness.infer import (
+from harness.inference.run import (
     QUICK_ACCURACY_SAMPLES,
     InferConfig,
     default_model_dir,
@@ -34,7 +34,7 @@ from harness.infer import (
 )
 from harness.inference import mlperf
 from harness.inference.storage import PreadRows, SdmEmbeddings, write_rows
-from harness.reference.embeddings import FusedEmbeddingCollection
+from harness.reference.models.embeddings import FusedEmbeddingCollection
 from harness.reference.tiered import CachePolicy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -278,7 +278,10 @@ def test_the_added_read_latency_is_calibrated_and_paid_per_read(tmp_path):
     for depth in (1, 4):
         full, tables = _tables(tmp_path / str(depth), cache_rows=12, latency_us=2000, queue_depth=depth)
         store = tables.store
-        assert 2000 <= store.added_latency_us < 4000  # a busy-wait overshoots only when the machine preempts it
+        # at least the latency asked for; above it only as far as the machine preempts the busy-wait
+        # (2.4x seen with the suite's two workers and other work on 2 cores): the bound catches a
+        # unit's mistake, not the load
+        assert 2000 <= store.added_latency_us < 20_000
         before = store.read_s
         values = store.read(torch.arange(20))
         spent[depth] = store.read_s - before
@@ -289,7 +292,7 @@ def test_the_added_read_latency_is_calibrated_and_paid_per_read(tmp_path):
 
 
 def _server_p99(tmp_path: Path, model_dir: Path, latency_us: float, qps: float) -> float:
-    from harness.infer import memory_model
+    from harness.inference.run import memory_model
     from harness.rules.specs import load_benchmark
 
     spec = load_benchmark("dlrm_synthetic")
@@ -461,7 +464,7 @@ def test_the_samples_are_the_references_users(rows):
 
 def test_the_sut_answers_whole_users_in_its_calls():
     from harness.inference.worker import FastSut
-    from harness.reference.datasets import SyntheticDataset
+    from harness.reference.data.datasets import SyntheticDataset
     from harness.rules.specs import load_benchmark
 
     library = SampleLibrary(SyntheticDataset(load_benchmark("dlrm_synthetic").dataset).generator)

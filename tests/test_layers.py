@@ -94,7 +94,7 @@ _LOADED = textwrap.dedent("""
     except SystemExit as exc:
         code = exc.code
     print(json.dumps({"code": code, "modules": sorted(m for m in sys.modules if m == "torch"
-                      or m.startswith(("torch.", "harness.reference", "harness.runsets", "harness.infer")))}))
+                      or m.startswith(("torch.", "harness.reference", "harness.runsets", "harness.inference")))}))
 """)
 
 
@@ -168,6 +168,95 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     return out
 
 
+# DESIGN.md's table: each folder and the folders it may import (besides itself, the ``harness``
+# package's version, and the two base modules beside every layer: errors and atomic files)
+SCHEMAS, MLLOG, HW, RULES, SUBMITTERS = "compliance/schemas", "harness/mllog", "harness/hw_profiles", \
+    "harness/rules", "harness/submitters"
+REFERENCE, COMPLIANCE, LEADERBOARD, REPORT = "harness/reference", "compliance", "harness/leaderboard", "harness/report"
+BASE = ("harness/errors.py", "harness/files.py", "harness/__init__.py")
+LAYERS: dict[str, tuple[str, ...]] = {
+    SCHEMAS: (),
+    MLLOG: (SCHEMAS,),
+    HW: (MLLOG, SCHEMAS),
+    RULES: (HW, MLLOG, SCHEMAS),
+    SUBMITTERS: (RULES, HW, MLLOG, SCHEMAS),
+    REFERENCE: (SUBMITTERS, RULES, HW, MLLOG, SCHEMAS),
+    COMPLIANCE: (SUBMITTERS, RULES, HW, MLLOG, SCHEMAS),
+    LEADERBOARD: (COMPLIANCE, SUBMITTERS, RULES, HW, MLLOG, SCHEMAS),
+    REPORT: (LEADERBOARD, COMPLIANCE, SUBMITTERS, RULES, HW, MLLOG, SCHEMAS),
+    "harness/inference": (REFERENCE, COMPLIANCE, SUBMITTERS, RULES, HW, MLLOG, SCHEMAS),
+    "harness/runsets": (REFERENCE, COMPLIANCE, SUBMITTERS, RULES, HW, MLLOG, SCHEMAS),
+    "harness/cli": ("harness", "compliance"),  # everything
+    "harness/__main__.py": ("harness/cli",),
+}
+
+
+def _layer(rel: str) -> str | None:
+    """The row of DESIGN.md's table a file or an imported module (as a path) belongs to: the
+    longest folder of the table that holds it."""
+    rows = [k for k in LAYERS if rel == k or rel.startswith(k + "/") or rel == k.removesuffix(".py")]
+    return max(rows, key=len) if rows else None
+
+
+def _project_imports(path: Path, root: Path) -> list[tuple[int, str, str]]:
+    """``(line, module, path of the module)`` of every import of the project's own modules in a
+    file, at any depth; ``from a.b import c`` names ``a.b.c`` when that is a module, else ``a.b``."""
+    def exists(target: str) -> bool:
+        return (root / f"{target}.py").is_file() or (root / target).is_dir()
+
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            base = node.module.replace(".", "/")
+            names = [f"{node.module}.{a.name}" if exists(f"{base}/{a.name}") else node.module for a in node.names]
+        for name in dict.fromkeys(names):
+            if name.split(".")[0] in ("harness", "compliance"):
+                out.append((node.lineno, name, name.replace(".", "/")))
+    return out
+
+
+def layer_violations(root: Path = ROOT) -> list[str]:
+    """Every import, at any depth (inside functions too), that DESIGN.md's table forbids, as
+    ``file:line: <row> imports <module>, which it may not``."""
+    bad = []
+    for path in sorted([*(root / "harness").rglob("*.py"), *(root / "compliance").rglob("*.py")]):
+        rel = path.relative_to(root).as_posix()
+        row = rel if rel in BASE else _layer(rel)
+        assert row is not None, f"{rel}: in no row of DESIGN.md's layer table"
+        for lineno, module, target in _project_imports(path, root):
+            if target in ("harness", "harness/errors") or (target == "harness/files" and row != "harness/errors.py"):
+                continue  # the version, and the base modules beside every layer
+            where = _layer(target)
+            if row in BASE or where is None:
+                ok = False
+            else:
+                ok = where == row or where in LAYERS[row] or row in ("harness/cli", "harness/__main__.py")
+            if not ok:
+                bad.append(f"{rel}:{lineno}: {row} imports {module}, which it may not")
+    return bad
+
+
+def test_every_import_follows_the_layer_table():
+    bad = layer_violations()
+    assert not bad, "\n".join(bad)
+
+
+def test_the_layer_check_sees_an_upward_import_inside_a_function(tmp_path):
+    """A deliberate violation, hidden in a function of a copy of the tree, is caught and named."""
+    import shutil as _sh
+
+    for top in ("harness", "compliance"):
+        _sh.copytree(ROOT / top, tmp_path / top, ignore=_sh.ignore_patterns("__pycache__"))
+    victim = tmp_path / "harness" / "rules" / "seeds.py"
+    victim.write_text(victim.read_text() + "\n\ndef _sneak():\n    from harness.reference.engine import session\n")
+    line = len(victim.read_text().splitlines())
+    assert layer_violations(tmp_path) == [
+        f"harness/rules/seeds.py:{line}: harness/rules imports harness.reference.engine.session, which it may not"]
+
+
 def test_torch_free_layers_import_neither_torch_nor_the_reference():
     bad = []
     for layer in TORCH_FREE:
@@ -183,7 +272,7 @@ def test_torch_free_layers_import_neither_torch_nor_the_reference():
 
 def _config_from_raw(model: dict, dataset: dict):
     """The reference's config built straight from a spec file's sections, as specs.py once did."""
-    from harness.reference.model import DLRMConfig, Interaction
+    from harness.reference.models.dlrm import DLRMConfig, Interaction
 
     return DLRMConfig(
         table_rows=tuple(dataset["table_rows"]), embedding_dim=model["embedding_dim"], pooling=tuple(dataset["pooling"]),
@@ -195,8 +284,8 @@ def _config_from_raw(model: dict, dataset: dict):
 
 
 def test_every_shipped_spec_becomes_the_reference_config_it_describes():
-    from harness.reference.embeddings import SparseOptimizerKind
-    from harness.reference.from_spec import dlrm_config, sparse_optimizer_kind
+    from harness.reference.models.embeddings import SparseOptimizerKind
+    from harness.reference.models.from_spec import dlrm_config, sparse_optimizer_kind
     from harness.rules import specs
 
     raw = json.loads(json.dumps(specs.load_benchmark("dlrm_synthetic").raw))  # dcn: tables may differ in dimension
@@ -234,8 +323,8 @@ def test_the_spec_refuses_what_the_reference_config_refuses_with_the_same_messag
 # ---- one MLLOG reader --------------------------------------------------------------------------
 
 def test_every_reader_of_logs_reads_what_the_checker_reads(results):
-    from compliance.logread import parse_log
-    from harness.reference.mlperf_log import parse_records
+    from harness.mllog.reader import parse_log
+    from harness.reference.engine.mlperf_log import parse_records
     from harness.rules.results import read_run_log
 
     logs = sorted((results / ROUND / SUBMITTER / "results").rglob("result_*.txt"))
@@ -247,3 +336,16 @@ def test_every_reader_of_logs_reads_what_the_checker_reads(results):
         run = read_run_log(log)
         assert dict(run.values) == {r.key: r.value for r in parsed.records}
         assert run.run_start_ms == next(r.time_ms for r in parsed.records if r.key == "run_start")
+
+
+def test_the_keys_module_names_mlperfs_keys_as_mlperf_logging_does():
+    import mlperf_logging.mllog.constants as constants
+
+    from harness.mllog import keys
+
+    names = [k for k in vars(keys) if k.isupper() and isinstance(getattr(keys, k), str)]
+    mlperf = [k for k in names if not k.startswith("HARNESS_") and k not in keys.NOT_IN_MLPERF_CONSTANTS]
+    assert len(mlperf) >= 25
+    assert {k: getattr(keys, k) for k in mlperf} == {k: getattr(constants, k) for k in mlperf}
+    assert all(not hasattr(constants, k) for k in keys.NOT_IN_MLPERF_CONSTANTS)
+    assert all(getattr(keys, k) == k.lower() for k in names if k.startswith("HARNESS_"))

@@ -136,7 +136,7 @@ def test_a_node_that_dies_ends_the_run_on_the_other_with_run_stop_aborted(tmp_pa
         assert leader.poll() is None, leader.communicate()[1][-3000:]
         time.sleep(0.2)
     time.sleep(3)
-    ranks = [pid for pid in descendants(follower.pid) if "harness.reference.worker" in
+    ranks = [pid for pid in descendants(follower.pid) if "harness.reference.engine.worker" in
              Path(f"/proc/{pid}/cmdline").read_text(errors="replace")]
     assert len(ranks) == 3, ranks  # torchrun and node 1's two ranks
     kill_machine(follower)  # node 1 dies: its launcher, torchrun and ranks

@@ -16,9 +16,9 @@ import pytest
 import torch
 import yaml
 
-from harness.reference.datasets import open_dataset
-from harness.reference.run_config import RunConfig
-from harness.reference.session import SessionHooks, TrainingSession
+from harness.reference.data import open_dataset
+from harness.reference.engine.run_config import RunConfig
+from harness.reference.engine.session import SessionHooks, TrainingSession
 from harness.rules.specs import load_benchmark, spec_from_dict
 from tests.reference.test_schedules import ReferencePolicy
 

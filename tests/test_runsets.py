@@ -144,7 +144,7 @@ def test_every_log_carries_the_keys_mlperf_6_0_0_requires(run_set):
 def test_the_set_runs_and_logs_the_native_precision_of_this_cpu(run_set):
     from harness.hw_profiles import detect, load_profile, native_precision
     from harness.rules.precision import Precision
-    from harness.reference.trainer import EMBEDDING_PRECISION
+    from harness.reference.engine.trainer import EMBEDDING_PRECISION
 
     detected = detect()
     name, reason = native_precision(load_profile("local", detected=detected), detected)
@@ -272,7 +272,7 @@ def test_a_resume_that_changes_a_setting_is_refused_naming_it_and_changes_nothin
 
 def test_a_set_begun_before_precision_was_kept_resumes_only_in_fp32():
     from harness.errors import HarnessError
-    from harness.runsets import _check_resume_settings
+    from harness.runsets.runset import _check_resume_settings
 
     began = {"division": "closed", "threads": None}  # a manifest written before precision was a setting
     _check_resume_settings(began, {"division": "closed", "threads": None, "precision": "fp32"})
@@ -302,7 +302,7 @@ def test_the_precision_is_the_option_else_the_submitters_choice_for_the_system_e
     from harness.hw_profiles import detect, load_profile, native_precision
     from harness.rules.precision import Precision
     from harness.rules.seeds import Seed, SeedSource
-    from harness.runsets import RunSetRequest, _worker_config, plan_run_set, set_settings
+    from harness.runsets.runset import RunSetRequest, _worker_config, plan_run_set, set_settings
 
     def plan(**request):
         return plan_run_set(RunSetRequest(**{"benchmark": str(FIXTURE), "profile": "local",
@@ -331,7 +331,7 @@ def test_16_bit_tables_behind_caches_keep_their_precision_and_the_plans_count_th
     """Tables on the SSD tier (one rank) and DDR shards behind HBM caches (sharded) run in the
     precision asked, and the plans count their weights in its bytes (half of fp32's)."""
     from harness.rules.precision import Precision
-    from harness.runsets import RunSetRequest, plan_run_set
+    from harness.runsets.runset import RunSetRequest, plan_run_set
 
     def ssd(**request):
         return plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile="local", results_dir=tmp_path / "r",

@@ -45,7 +45,7 @@ def export(out_dir: Path, benchmark: str, fmt: str, days: int, gz: bool) -> None
     Exit status: 0 written, 2 bad input (then nothing is written; an interrupted export leaves
     nothing under OUT_DIR either).
     """
-    from harness.reference.data_export import export_dataset
+    from harness.reference.data.export import export_dataset
     from harness.rules.specs import load_benchmark
 
     spec = load_benchmark(benchmark)
@@ -68,7 +68,7 @@ def inspect(path: Path, as_json: bool) -> None:
 
     Exit status: 0 well-formed, 2 a malformed record (after the report) or nothing found at PATH.
     """
-    from harness.reference.data_inspect import format_report, inspect_dataset
+    from harness.reference.data.inspect import format_report, inspect_dataset
 
     report = inspect_dataset(path, progress=None if as_json else lambda line: click.echo(f"  read {line}", err=True))
     click.echo(json.dumps(report.as_json(), indent=1) if as_json else format_report(report))

@@ -14,7 +14,7 @@ import click
 
 from harness.hw_profiles.profiles import format_bytes
 from harness.errors import HarnessError, interrupt_category, interrupt_reason
-from harness.infer import (
+from harness.inference.run import (
     DEFAULT_RESULTS,
     DEFAULT_STORAGE_LATENCY_US,
     DEFAULT_STORAGE_QUEUE_DEPTH,

@@ -12,7 +12,7 @@ from harness.hw_profiles import DEFAULT_PROFILE
 from harness.reference.planner.types import CommPrecision as Codec  # torch-free, as comm_codecs is not
 from harness.rules.precision import Precision
 from harness.rules.seeds import Seed, SeedSource
-from harness.runsets import (
+from harness.runsets.runset import (
     DEFAULT_STATUS,
     DEFAULT_SUBMITTER,
     Reporter,
@@ -138,7 +138,7 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
         nnodes: int, node_rank: int,
         rdzv_endpoint: str | None, rdzv_id: str, local_addr: str | None) -> None:
     """Train the reference DLRM N times to the target AUC; write MLPerf logs; print the score."""
-    from harness.launch import Nodes
+    from harness.runsets.launch import Nodes
 
     nodes = Nodes(nnodes, node_rank, rdzv_endpoint, rdzv_id, local_addr)
     if data is not None:
@@ -246,7 +246,7 @@ def _describe_sharding(plan: RunSetPlan) -> None:
 
 def _describe_tiers(plan: RunSetPlan) -> None:
     from harness.hw_profiles.profiles import format_bytes
-    from harness.runsets import table_tiers
+    from harness.runsets.runset import table_tiers
 
     tp = plan.tier_plan or plan.sharding_plan or {}
     tiers = table_tiers(tp)

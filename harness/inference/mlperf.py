@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.mllog.reader import mllog_texts, parse_object
 
 MLPERF_CONF = Path(__file__).with_name("mlperf.conf")
 MLPERF_CONF_SHA1 = "68cdba8667e971c3ae8f1617ba67fa56d01065b4"  # loadgen/mlperf.conf at mlcommons-loadgen 6.0.17
@@ -158,14 +159,11 @@ def detail_values(path: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"errors": []}
     if not path.is_file():
         return out
-    for line in path.read_text(errors="replace").splitlines():
-        if not line.startswith(":::MLLOG "):
+    for lineno, text in mllog_texts(path, encoding="utf-8"):  # the one MLLOG reader's tokenising
+        rec = parse_object(lineno, text) if text is not None else None
+        if not isinstance(rec, dict):  # an overlong or malformed line: LoadGen's own, skipped
             continue
-        try:
-            rec = json.loads(line[len(":::MLLOG "):])
-        except ValueError:
-            continue
-        if rec.get("metadata", {}).get("is_error"):
+        if (rec.get("metadata") or {}).get("is_error"):
             out["errors"].append(f"{rec.get('key')}: {rec.get('value')}")
         out.setdefault(rec.get("key"), rec.get("value"))
     return out

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.embeddings import FusedEmbeddingCollection, distinct
+from harness.reference.models.embeddings import FusedEmbeddingCollection, distinct
 from harness.reference.tiered import CachePolicy, RowCache, RowStore
 
 ALIGNMENTS = (512, 4096)  # the logical block sizes O_DIRECT may need

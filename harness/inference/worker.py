@@ -5,7 +5,7 @@ LoadGen 6.0 applies its official settings (``mlperf.conf``) in the first
 for any later one; so, as MLPerf's reference harnesses do, every test (one variant, one
 scenario, one mode) is one process that calls it once, with its system's ``user.conf``.
 
-The job (JSON, written by :func:`harness.infer.run_inference`) names the model, the
+The job (JSON, written by :func:`harness.inference.run.run_inference`) names the model, the
 variant (``memory``, or ``ssd``: the rows file, its layout, the cache and the added
 latency), the scenario, the mode, the ``user.conf``, the output directory and, with
 ``--quick``, the overrides of the minimum duration and query count. The process writes
@@ -37,7 +37,7 @@ class FastSut:
     """LoadGen's SUT through ``ConstructFastSUT``: ``issue(ids, indices)`` gets two lists of
     ints (about half the memory of a list of ``QuerySample`` objects), kept as NumPy arrays;
     one worker thread answers whatever has arrived. A sample is a user (its eval rows:
-    :class:`harness.infer.SampleLibrary`): with ``max_rows`` 0 each user is a model call of
+    :class:`harness.inference.run.SampleLibrary`): with ``max_rows`` 0 each user is a model call of
     its own (Server: a query is one user's ranking request); otherwise consecutive users are
     answered together in calls of about ``max_rows`` rows (a call ends with the user that
     reaches it). Each sample is completed with ``QuerySamplesComplete``, its data a float32
@@ -136,7 +136,7 @@ def peak_rss_bytes() -> int:
 
 def build(job: dict[str, Any]) -> tuple[Any, Any]:
     """The job's model (and its SSD tables, or None)."""
-    from harness.infer import memory_model
+    from harness.inference.run import memory_model
     from harness.inference.storage import Layout, PreadRows, SdmEmbeddings
     from harness.reference.tiered import CachePolicy
     from harness.rules.specs import load_benchmark
@@ -156,9 +156,9 @@ def build(job: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
-    from harness.infer import SampleLibrary, loadgen
+    from harness.inference.run import SampleLibrary, loadgen
     from harness.inference import mlperf
-    from harness.reference.datasets import SyntheticDataset
+    from harness.reference.data.datasets import SyntheticDataset
     from harness.rules.specs import load_benchmark
 
     t_start = time.perf_counter()

@@ -9,7 +9,7 @@ Two naming families of MLPerf's logs name the same learning-rate schedule: ``dlr
 ``lr_decay_start_steps``, ``sgd_opt_learning_rate_decay_steps``,
 ``sgd_opt_learning_rate_decay_poly_power``) and ``dlrm_dcnv2`` (``opt_learning_rate_decay_start_step``,
 ``opt_learning_rate_decay_steps``); both give :func:`schedule_values`, the schedule
-:mod:`harness.reference.schedules` applies (both MLPerf references use the same policy).
+:mod:`harness.reference.engine.schedules` applies (both MLPerf references use the same policy).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from compliance.logread import read_records
+from harness.mllog.reader import read_records
 from harness.errors import ErrorCategory, HarnessError
 from harness.rules.scoring import RunTime, Score, olympic_score
 
@@ -62,7 +62,7 @@ class RunLog:
 
 
 def read_run_log(path: Path) -> RunLog:
-    """Read one result log (through :func:`compliance.logread.read_records`, the one MLLOG reader).
+    """Read one result log (through :func:`harness.mllog.reader.read_records`, the one MLLOG reader).
     A malformed MLLOG record is an error naming file and line."""
     benchmark = start = stop = status = throughput = step_time = None
     evals: list[tuple[float, float]] = []

@@ -2,7 +2,7 @@
 
 Torch-free, as all of ``harness/rules/``: a spec describes its model as data
 (:class:`ModelSpec`); the reference turns that into its own model config
-(``harness.reference.from_spec``).
+(``harness.reference.models.from_spec``).
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ class BenchmarkSpec:
 
     @functools.cached_property
     def model(self) -> ModelSpec:
-        """The model as data (``harness.reference.from_spec.dlrm_config`` builds the reference's config)."""
+        """The model as data (``harness.reference.models.from_spec.dlrm_config`` builds the reference's config)."""
         return ModelSpec.from_raw(self.raw["model"], self.dataset)
 
 

@@ -34,7 +34,7 @@ def lender_from_logs(run_set_dir: Path) -> tuple[str, str, str, dict[str, Any]]:
     Every log of the set must log the same hyperparameters; the fingerprint is the logged
     ``harness_fingerprint`` when all logs carry the same one, else a hash of the values.
     """
-    from compliance.logread import read_records
+    from harness.mllog.reader import read_records
 
     logs = sorted(Path(run_set_dir).glob("result_*.txt"))
     if not logs:

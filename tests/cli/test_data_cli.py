@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from harness.cli import main
-from harness.reference.data_inspect import DistinctCounter, format_report, inspect_dataset
-from harness.reference.datasets import SyntheticDataset
+from harness.reference.data.inspect import DistinctCounter, format_report, inspect_dataset
+from harness.reference.data.datasets import SyntheticDataset
 from harness.rules.specs import load_benchmark
 
 FIXTURE = str(Path(__file__).resolve().parents[1] / "fixtures" / "tiny_benchmark.yaml")

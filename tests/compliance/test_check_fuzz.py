@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from compliance.check import check_path
 from compliance.engine import check_log
-from compliance.logread import iter_lines
+from harness.mllog.reader import iter_lines
 from harness.errors import HarnessError
 from tests.strategies import json_values
 
@@ -81,7 +81,7 @@ def test_checker_never_raises_on_broken_logs(tmp_path, data):
 @given(data=st.binary(max_size=80).map(lambda b: b.replace(b"x", b"\r").replace(b"y", b"\n")),
        chunk=st.sampled_from([1, 2, 3, 5, 1 << 20]))
 def test_line_splitter_matches_pythons_universal_newlines(tmp_path, monkeypatch, data, chunk):
-    from compliance import logread
+    from harness.mllog import reader as logread
 
     monkeypatch.setattr(logread, "_CHUNK", chunk)
     path = tmp_path / "log"

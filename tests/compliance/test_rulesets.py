@@ -136,7 +136,7 @@ def _official_state(gbs) -> dict:
 def test_derived_quantities_equal_what_mlperf_post_code_computes(gbs, tmp_path):
     import json
 
-    from compliance.logread import parse_log
+    from harness.mllog.reader import parse_log
 
     log = tmp_path / "result_0.txt"
     log.write_text(":::MLLOG " + json.dumps({"namespace": "", "time_ms": 1, "event_type": "POINT_IN_TIME",

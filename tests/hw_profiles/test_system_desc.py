@@ -65,6 +65,9 @@ def _official_check(desc: dict, tmp_path: Path) -> bool:
 def test_local_description_has_exactly_the_33_fields(local: Profile, detected: DetectedHardware) -> None:
     desc = _desc(local, detected, emulated=False)
     assert len(SYSTEM_DESC_FIELDS) == 33
+    from compliance.systems import REQUIRED_FIELDS
+
+    assert SYSTEM_DESC_FIELDS == REQUIRED_FIELDS  # the schema's, and the checker's current round's
     assert list(desc) == list(SYSTEM_DESC_FIELDS)
 
 

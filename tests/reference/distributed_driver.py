@@ -1,7 +1,7 @@
 """Train the default benchmark's model for a few steps under given sharding plans; record the loss.
 
 ``python tests/reference/distributed_driver.py JOB.json`` trains in one process (the
-unsharded :class:`~harness.reference.session.TrainingSession`); under
+unsharded :class:`~harness.reference.engine.session.TrainingSession`); under
 ``python -m torch.distributed.run --nproc_per_node W ... JOB.json`` each rank trains its
 shards (:class:`~harness.reference.distributed.session.DistributedSession`). Both train with
 the session's own loop, as ``Trainer.run`` does.
@@ -32,12 +32,13 @@ import torch
 import torch.distributed as dist
 
 from harness.hw_profiles import load_profile
-from harness.reference import synthetic
-from harness.reference.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
+from harness.reference.data import synthetic
+from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
 from harness.reference.planner import PlannerConfig, ShardingType, plan_tables
 from harness.reference.planner.models import tables_for_benchmark
-from harness.reference.run_config import RunConfig
-from harness.reference.session import SessionHooks, open_session
+from harness.reference.engine.run_config import RunConfig
+from harness.reference.engine.session import SessionHooks
+from harness.reference.runs import open_session
 from harness.rules.specs import BenchmarkSpec, load_benchmark, spec_from_dict
 
 
@@ -120,7 +121,7 @@ def main(job_path: str) -> None:
     if job.get("no_teacher_cache"):  # the synthetic teacher's per-row values computed on the fly, not kept:
         synthetic._MATERIALISE_LIMIT = 0  # data-side memory that grows with the tables' rows
     if "eval_cache_bytes" in job:  # 0: the eval split is read again at every evaluation, as a large one is
-        from harness.reference import session as session_module
+        from harness.reference.engine import session as session_module
         from harness.reference.distributed import session as distributed_session
 
         session_module.EVAL_CACHE_BYTES = distributed_session.EVAL_CACHE_BYTES = job["eval_cache_bytes"]

@@ -21,7 +21,7 @@ from harness.reference.distributed import comm
 from harness.reference.distributed.self_check import self_check
 from harness.reference.planner import PlannerConfig, ShardingType, plan_tables
 from harness.reference.planner.models import tables_for_benchmark
-from harness.reference.run_config import RunConfig
+from harness.reference.engine.run_config import RunConfig
 from harness.rules.specs import load_benchmark
 
 PROFILE = Path(__file__).resolve().parents[1] / "fixtures" / "two_nodes_2gpu.yaml"

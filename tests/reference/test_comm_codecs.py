@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness.errors import HarnessError
-from harness.reference.comm_codecs import Codec, CommConfig, decode, encode, wire_bytes
+from harness.reference.distributed.comm_codecs import Codec, CommConfig, decode, encode, wire_bytes
 
 # Worst relative error per codec, against the row's largest magnitude (int8: its range).
 BOUND = {Codec.FP32: 0.0, Codec.FP16: 2**-11, Codec.BF16: 2**-8, Codec.FP8: 2**-4, Codec.INT8: 0.5 / 255}

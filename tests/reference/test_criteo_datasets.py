@@ -1,5 +1,5 @@
 """The Criteo file datasets (TSV, MLPerf npy one-hot and multi-hot) against the rules of
-harness.reference.datasets: splits, sharding, epoch orders, ``start``, manifests, every refusal
+harness.reference.data.datasets: splits, sharding, epoch orders, ``start``, manifests, every refusal
 of ``open_files``, and the TSV reader's memory budget. Every sample carries its global number ``g``
 (its position in day order) as the first categorical id, so a batch says which samples it holds."""
 
@@ -18,10 +18,11 @@ import torch
 import yaml
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference import criteo, datasets
-from harness.reference.criteo import CriteoTsvDataset, MlperfNpyDataset, find_layout, open_files
-from harness.reference.data_export import format_tsv
-from harness.reference.datasets import DataFormat, Dataset, batch_order, open_dataset
+from harness.reference.data import criteo, datasets
+from harness.reference.data.criteo import CriteoTsvDataset, MlperfNpyDataset, find_layout, open_files
+from harness.reference.data.export import format_tsv
+from harness.reference.data import open_dataset
+from harness.reference.data.datasets import DataFormat, Dataset, batch_order
 from harness.rules.specs import spec_from_dict
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_benchmark.yaml"

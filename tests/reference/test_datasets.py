@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.datasets import (
+from harness.reference.data.datasets import (
     Dataset,
     SyntheticDataset,
     batch_order,

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from harness.errors import HarnessError
-from harness.reference.comm_codecs import Codec, wire_bytes
+from harness.reference.distributed.comm_codecs import Codec, wire_bytes
 from harness.reference.distributed.sharded import shardings_from_plan
 from harness.reference.planner.types import ShardingType
 from harness.rules.specs import load_benchmark

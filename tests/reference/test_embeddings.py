@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from harness.reference.embeddings import (
+from harness.reference.models.embeddings import (
     FusedEmbeddingCollection,
     SparseOptimizerConfig,
     SparseOptimizerKind,

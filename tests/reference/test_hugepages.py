@@ -1,4 +1,4 @@
-"""The tables ask Linux for transparent huge pages (harness.reference.hugepages)."""
+"""The tables ask Linux for transparent huge pages (harness.reference.models.hugepages)."""
 
 import json
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.reference.hugepages import advise_huge_pages, empty_table
+from harness.reference.models.hugepages import advise_huge_pages, empty_table
 
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 pytestmark = pytest.mark.skipif(
@@ -21,7 +21,7 @@ PROBE = r"""
 import json
 from pathlib import Path
 import torch
-from harness.reference.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
+from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
 
 def eligible(address):
     inside = False

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from harness.errors import HarnessError
-from harness.reference.mlperf_log import MLPerfLog, parse_records
+from harness.reference.engine.mlperf_log import MLPerfLog, parse_records
 
 
 def test_writes_mllog_lines_that_name_the_calling_line(tmp_path):

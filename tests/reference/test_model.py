@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from harness.errors import HarnessError
-from harness.reference.model import DLRM, DLRMConfig, Interaction, InteractionArch, InteractionDCNArch
+from harness.reference.models.dlrm import DLRM, DLRMConfig, Interaction, InteractionArch, InteractionDCNArch
 
 
 def _config(interaction=Interaction.DOT, pooling=(1, 2, 1)):

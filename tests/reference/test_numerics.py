@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from harness.reference.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
-from harness.reference.numerics import (
+from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
+from harness.reference.models.numerics import (
     TableLayout,
     column_multipliers,
     fused_layout,
@@ -15,8 +15,8 @@ from harness.reference.numerics import (
     stochastic_round,
     torch_dtype,
 )
-from harness.reference.run_config import RunConfig
-from harness.reference.session import TrainingSession
+from harness.reference.engine.run_config import RunConfig
+from harness.reference.engine.session import TrainingSession
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import load_benchmark
 

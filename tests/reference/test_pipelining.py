@@ -6,12 +6,12 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from harness.reference.comm_codecs import CommConfig
+from harness.reference.distributed.comm_codecs import CommConfig
 from harness.reference.distributed.comm import Comm, CommStats
 from harness.reference.distributed.session import pipelined
 from harness.reference.distributed.sharded import InputDist, ShardedEmbeddingCollection, shardings_from_plan
-from harness.reference.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
-from harness.reference.synthetic import Batch
+from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
+from harness.reference.data.synthetic import Batch
 
 ROWS, DIM, POOLING = (7, 30, 5), 4, (1, 3, 2)
 

@@ -10,11 +10,11 @@ import torch
 import yaml
 
 from harness.errors import HarnessError
-from harness.reference.datasets import SyntheticDataset
-from harness.reference.mlperf_log import parse_records
-from harness.reference.run_config import RunConfig
-from harness.reference.session import SessionHooks, TrainingSession
-from harness.reference.trainer import run_from_config
+from harness.reference.data.datasets import SyntheticDataset
+from harness.reference.engine.mlperf_log import parse_records
+from harness.reference.engine.run_config import RunConfig
+from harness.reference.engine.session import SessionHooks, TrainingSession
+from harness.reference.runs import run_from_config
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_benchmark.yaml"
 

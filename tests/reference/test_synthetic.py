@@ -6,8 +6,8 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from harness.reference import synthetic
-from harness.reference.synthetic import SyntheticCriteo, SyntheticSpec
+from harness.reference.data import synthetic
+from harness.reference.data.synthetic import SyntheticCriteo, SyntheticSpec
 
 ROWS = (10, 50, 200, 1000, 500, 2000, 30, 100, 300, 5, 800, 400, 20, 150, 60, 250, 5, 90, 120, 70, 450, 30, 600, 90, 40, 350)
 
@@ -84,7 +84,7 @@ def test_materialised_and_on_the_fly_teacher_agree(monkeypatch):
 
 
 def test_default_benchmark_records_its_teachers_best_auc():
-    from harness.reference.datasets import SyntheticDataset
+    from harness.reference.data.datasets import SyntheticDataset
     from harness.rules.specs import load_benchmark
 
     spec = load_benchmark("dlrm_synthetic")

@@ -13,8 +13,8 @@ import torch
 import yaml
 
 from harness.errors import HarnessError
-from harness.reference.run_config import RunConfig
-from harness.reference.session import SessionHooks, TrainingSession
+from harness.reference.engine.run_config import RunConfig
+from harness.reference.engine.session import SessionHooks, TrainingSession
 from harness.reference.tiered import CachePolicy, MemoryRows, RowCache, SsdRows
 from harness.rules.specs import load_benchmark, spec_from_dict
 
@@ -244,7 +244,7 @@ def small_memory_profile(tmp_path: Path, ddr_bytes: int) -> Path:
 
 
 def test_the_planner_places_the_tables_that_memory_cannot_hold_on_the_ssd(tmp_path):
-    from harness.runsets import RunSetRequest, plan_run_set, table_tiers
+    from harness.runsets.runset import RunSetRequest, plan_run_set, table_tiers
 
     profile = small_memory_profile(tmp_path, 500_000)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.reference.trainer import RunConfig
+from harness.reference.engine.trainer import RunConfig
 from harness.rules.specs import spec_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.reference.mlperf_log import parse_records
-from harness.reference.session import TrainingSession
-from harness.reference.trainer import RunConfig, run_from_config
+from harness.reference.engine.mlperf_log import parse_records
+from harness.reference.engine.session import TrainingSession
+from harness.reference.engine.trainer import RunConfig
+from harness.reference.runs import run_from_config
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "tiny_benchmark.yaml"
 
@@ -68,7 +69,7 @@ def test_same_seed_same_curve_bit_for_bit(tmp_path):
 
 
 def test_run_start_comes_before_any_sample_is_made(tmp_path, monkeypatch):
-    from harness.reference import synthetic
+    from harness.reference.data import synthetic
 
     cfg = config(tmp_path, target=0.99)
     touched_after_run_start = []
@@ -126,8 +127,8 @@ def test_one_gpu_run_is_deterministic(tmp_path):
 def test_the_log_states_the_runs_precision(tmp_path, precision, world_size, comm, linear, wire, tables):
     """MLPerf's two keys (as MLPerf spells them) and the tables' record, each validated by the
     record schema as it is written."""
-    from harness.reference.mlperf_log import MLPerfLog
-    from harness.reference.trainer import EMBEDDING_PRECISION, Trainer
+    from harness.reference.engine.mlperf_log import MLPerfLog
+    from harness.reference.engine.trainer import EMBEDDING_PRECISION, Trainer
 
     cfg = dataclasses.replace(config(tmp_path), precision=precision, world_size=world_size, comm=comm)
     log = MLPerfLog(Path(cfg.log_path))
@@ -141,7 +142,7 @@ def test_the_log_states_the_runs_precision(tmp_path, precision, world_size, comm
 
 def test_a_run_config_of_an_unknown_precision_is_refused_in_one_line(tmp_path):
     from harness.errors import HarnessError
-    from harness.reference.trainer import Trainer
+    from harness.reference.engine.trainer import Trainer
 
     with pytest.raises(HarnessError, match=r"^the run config's precision must be one of fp32, bf16, fp16, not 'fp8'$"):
         Trainer(dataclasses.replace(config(tmp_path), precision="fp8"))

@@ -69,7 +69,7 @@ def test_borrow_from_a_lenders_result_logs_keeps_their_logged_fingerprint(root):
 
 
 def test_a_run_set_plan_carries_the_provenance_into_the_logs(root, tmp_path):
-    from harness.runsets import RunSetRequest, _worker_config, plan_run_set
+    from harness.runsets.runset import RunSetRequest, _worker_config, plan_run_set
     from harness.rules.seeds import Seed, SeedSource
 
     borrow(source=root / "acme" / "dlrm_synthetic.yaml", to=root / "beta" / "dlrm_synthetic.yaml", submitter="beta")
@@ -77,7 +77,7 @@ def test_a_run_set_plan_carries_the_provenance_into_the_logs(root, tmp_path):
                                       results_dir=tmp_path / "results"))
     config = _worker_config(plan, 0, Seed(1, SeedSource.USER), tmp_path / "log.txt", None)
     assert config.extra_log["harness_borrowed_from"]["lender"] == "acme"
-    from harness.reference.mlperf_log import MLPerfLog, parse_records
+    from harness.reference.engine.mlperf_log import MLPerfLog, parse_records
 
     log = MLPerfLog(tmp_path / "log.txt")
     log.event("harness_borrowed_from", config.extra_log["harness_borrowed_from"])

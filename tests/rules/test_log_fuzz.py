@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.errors import HarnessError
-from harness.reference.mlperf_log import parse_records
+from harness.reference.engine.mlperf_log import parse_records
 from harness.rules.results import read_run_log, score_run_set
 from tests.strategies import json_values
 

@@ -2,7 +2,7 @@
 
 Every payload travels as a flat tensor through ``all_to_all_single`` (gloo on the CPU, NCCL
 on GPUs): the embedding ids (int64), the pooled embeddings and their gradients (encoded by
-a :mod:`~harness.reference.comm_codecs` codec into ``uint8`` bytes), and the dense gradients.
+a :mod:`~harness.reference.distributed.comm_codecs` codec into ``uint8`` bytes), and the dense gradients.
 
 The dense all-reduce is a quantized reduce-scatter followed by an all-gather, both as
 all-to-alls of encoded bytes: each rank receives every rank's encoded copy of its chunk,
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from harness.reference.comm_codecs import Codec, decode, encode, is_scaled, wire_bytes
+from harness.reference.distributed.comm_codecs import Codec, decode, encode, is_scaled, wire_bytes
 
 # the kinds of collectives as logged, their link classes, and the all-reduce's row of values for
 # fp8/int8 (one scale each): the traffic model's names, so counts and projections speak alike.

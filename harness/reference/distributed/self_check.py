@@ -30,8 +30,8 @@ import torch
 import torch.distributed as dist
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.run_config import RunConfig
-from harness.reference.session import SessionHooks, TrainingSession
+from harness.reference.engine.run_config import RunConfig
+from harness.reference.engine.session import SessionHooks, TrainingSession
 
 STEPS = 3
 BOUND = 1e-5

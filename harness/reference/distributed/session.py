@@ -5,9 +5,9 @@
 top MLP) data-parallel under ``DistributedDataParallel``, whose gradient all-reduce goes
 through :func:`harness.reference.distributed.comm.ddp_comm_hook` (codec and byte count).
 
-:class:`DistributedSession` is :class:`~harness.reference.session.TrainingSession` with three
+:class:`DistributedSession` is :class:`~harness.reference.engine.session.TrainingSession` with three
 things changed: each rank trains on its slice of every global batch (every dataset gives any
-rank's slice, :mod:`harness.reference.datasets`), the next batch's ids are distributed while
+rank's slice, :mod:`harness.reference.data.datasets`), the next batch's ids are distributed while
 the current step computes (:class:`Pipeline`), and evaluation gathers every rank's scores to
 rank 0, which computes the AUC and broadcasts it, so every rank stops at the same step.
 
@@ -33,9 +33,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.batches import NUM_DENSE, Batch
-from harness.reference.comm_codecs import CommConfig
-from harness.reference.datasets import Dataset
+from harness.reference.data.batches import NUM_DENSE, Batch
+from harness.reference.distributed.comm_codecs import CommConfig
+from harness.reference.data.datasets import Dataset
 from harness.reference.distributed.comm import Comm, CommStats, ddp_comm_hook
 from harness.reference.distributed.sharded import (
     Hierarchy,
@@ -43,9 +43,9 @@ from harness.reference.distributed.sharded import (
     ShardedEmbeddingCollection,
     shardings_from_plan,
 )
-from harness.reference.model import DLRM
-from harness.reference.run_config import RunConfig
-from harness.reference.session import (
+from harness.reference.models.dlrm import DLRM
+from harness.reference.engine.run_config import RunConfig
+from harness.reference.engine.session import (
     EVAL_CACHE_BYTES,
     Feed,
     TrainingSession,

@@ -16,7 +16,7 @@ one mechanism, as in torchrec's ``ShardedEmbeddingBagCollection``:
    only one shard's partial is non-zero, so the sum is exact).
 4. **Backward all-to-all** (backward codec): the gradients of the pooled vectors go back to
    the shards, which sum them per row and apply the fused optimizer to exactly those rows
-   (:func:`harness.reference.embeddings.sparse_update`, the single-process update).
+   (:func:`harness.reference.models.embeddings.sparse_update`, the single-process update).
 
 Data-parallel tables are full replicas on every rank: looked up locally, their gradients
 summed over ranks (the all-reduce codec) and applied identically everywhere.
@@ -57,7 +57,7 @@ profile.
 
 **Precision.** Shards and replicas are stored in the tables' type (fp32, bf16 or fp16); an
 update is computed in fp32 and rounded stochastically with bits of ``(seed, step, table, row,
-column)`` (:mod:`harness.reference.numerics`), so every plan rounds as one process. Pooled
+column)`` (:mod:`harness.reference.models.numerics`), so every plan rounds as one process. Pooled
 vectors and their gradients cross in the tables' type where the codec is fp32 (the codecs
 fp8/int8 still apply on top). Data-parallel replicas of 16-bit tables gather every rank's ids
 and gradients and sum them in the global batch's order, as one process does, instead of
@@ -81,7 +81,7 @@ import torch
 from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.comm_codecs import Codec, CommConfig, decode, encode, wire_bytes
+from harness.reference.distributed.comm_codecs import Codec, CommConfig, decode, encode, wire_bytes
 from harness.reference.distributed.comm import (
     BACKWARD,
     FORWARD,
@@ -91,7 +91,7 @@ from harness.reference.distributed.comm import (
     CommStats,
     PendingAllToAll,
 )
-from harness.reference.embeddings import (
+from harness.reference.models.embeddings import (
     FusedEmbeddingCollection,
     coalesce,
     coalesce_bags,
@@ -102,8 +102,8 @@ from harness.reference.embeddings import (
     unscale,
     update_from_bags,
 )
-from harness.reference.hugepages import empty_table
-from harness.reference.numerics import TableLayout
+from harness.reference.models.hugepages import empty_table
+from harness.reference.models.numerics import TableLayout
 from harness.reference.planner.estimators import cache_rows
 from harness.reference.planner.types import ShardingType
 from harness.reference.tiered import CachedShard, CachePolicy, CacheStats
@@ -334,7 +334,7 @@ class ShardedEmbeddingCollection(nn.Module):
     Args:
         full: the unsharded tables' description (rows, dim, pooling, optimizer, seed; built on
             the ``meta`` device: no rank allocates them). Each rank makes only its own shards and
-            replicas, from the seed (:func:`~harness.reference.embeddings.initial_weights`), so
+            replicas, from the seed (:func:`~harness.reference.models.embeddings.initial_weights`), so
             every plan and world size starts from the single-process model's weights, bit for bit.
         shardings: per table, from :func:`shardings_from_plan`.
         comm: the collectives of the forward and backward passes.
@@ -375,7 +375,7 @@ class ShardedEmbeddingCollection(nn.Module):
         self._out_start = (0, *itertools.accumulate(self.dims))  # each table's first value of a pooled row
         self.optimizer = full.optimizer
         # the tables' storage type: shards and replicas are stored in it, updates rounded
-        # stochastically into it (harness.reference.numerics), pooled vectors and their gradients
+        # stochastically into it (harness.reference.models.numerics), pooled vectors and their gradients
         # cross the wire in it unless a codec says otherwise (see _codec)
         self.table_dtype = next(full.parameters()).dtype
         self.update_step, self.grad_unscale = 0, None
@@ -560,7 +560,7 @@ class ShardedEmbeddingCollection(nn.Module):
 
     def set_step(self, step: int, grad_unscale: float | None = None) -> None:
         """The optimizer step whose update comes next (its rounding bits; see
-        :mod:`harness.reference.numerics`), and 1 / the loss scale (None: not scaled)."""
+        :mod:`harness.reference.models.numerics`), and 1 / the loss scale (None: not scaled)."""
         self.update_step, self.grad_unscale = int(step), grad_unscale
 
     @property

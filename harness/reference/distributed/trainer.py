@@ -17,11 +17,12 @@ from collections.abc import Callable, Iterator
 import torch.distributed as dist
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.launch import assign_rank
+from harness.mllog import keys
+from harness.reference.distributed.ranks import assign_rank
 from harness.reference.distributed.session import DistributedSession
-from harness.reference.mlperf_log import MLPerfLog
-from harness.reference.run_config import RunConfig
-from harness.reference.trainer import RunResult, Trainer
+from harness.reference.engine.mlperf_log import MLPerfLog
+from harness.reference.engine.run_config import RunConfig
+from harness.reference.engine.trainer import RunResult, Trainer
 
 PROCESS_GROUP_TIMEOUT = datetime.timedelta(seconds=300)
 
@@ -42,9 +43,12 @@ class DistributedTrainer(Trainer):
         types: dict[str, int] = {}
         for t in plan.get("tables", []):
             types[t["sharding_type"]] = types.get(t["sharding_type"], 0) + 1
-        self.log.event("harness_sharding_plan", {"fingerprint": plan.get("fingerprint", ""), "sharding_types": types})
-        self.log.event("harness_comm_codecs", self.codecs.to_names())
-        self.log.event("harness_comm_overlap", bool(self.config.overlap))
+        self.log.event(keys.HARNESS_SHARDING_PLAN, {"fingerprint": plan.get("fingerprint", ""), "sharding_types": types})
+        self.log.event(keys.HARNESS_COMM_CODECS, self.codecs.to_names())
+        self.log.event(keys.HARNESS_COMM_OVERLAP, bool(self.config.overlap))
+
+    def open_session(self) -> DistributedSession:
+        return DistributedSession(self.config)
 
     def _init_checks(self) -> None:
         """The self-check of the collectives (inside init, before run_start; see
@@ -54,13 +58,13 @@ class DistributedTrainer(Trainer):
         from harness.reference.distributed.self_check import failure, self_check
 
         report = self_check(self.config)
-        self.log.event("harness_self_check", report)
+        self.log.event(keys.HARNESS_SELF_CHECK, report)
         if not report["passed"]:
             raise failure(report)
 
     def _log_init_stop(self, session) -> None:
         if isinstance(session, DistributedSession):
-            self.log.event("harness_comm_projection", session.comm_projection())
+            self.log.event(keys.HARNESS_COMM_PROJECTION, session.comm_projection())
         super()._log_init_stop(session)
 
     def _log_run_stop(self, result: RunResult, epoch_num: float) -> None:
@@ -68,7 +72,7 @@ class DistributedTrainer(Trainer):
         session = self.session
         if isinstance(session, DistributedSession) and result.reason_is_final():  # a collective
             report = session.comm_report()
-            self.log.event("harness_comm_stats", {**report["ranks"][0], "total": report["total"],
+            self.log.event(keys.HARNESS_COMM_STATS, {**report["ranks"][0], "total": report["total"],
                                                   "per_step": session.measured_per_step(report)})
 
 
@@ -87,7 +91,7 @@ def process_group(config: RunConfig) -> Iterator[None]:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-pg-"))
             dist.init_process_group(backend=backend, store=dist.FileStore(os.path.join(tmp, "store"), 1), rank=0,
                                     world_size=1, timeout=PROCESS_GROUP_TIMEOUT)
-        else:  # under a multi-node launch the rank is the launcher's node rank's (harness.launch)
+        else:  # under a multi-node launch the rank is the launcher's node rank's (harness.reference.distributed.ranks)
             rank = assign_rank(world)
             dist.init_process_group(backend=backend, timeout=PROCESS_GROUP_TIMEOUT,
                                     **({"rank": rank, "world_size": world} if rank is not None else {}))

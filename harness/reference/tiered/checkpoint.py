@@ -38,8 +38,8 @@ from typing import Any
 import torch
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.run_config import RunConfig
-from harness.reference.session import SessionHooks, TrainingSession
+from harness.reference.engine.run_config import RunConfig
+from harness.reference.engine.session import SessionHooks, TrainingSession
 
 MANIFEST = "checkpoint.json"
 _CHUNK = 1 << 22
@@ -71,7 +71,7 @@ def _durable_copy(src: Path, dst: Path) -> None:
 
 
 def save(directory: Path, session: TrainingSession) -> None:
-    """Checkpoint ``session`` (a :class:`~harness.reference.session.TrainingSession` with its
+    """Checkpoint ``session`` (a :class:`~harness.reference.engine.session.TrainingSession` with its
     tables on the SSD tier) at its current step (see the module docstring for the order of writes)."""
     step = session.step_count
     directory.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Embedding tables whose rows live in a slower tier, trained through a row cache.
 
-:class:`TieredEmbeddingCollection` is a :class:`~harness.reference.embeddings.FusedEmbeddingCollection`
+:class:`TieredEmbeddingCollection` is a :class:`~harness.reference.models.embeddings.FusedEmbeddingCollection`
 whose ``weight`` is the cache's slots: a batch's ids are mapped to slots once their rows are
 resident (:meth:`global_ids`), and the fused lookup, its backward and the fused optimizer
 then run unchanged on the slots. The arithmetic is the in-memory collection's, row for
@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.embeddings import (
+from harness.reference.models.embeddings import (
     FusedEmbeddingCollection,
     SparseOptimizerConfig,
     SparseOptimizerKind,

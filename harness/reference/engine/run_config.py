@@ -37,7 +37,7 @@ class RunConfig:
     # the tables' tier: {"tier": "ssd", "path": file, "cache_fraction": 0.05, "policy": "lru", "ssd_tables": [..]
     # or None (all), "rows_in_file": True when the file already holds the rows}; None: memory
     embedding_tier: dict[str, Any] | None = None
-    # the dataset's manifest (harness.reference.datasets.dataset_manifest: its files, already
+    # the dataset's manifest (harness.reference.data.datasets.dataset_manifest: its files, already
     # validated by the run set); None: the benchmark's own generator
     data: dict[str, Any] | None = None
     # overlap communication with computation (a sharded run): the dense all-reduce with the

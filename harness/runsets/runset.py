@@ -49,9 +49,9 @@ from harness.hw_profiles import (
     system_name_for,
     write_system_description,
 )
-from harness.launch import NodeGroup, Nodes, worker_command, worker_env
-from harness.reference.mlperf_log import MLPerfLog, parse_records
-from harness.reference.run_config import RunConfig
+from harness.runsets.launch import NodeGroup, Nodes, worker_command, worker_env
+from harness.reference.engine.mlperf_log import MLPerfLog, parse_records
+from harness.reference.engine.run_config import RunConfig
 from harness.rules.fingerprint import fingerprint
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.results import RunSetStats, read_run_log, run_set_stats
@@ -294,7 +294,8 @@ def _validated_dataset(spec: BenchmarkSpec, path: Path | None, batch_size: int,
     written: the files at ``path`` (every TSV line parsed, every npy header read; a missing,
     short or malformed dataset is one line, exit 2), or the benchmark's generator. Returns the
     manifest the runs reopen it from (None: the generator) and its description."""
-    from harness.reference.datasets import check_epoch, dataset_manifest, open_dataset
+    from harness.reference.data import open_dataset
+    from harness.reference.data.datasets import check_epoch, dataset_manifest
 
     dataset = open_dataset(spec, path, progress=progress)
     if dataset.train_samples // batch_size < 1:
@@ -396,7 +397,7 @@ def table_tiers(plan: dict[str, Any]) -> list[str]:
 
 def _comm_codecs(requested: tuple[tuple[str, str], ...], world_size: int) -> dict[str, str]:
     """The codec of each collective (fp32 unless asked); refused for a one-rank run (nothing is sent)."""
-    from harness.reference.comm_codecs import CommConfig
+    from harness.reference.distributed.comm_codecs import CommConfig
 
     codecs = CommConfig.from_names(dict(requested))
     if world_size == 1 and codecs != CommConfig():
@@ -409,7 +410,7 @@ def _sharding_plan(spec: BenchmarkSpec, profile: Profile, hyperparameters: dict[
     """The plan the run's ranks execute: the planner's, for the (emulated) profile and the global
     batch (with ``--embedding-tier ssd|auto``, its tier settings and SSD caches counted), the
     tables' weights in ``precision``'s bytes."""
-    from harness.reference.comm_codecs import Codec
+    from harness.reference.distributed.comm_codecs import Codec
     from harness.reference.planner import PlannerConfig, plan_tables
     from harness.reference.planner.models import tables_for_benchmark
 
@@ -436,7 +437,7 @@ def _read_manifest(plan: RunSetPlan) -> dict[str, Any] | None:
 
 
 _RESUME = "run the same command with --resume"
-IO_FAULT_EXIT = 5  # the worker's exit status for an I/O fault (harness.reference.worker)
+IO_FAULT_EXIT = 5  # the worker's exit status for an I/O fault (harness.reference.engine.worker)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -729,7 +730,7 @@ def teacher_best_auc(spec: BenchmarkSpec) -> float | None:
     """The synthetic data's best achievable eval AUC, computed here, outside any timed run."""
     if spec.dataset["kind"] != "synthetic":
         return None
-    from harness.reference.datasets import SyntheticDataset
+    from harness.reference.data.datasets import SyntheticDataset
 
     return SyntheticDataset(spec.dataset).best_auc()
 
@@ -738,7 +739,7 @@ def execute_run_set(plan: RunSetPlan, reporter: Reporter | None = None) -> RunSe
     """Run the pending runs of the set, then score every finished run in the results tree.
 
     With several nodes, node 0 does this (its launchers' followers run :func:`follow_run_set`):
-    the followers are admitted before anything is written (see :mod:`harness.launch`)."""
+    the followers are admitted before anything is written (see :mod:`harness.runsets.launch`)."""
     reporter = reporter or Reporter()
     nodes = plan.request.nodes
     if nodes.multi and nodes.rank != 0:

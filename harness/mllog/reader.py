@@ -11,7 +11,7 @@ are the file's own (1-based), not the index among MLLOG lines.
 It is the one reader of MLLOG files: the checker takes every record with the problems beside
 them (:func:`parse_log`); scoring, the leaderboard and the harness's own readers of its logs
 take the records' JSON objects and stop at the first line that is not one (:func:`read_records`).
-Torch-free, as all of ``compliance/``.
+Torch-free, as all of ``harness/mllog/``.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ import torch
 from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.hugepages import empty_table
-from harness.reference.numerics import TableLayout, fused_layout, stochastic_round, workspace as _workspace
+from harness.reference.models.hugepages import empty_table
+from harness.reference.models.numerics import TableLayout, fused_layout, stochastic_round, workspace as _workspace
 from harness.rules.specs import EmbeddingOptimizer
 
 # the spec's own enum (adagrad, rowwise_adagrad, sgd): a spec's optimizer is the config's
@@ -53,11 +53,11 @@ def initial_weights(seed: int, table: int, table_rows: int, dim: int, rows: tupl
     """DLRM's initial weights of rows ``rows[0] .. rows[1] - 1`` and columns ``cols[0] ..
     cols[1] - 1`` (-1: to the last) of table ``table`` (``table_rows x dim``): uniform in
     ``+-sqrt(1 / table_rows)``, each weight a pure function of ``(seed, table, row, column)``
-    through :mod:`harness.reference.counter_rng`. So any block of any table, made on any rank
+    through :mod:`harness.reference.data.counter_rng`. So any block of any table, made on any rank
     for any plan, equals that block of the single-process model, bit for bit, and no rank
     needs the whole table to make its shard.
     """
-    from harness.reference import counter_rng as rng
+    from harness.reference.data import counter_rng as rng
 
     (r0, r1), (c0, c1) = rows, (cols[0], dim if cols[1] < 0 else cols[1])
     key, bound = rng.key(seed, _S_EMBEDDING + table), math.sqrt(1.0 / table_rows)
@@ -219,8 +219,8 @@ def sparse_update(
     Adagrad, empty for SGD), fp32 whatever the weight's type. ``grad`` (fp32) is consumed
     (modified in place). A weight stored in bf16 or fp16 is updated in fp32 and its rows
     rounded stochastically with the bits of ``rounding`` (the weight's
-    :class:`~harness.reference.numerics.TableLayout` and the step; see
-    :mod:`harness.reference.numerics`), by default of ``rows``; ``key_rows`` are the rows of the
+    :class:`~harness.reference.models.numerics.TableLayout` and the step; see
+    :mod:`harness.reference.models.numerics`), by default of ``rows``; ``key_rows`` are the rows of the
     layout that ``rows`` hold when they are not the same (the slots of a cache hold rows of a
     table). The sharded embeddings (:mod:`harness.reference.distributed.sharded`) and the tiers
     update with this same function.
@@ -411,7 +411,7 @@ class FusedEmbeddingCollection(nn.Module):
         allocate: False leaves the weight empty, for a subclass that keeps the rows elsewhere
             (:class:`harness.reference.tiered.TieredEmbeddingCollection`).
         dtype: the tables' storage type: fp32, or bf16/fp16 (half the bytes; updated in fp32 and
-            rounded stochastically, see :mod:`harness.reference.numerics`). The optimizer state
+            rounded stochastically, see :mod:`harness.reference.models.numerics`). The optimizer state
             is fp32 whatever it is; the pooled output has the tables' type.
     """
 
@@ -518,7 +518,7 @@ class FusedEmbeddingCollection(nn.Module):
 
         Args:
             sparse: ``B x L`` int64 per-table ids, features side by side
-                (see :class:`harness.reference.batches.Batch`).
+                (see :class:`harness.reference.data.batches.Batch`).
 
         Returns:
             ``B x F x D`` sum-pooled embeddings, one ``D``-vector per feature.

@@ -1,14 +1,14 @@
 """Where training data comes from: one protocol, three formats, one rule for order and sharding.
 
 A :class:`Dataset` is a train split and an eval split of Criteo-like samples (13 dense, 26
-categorical features), read as :class:`~harness.reference.batches.Batch` es:
+categorical features), read as :class:`~harness.reference.data.batches.Batch` es:
 
-* :class:`SyntheticDataset`: the generator of :mod:`harness.reference.synthetic` (no files);
+* :class:`SyntheticDataset`: the generator of :mod:`harness.reference.data.synthetic` (no files);
 * ``criteo-tsv``: Criteo's text files, Terabyte ``day_0`` .. ``day_23`` or Kaggle ``train.txt``,
-  plain or gzip (:mod:`harness.reference.criteo`);
+  plain or gzip (:mod:`harness.reference.data.criteo`);
 * ``mlperf-npy``: MLPerf's preprocessed Criteo 1TB layout, ``day_<d>_dense.npy``,
   ``day_<d>_labels.npy`` and ``day_<d>_sparse.npy`` (one-hot) or
-  ``day_<d>_sparse_multi_hot.npz`` (:mod:`harness.reference.criteo`).
+  ``day_<d>_sparse_multi_hot.npz`` (:mod:`harness.reference.data.criteo`).
 
 Every dataset follows the same rules, so that the same run on any of them (the synthetic
 benchmark and its exported copies, say) sees the same samples in the same batches:
@@ -39,9 +39,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference import counter_rng as rng
-from harness.reference import synthetic
-from harness.reference.batches import Batch
+from harness.reference.data import counter_rng as rng
+from harness.reference.data import synthetic
+from harness.reference.data.batches import Batch
 
 if TYPE_CHECKING:
     from harness.rules.specs import BenchmarkSpec
@@ -200,32 +200,6 @@ class SyntheticDataset:
 
 
 # ---------------------------------------------------------------------------------- opening
-def open_dataset(spec: BenchmarkSpec, path: Path | str | None = None, *, manifest: dict[str, Any] | None = None,
-                 progress: Callable[[str], None] | None = None) -> Dataset:
-    """The benchmark's data: its generator when ``path`` is None (synthetic benchmarks only),
-    else the files at ``path`` in one of the formats the spec accepts, checked against the
-    spec (sample counts, tables, pooling) before anything is trained on them.
-
-    ``manifest`` is what :func:`dataset_manifest` returned when the same files were opened and
-    validated before (by the run set, before any run starts): the files are then checked
-    against it (names and sizes) instead of being read again. ``progress`` hears of each file
-    validated.
-
-    Raises:
-        HarnessError: BAD_INPUT or NOT_FOUND, one line naming the file (and line, for TSV).
-    """
-    if path is None:
-        if spec.dataset["kind"] != "synthetic":
-            raise HarnessError(
-                f"benchmark {spec.name} trains on {spec.dataset['kind']} data: give the dataset's folder with "
-                "--data PATH (README: 'Running the official benchmarks')", ErrorCategory.BAD_INPUT,
-            )
-        return SyntheticDataset(spec.dataset)
-    from harness.reference import criteo
-
-    return criteo.open_files(spec, Path(path), manifest=manifest, progress=progress)
-
-
 def dataset_manifest(dataset: Dataset) -> dict[str, Any] | None:
     """What a worker needs to reopen ``dataset`` without reading it again (None: the generator)."""
     manifest = getattr(dataset, "manifest", None)

@@ -1,14 +1,14 @@
 """``harness data export``: a synthetic benchmark written in Criteo's real formats.
 
-The copy is laid out so that :func:`harness.reference.criteo.open_files` reads exactly (bit for
-bit) the batches of :class:`~harness.reference.datasets.SyntheticDataset` for any epoch, rank,
+The copy is laid out so that :func:`harness.reference.data.criteo.open_files` reads exactly (bit for
+bit) the batches of :class:`~harness.reference.data.datasets.SyntheticDataset` for any epoch, rank,
 world size and start, and the same eval batches:
 
 * train samples ``0 .. N-1`` go, in order, to days ``0 .. D-2`` (``numpy.array_split``'s sizes);
 * the last day holds the eval samples ``N .. N+E-1`` followed by ``E`` more generated samples
   ``N+E .. N+2E-1``, so that its first half (the reader's eval split) is exactly the eval split;
 * ``criteo-tsv`` (Terabyte names ``day_0`` .. ``day_{D-1}``, ``.gz`` with ``gzip``): the label,
-  the 13 integer counts (:meth:`~harness.reference.synthetic.SyntheticCriteo.dense_counts`, whose
+  the 13 integer counts (:meth:`~harness.reference.data.synthetic.SyntheticCriteo.dense_counts`, whose
   ``log(1 + x)`` in float64 rounded to float32 is the generator's dense feature) and the 26 ids in
   lower-case hex (read back as themselves, since every id is below its table's rows);
 * ``mlperf-npy``: ``day_<d>_dense.npy`` float32 (the generator's dense values),
@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.batches import NUM_DENSE, NUM_SPARSE
-from harness.reference.datasets import DataFormat, SyntheticDataset
+from harness.reference.data.batches import NUM_DENSE, NUM_SPARSE
+from harness.reference.data.datasets import DataFormat, SyntheticDataset
 
 if TYPE_CHECKING:
     from harness.rules.specs import BenchmarkSpec

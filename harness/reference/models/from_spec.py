@@ -2,13 +2,13 @@
 
 ``harness/rules/`` describes a benchmark's model as data (:class:`harness.rules.specs.ModelSpec`)
 and never imports torch; this is the one place that turns that description into the
-reference's :class:`~harness.reference.model.DLRMConfig` and its embeddings' optimizer kind.
+reference's :class:`~harness.reference.models.dlrm.DLRMConfig` and its embeddings' optimizer kind.
 """
 
 from __future__ import annotations
 
-from harness.reference.embeddings import SparseOptimizerKind
-from harness.reference.model import DLRMConfig
+from harness.reference.models.embeddings import SparseOptimizerKind
+from harness.reference.models.dlrm import DLRMConfig
 from harness.rules.specs import BenchmarkSpec, ModelSpec
 
 

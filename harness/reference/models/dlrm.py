@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness.reference.batches import NUM_DENSE
-from harness.reference.embeddings import (
+from harness.reference.data.batches import NUM_DENSE
+from harness.reference.models.embeddings import (
     FusedEmbeddingCollection,
     GroupedEmbeddingCollection,
     SparseOptimizerConfig,
@@ -216,7 +216,7 @@ class DLRM(nn.Module):
         embedding_device: where the tables are built (default ``device``); ``"meta"`` describes
             them without memory, for a sharded run whose ranks make only their own shards.
         table_dtype: the tables' storage type (fp32, bf16 or fp16; see
-            :mod:`harness.reference.numerics`). The dense layers' weights are fp32 (the master
+            :mod:`harness.reference.models.numerics`). The dense layers' weights are fp32 (the master
             weights), whatever the precision they compute in.
     """
 

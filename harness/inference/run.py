@@ -47,12 +47,12 @@ from harness.errors import EXIT_CODES, ErrorCategory, HarnessError, io_fault
 from harness.files import replace_atomic, write_atomic
 from harness.inference import mlperf
 from harness.inference.storage import Layout, PreadRows, SdmEmbeddings, write_rows
-from harness.reference import synthetic
-from harness.reference.batches import NUM_DENSE
-from harness.reference.from_spec import dlrm_config
-from harness.reference.model import DLRM
-from harness.reference.run_config import RunConfig
-from harness.reference.session import SessionHooks, TrainingSession
+from harness.reference.data import synthetic
+from harness.reference.data.batches import NUM_DENSE
+from harness.reference.models.from_spec import dlrm_config
+from harness.reference.models.dlrm import DLRM
+from harness.reference.engine.run_config import RunConfig
+from harness.reference.engine.session import SessionHooks, TrainingSession
 from harness.reference.tiered import CachePolicy
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import BenchmarkSpec
@@ -795,7 +795,7 @@ EFFECTIVE_KEYS = ("effective_scenario", "effective_test_mode", "requested_min_du
 def run_inference(config: InferConfig, *, progress: Callable[[str], None] = lambda _m: None) -> InferReport:
     """Train (or reuse) the benchmark's model, then run every variant in each scenario as an
     MLPerf submission does (performance, then accuracy), into ``config.results``."""
-    from harness.reference.datasets import SyntheticDataset
+    from harness.reference.data.datasets import SyntheticDataset
     from harness.rules.specs import load_benchmark
 
     t_start = time.perf_counter()

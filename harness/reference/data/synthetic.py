@@ -22,7 +22,7 @@ best AUC any model can reach in expectation (the Bayes-optimal ranking); it is r
 this family, so the gap between its AUC and the teacher's is what training leaves on the table.
 
 Every value of sample ``i`` is a pure function of ``(dataset seed, i)`` through
-:mod:`harness.reference.counter_rng`: the same whatever the world size, batch size or rank
+:mod:`harness.reference.data.counter_rng`: the same whatever the world size, batch size or rank
 that produces it. Train samples are indices ``0 .. train_samples - 1`` and eval samples
 ``train_samples .. train_samples + eval_samples - 1``, so the splits are disjoint.
 """
@@ -38,8 +38,8 @@ import numpy as np
 import torch
 
 from harness.errors import HarnessError
-from harness.reference import counter_rng as rng
-from harness.reference.batches import NUM_DENSE, NUM_SPARSE, Batch
+from harness.reference.data import counter_rng as rng
+from harness.reference.data.batches import NUM_DENSE, NUM_SPARSE, Batch
 
 # Scales of the 13 count features, in the spirit of Criteo's integer columns (a few are
 # small counts, a few are heavy-tailed); they shape the data, not the difficulty.

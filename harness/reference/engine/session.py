@@ -5,14 +5,14 @@ optimizer; the embeddings', fused into their backward pass) from the run's seed,
 run's data, and then trains: :meth:`TrainingSession.step` takes one optimizer step,
 :meth:`~TrainingSession.evaluate` gives the AUC of the eval split, and
 :meth:`~TrainingSession.train` is the loop that everything training runs (MLPerf runs through
-:class:`harness.reference.trainer.Trainer`, ``harness infer``, the checkpointed job, the
-benches): epoch after epoch in the datasets' order (:mod:`harness.reference.datasets`),
+:class:`harness.reference.engine.trainer.Trainer`, ``harness infer``, the checkpointed job, the
+benches): epoch after epoch in the datasets' order (:mod:`harness.reference.data.datasets`),
 evaluating at the benchmark's cadence, stopping at the target, the epoch limit or a step
 count, and telling a :class:`SessionHooks` about each event. Logging is the hooks' business:
 the session logs nothing.
 
 Every logged hyperparameter is applied here: the learning-rate schedule
-(:mod:`harness.reference.schedules`) sets both optimizers' rates before every step, Adagrad's
+(:mod:`harness.reference.engine.schedules`) sets both optimizers' rates before every step, Adagrad's
 epsilon, initial accumulator and ``lr_decay`` go to both, and what the engine does not implement
 was refused when the spec was loaded (:mod:`harness.rules.hyperparameters`).
 
@@ -34,14 +34,15 @@ import numpy as np
 import torch
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.batches import Batch
-from harness.reference.datasets import Dataset, check_epoch, open_dataset
-from harness.reference import numerics
-from harness.reference.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig, SparseOptimizerKind
-from harness.reference.from_spec import dlrm_config, sparse_optimizer_kind
-from harness.reference.model import DLRM
-from harness.reference.run_config import RunConfig
-from harness.reference.schedules import LearningRatePolicy
+from harness.reference.data.batches import Batch
+from harness.reference.data import open_dataset
+from harness.reference.data.datasets import Dataset, check_epoch
+from harness.reference.models import numerics
+from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig, SparseOptimizerKind
+from harness.reference.models.from_spec import dlrm_config, sparse_optimizer_kind
+from harness.reference.models.dlrm import DLRM
+from harness.reference.engine.run_config import RunConfig
+from harness.reference.engine.schedules import LearningRatePolicy
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import BenchmarkSpec, spec_from_dict
 
@@ -587,12 +588,3 @@ class TrainingSession:
             self._tiered.flush()
             self._tiered.close()
 
-
-def open_session(config: RunConfig, *, dataset: Dataset | None = None) -> TrainingSession:
-    """The session of one rank: a :class:`TrainingSession`, or, for a run with a plan (sharded,
-    or one rank with its tables placed on tiers; inside its process group), a ``DistributedSession``."""
-    if config.world_size == 1 and config.sharding_plan is None:
-        return TrainingSession(config, dataset=dataset)
-    from harness.reference.distributed.session import DistributedSession
-
-    return DistributedSession(config, dataset=dataset)

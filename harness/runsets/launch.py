@@ -17,7 +17,7 @@ run configs and SSD shard files live in a temporary folder, removed at the end).
 
 **Ranks.** c10d's rendezvous numbers the nodes in an order of its own (by host name and process
 id), so a worker takes its rank from the launcher's node rank instead:
-``rank = node_rank x ranks_per_node + LOCAL_RANK`` (:func:`assign_rank`), like torchrun's static
+``rank = node_rank x ranks_per_node + LOCAL_RANK`` (:func:`harness.reference.distributed.ranks.assign_rank`), like torchrun's static
 rendezvous; the plan's rank ``r`` is then on node ``r // ranks_per_node`` wherever it runs.
 
 **Failures.** A node that dies ends the job: the survivors' collectives fail (gloo notices the
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.reference.distributed.ranks import NODE_RANK_ENV
 
-NODE_RANK_ENV = "HARNESS_NODE_RANK"  # the launcher's --node-rank, read by every worker of its node
 JOIN_TIMEOUT_S = 600.0  # how long launchers wait for each other (at the start, and for each job)
 DONE_TIMEOUT_S = 60.0  # how long node 0 keeps its store for followers to read the last verdict
 
@@ -80,7 +80,7 @@ class Nodes:
 def worker_command(config_path: str, world_size: int, nodes: Nodes | None = None, job: int = 0) -> list[str]:
     """The worker processes of one run on this node: the worker itself for one rank, torchrun's
     ranks on this host for more; with several nodes this node's share, joined by c10d."""
-    worker = ["-m", "harness.reference.worker", str(config_path)]
+    worker = ["-m", "harness.reference.engine.worker", str(config_path)]
     if world_size == 1:
         return [sys.executable, *worker]
     torchrun = [sys.executable, "-m", "torch.distributed.run"]
@@ -101,20 +101,6 @@ def worker_env(nodes: Nodes | None) -> dict[str, str]:
     if nodes is not None and nodes.multi:
         env[NODE_RANK_ENV] = str(nodes.rank)
     return env
-
-
-def assign_rank(world_size: int) -> int | None:
-    """This worker's global rank under a multi-node launch (``node rank x ranks per node +
-    LOCAL_RANK``, also written to ``RANK`` and ``GROUP_RANK``), or None when torchrun's is used."""
-    node = os.environ.get(NODE_RANK_ENV)
-    if node is None:
-        return None
-    local, per_node = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
-    rank = int(node) * per_node + local
-    if not 0 <= rank < world_size:
-        raise HarnessError(f"node rank {node} x {per_node} ranks per node is outside a world of {world_size}")
-    os.environ["RANK"], os.environ["GROUP_RANK"] = str(rank), node
-    return rank
 
 
 class NodeGroup:

@@ -6,10 +6,10 @@ The MLPerf clock runs from ``run_start`` (before the first touch of the training
 whole eval split at the benchmark's cadence (every ``1/20`` epoch for DLRM); ``epoch_num``
 is the fraction of the epoch seen so far.
 
-The training itself is a :class:`~harness.reference.session.TrainingSession`'s (the one
+The training itself is a :class:`~harness.reference.engine.session.TrainingSession`'s (the one
 engine and its one loop); the trainer adds only MLPerf's timing and log around it. Log
 records are emitted from the ``_log_*`` hooks only, through
-:class:`harness.reference.mlperf_log.MLPerfLog`.
+:class:`harness.reference.engine.mlperf_log.MLPerfLog`.
 """
 
 from __future__ import annotations
@@ -24,23 +24,23 @@ from pathlib import Path
 import torch
 
 from harness.errors import interrupt_reason
-from harness.reference.comm_codecs import Codec, CommConfig, mlperf_precision
-from harness.reference.mlperf_log import MLPerfLog
-from harness.reference.run_config import RunConfig
-from harness.reference.session import (
+from harness.mllog import keys
+from harness.reference.distributed.comm_codecs import Codec, CommConfig, mlperf_precision
+from harness.reference.engine.mlperf_log import MLPerfLog
+from harness.reference.engine.run_config import RunConfig
+from harness.reference.engine.session import (
     SessionHooks,
     TrainingSession,
-    open_session,
     roc_auc,
 )
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import BenchmarkSpec, spec_from_dict
 
-__all__ = ["EMBEDDING_PRECISION", "RunConfig", "RunResult", "Trainer", "roc_auc", "run_from_config"]
+__all__ = ["EMBEDDING_PRECISION", "RunConfig", "RunResult", "Trainer", "roc_auc"]
 
 # The tables' numerics: {"tables": "bf16", "optimizer_state": "fp32", "rounding": "stochastic",
 # "loss_scaling": false} (rounding "none" for fp32 tables; loss_scaling: the fp16 run's scaled loss)
-EMBEDDING_PRECISION = "harness_embedding_precision"
+EMBEDDING_PRECISION = keys.HARNESS_EMBEDDING_PRECISION
 
 
 @dataclass
@@ -118,27 +118,27 @@ class Trainer:
     # ------------------------------------------------------------------ hooks
     def _log_init_start(self) -> None:
         c, hp = self.config, self.hp
-        self.log.event("cache_clear", True)
-        self.log.start("init_start")
-        self.log.event("submission_benchmark", self.spec.name)
-        self.log.event("submission_org", c.submitter)
-        self.log.event("submission_division", c.division)
-        self.log.event("submission_status", c.status)
-        self.log.event("submission_platform", c.platform)
-        self.log.event("seed", c.seed, {"seed_source": c.seed_source})
+        self.log.event(keys.CACHE_CLEAR, True)
+        self.log.start(keys.INIT_START)
+        self.log.event(keys.SUBMISSION_BENCHMARK, self.spec.name)
+        self.log.event(keys.SUBMISSION_ORG, c.submitter)
+        self.log.event(keys.SUBMISSION_DIVISION, c.division)
+        self.log.event(keys.SUBMISSION_STATUS, c.status)
+        self.log.event(keys.SUBMISSION_PLATFORM, c.platform)
+        self.log.event(keys.SEED, c.seed, {"seed_source": c.seed_source})
         for key in sorted(hp):
             self.log.event(key, hp[key])
-        self.log.event("lowest_numerical_precision_in_linear", mlperf_precision(Codec(self.precision.value)))
-        self.log.event("lowest_numerical_precision_in_comm", self._comm_precision())
+        self.log.event(keys.LOWEST_NUMERICAL_PRECISION_IN_LINEAR, mlperf_precision(Codec(self.precision.value)))
+        self.log.event(keys.LOWEST_NUMERICAL_PRECISION_IN_COMM, self._comm_precision())
         self.log.event(EMBEDDING_PRECISION, embedding_precision(self.precision))
-        self.log.event("data_parallelism", self.world_size)
-        self.log.event("tensor_parallelism", 1)
-        self.log.event("pipeline_parallelism", 1)
-        self.log.event("config_filename", c.config_filename)
-        self.log.event("harness_fingerprint", c.fingerprint)
-        self.log.event("harness_ruleset", self.spec.ruleset)
-        self.log.event("harness_emulated", c.emulated)
-        self.log.event("harness_profile", str(c.profile.get("name", "")) or "unknown")
+        self.log.event(keys.DATA_PARALLELISM, self.world_size)
+        self.log.event(keys.TENSOR_PARALLELISM, 1)
+        self.log.event(keys.PIPELINE_PARALLELISM, 1)
+        self.log.event(keys.CONFIG_FILENAME, c.config_filename)
+        self.log.event(keys.HARNESS_FINGERPRINT, c.fingerprint)
+        self.log.event(keys.HARNESS_RULESET, self.spec.ruleset)
+        self.log.event(keys.HARNESS_EMULATED, c.emulated)
+        self.log.event(keys.HARNESS_PROFILE, str(c.profile.get("name", "")) or "unknown")
         for key, value in sorted(c.extra_log.items()):
             self.log.event(key, value)
 
@@ -154,42 +154,46 @@ class Trainer:
         """Checks of the machine that a run makes inside its init (none for one process)."""
 
     def _log_init_stop(self, session: TrainingSession) -> None:
-        self.log.event("harness_dataset", session.dataset.describe())
-        self.log.event("train_samples", session.dataset.train_samples)
-        self.log.event("eval_samples", session.dataset.eval_samples)
-        self.log.end("init_stop")
+        self.log.event(keys.HARNESS_DATASET, session.dataset.describe())
+        self.log.event(keys.TRAIN_SAMPLES, session.dataset.train_samples)
+        self.log.event(keys.EVAL_SAMPLES, session.dataset.eval_samples)
+        self.log.end(keys.INIT_STOP)
 
     def _log_run_start(self) -> None:
-        self.log.start("run_start")
-        self.log.start("epoch_start", metadata={"epoch_num": 0})
+        self.log.start(keys.RUN_START)
+        self.log.start(keys.EPOCH_START, metadata={"epoch_num": 0})
 
     def _log_epoch_boundary(self, finished_epoch: int) -> None:
-        self.log.end("epoch_stop", metadata={"epoch_num": finished_epoch + 1})
-        self.log.start("epoch_start", metadata={"epoch_num": finished_epoch + 1})
+        self.log.end(keys.EPOCH_STOP, metadata={"epoch_num": finished_epoch + 1})
+        self.log.start(keys.EPOCH_START, metadata={"epoch_num": finished_epoch + 1})
 
     def _log_eval_start(self, epoch_num: float) -> None:
-        self.log.start("eval_start", metadata={"epoch_num": epoch_num})
+        self.log.start(keys.EVAL_START, metadata={"epoch_num": epoch_num})
 
     def _log_eval(self, epoch_num: float, auc: float) -> None:
-        self.log.event("eval_accuracy", auc, {"epoch_num": epoch_num})
-        self.log.end("eval_stop", metadata={"epoch_num": epoch_num})
+        self.log.event(keys.EVAL_ACCURACY, auc, {"epoch_num": epoch_num})
+        self.log.end(keys.EVAL_STOP, metadata={"epoch_num": epoch_num})
 
     def _log_run_stop(self, result: RunResult, epoch_num: float) -> None:
-        self.log.end("run_stop", metadata={"status": result.status, "epoch_num": epoch_num, "reason": result.reason})
-        self.log.end("epoch_stop", metadata={"epoch_num": epoch_num})
-        self.log.event("tracked_stats", {"throughput": result.train_samples_per_s}, {"step": epoch_num})
+        self.log.end(keys.RUN_STOP, metadata={"status": result.status, "epoch_num": epoch_num, "reason": result.reason})
+        self.log.end(keys.EPOCH_STOP, metadata={"epoch_num": epoch_num})
+        self.log.event(keys.TRACKED_STATS, {"throughput": result.train_samples_per_s}, {"step": epoch_num})
         session = self.session
         if session is not None and result.reason_is_final():  # the sharded reports are collectives
             report = session.cache_report()
             if report is not None:
-                self.log.event("harness_embedding_cache", report)
-            self.log.event("harness_memory", session.memory_report())
+                self.log.event(keys.HARNESS_EMBEDDING_CACHE, report)
+            self.log.event(keys.HARNESS_MEMORY, session.memory_report())
 
     def _cache_progress(self) -> dict[str, float]:
         rate = self.session.cache_hit_rate() if self.session is not None else None
         return {} if rate is None else {"cache_hit_rate": rate}
 
     # ------------------------------------------------------------------ the run
+    def open_session(self) -> TrainingSession:
+        """This rank's session (the distributed trainer opens a distributed one)."""
+        return TrainingSession(self.config)
+
     def run(self) -> RunResult:
         if self.config.threads:
             torch.set_num_threads(self.config.threads)
@@ -197,7 +201,7 @@ class Trainer:
         self._init_checks()
         if self.rank == 0:
             import sklearn.metrics  # noqa: F401  (now, not at the first evaluation, inside the timed region)
-        self.session = session = open_session(self.config)  # the model; the data opened, no sample made
+        self.session = session = self.open_session()  # the model; the data opened, no sample made
         self._log_init_stop(session)
 
         self._log_run_start()
@@ -227,32 +231,3 @@ def embedding_precision(precision: Precision) -> dict[str, str | bool]:
     is scaled."""
     return {"tables": precision.value, "optimizer_state": Precision.FP32.value,
             "rounding": "stochastic" if precision.reduced else "none", "loss_scaling": precision.loss_scaling}
-
-
-def run_from_config(config: RunConfig) -> RunResult:
-    """Run one training run in this process (one rank of it when ``config.world_size > 1``,
-    launched by torchrun); rank 0 writes the log and reports progress. A one-rank run with a
-    plan (its tables placed on tiers) runs the sharded collection on a one-rank process group:
-    the same code as a sharded run."""
-    if config.world_size == 1 and config.sharding_plan is None:
-        return _run(Trainer, config, rank=0)
-    from harness.reference.distributed.trainer import DistributedTrainer, process_group
-
-    with process_group(config):
-        import torch.distributed as dist
-
-        return _run(DistributedTrainer, config, rank=dist.get_rank())
-
-
-def _run(trainer: type[Trainer], config: RunConfig, *, rank: int) -> RunResult:
-    log = MLPerfLog(Path(config.log_path), enabled=rank == 0)
-
-    def progress(event: dict) -> None:
-        if config.progress and rank == 0:
-            print("HARNESS_PROGRESS " + json.dumps(event), flush=True)
-
-    try:
-        return trainer(config, log, progress=progress).run()
-    finally:
-        log.close()
-

@@ -2,7 +2,7 @@
 
 :func:`inspect_dataset` streams the whole dataset (the TSV reader's buffer budget; npy rows a
 chunk at a time from the memory maps) and reports its format and layout, the days and their
-samples, the train and eval counts by the split rule of :mod:`harness.reference.criteo`, the label
+samples, the train and eval counts by the split rule of :mod:`harness.reference.data.criteo`, the label
 rate (overall and per split), the number of distinct raw values of each categorical feature
 (exact up to ``exact_limit`` values, then a HyperLogLog estimate, marked as one, so memory stays
 bounded), the pooling of each feature, and the first malformed record (``file:line`` for TSV,
@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference import criteo
-from harness.reference.batches import NUM_SPARSE
-from harness.reference.counter_rng import mix64
-from harness.reference.datasets import DataFormat
+from harness.reference.data import criteo
+from harness.reference.data.batches import NUM_SPARSE
+from harness.reference.data.counter_rng import mix64
+from harness.reference.data.datasets import DataFormat
 
 __all__ = ["DistinctCounter", "InspectReport", "format_report", "inspect_dataset"]
 
@@ -263,7 +263,7 @@ def _inspect_npy(layout: criteo.Layout, tally: _Tally, buffer_bytes: int,
 
 def inspect_dataset(path: Path | str, *, buffer_bytes: int = criteo.DEFAULT_BUFFER_BYTES, exact_limit: int = 1 << 16,
                     progress: Callable[[str], None] | None = None) -> InspectReport:
-    """Read the dataset at ``path`` (any layout :func:`~harness.reference.criteo.find_layout`
+    """Read the dataset at ``path`` (any layout :func:`~harness.reference.data.criteo.find_layout`
     recognises) once and report what it holds; a malformed record ends the reading and is
     reported, not raised.
 

@@ -1,8 +1,8 @@
-"""The real Criteo data as :class:`~harness.reference.datasets.Dataset` s: raw TSV and MLPerf's npy layout.
+"""The real Criteo data as :class:`~harness.reference.data.datasets.Dataset` s: raw TSV and MLPerf's npy layout.
 
 Two formats, found by :func:`find_layout` and opened by :func:`open_files` (which
-:func:`harness.reference.datasets.open_dataset` calls), both following the positions, order and
-sharding rules of :mod:`harness.reference.datasets`:
+:func:`harness.reference.data.datasets.open_dataset` calls), both following the positions, order and
+sharding rules of :mod:`harness.reference.data.datasets`:
 
 :class:`CriteoTsvDataset` (``criteo-tsv``)
     Criteo's click logs as text, plain or gzip (recognised by its magic bytes, whatever the name):
@@ -72,7 +72,7 @@ What the reference preprocessing writes (confirmed by reading the sources):
 * ``materialize_synthetic_multihot_dataset.py`` (mlcommons/training ``recommendation_v2/
   torchrec_dlrm``) saves ``np.savez(f"day_{i}_sparse_multi_hot.npz", **{str(j): ids})``:
   uncompressed, zip members ``"0.npy"`` .. ``"25.npy"``, each N x P_j int32; the README's
-  ``--multi_hot_sizes`` are :data:`MLPERF_MULTI_HOT_SIZES`, the table sizes :data:`MLPERF_TABLE_ROWS`.
+  ``--multi_hot_sizes`` and table sizes are the ``dlrm_dcnv2`` spec's ``pooling`` and ``table_rows``.
 * ``recommendation_v2/torchrec_dlrm/data/multi_hot_criteo.py`` memory-maps each stored member
   (asserting it is uncompressed int32) and reads labels as N x 1. So do we: a compressed member
   (``np.savez_compressed``) is refused, since it could only be read whole.
@@ -96,9 +96,9 @@ import numpy as np
 import torch
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference import datasets
-from harness.reference.batches import NUM_DENSE, NUM_SPARSE, Batch
-from harness.reference.datasets import DataFormat
+from harness.reference.data import datasets
+from harness.reference.data.batches import NUM_DENSE, NUM_SPARSE, Batch
+from harness.reference.data.datasets import DataFormat
 
 if TYPE_CHECKING:
     from harness.rules.specs import BenchmarkSpec
@@ -106,8 +106,6 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_BUFFER_BYTES",
     "INDEX_STRIDE",
-    "MLPERF_MULTI_HOT_SIZES",
-    "MLPERF_TABLE_ROWS",
     "BufferPlan",
     "CriteoTsvDataset",
     "Layout",
@@ -129,17 +127,6 @@ __all__ = [
     "read_tsv_file",
     "scan_tsv_file",
 ]
-
-#: Ids per sample of each feature in MLPerf's materialised multi-hot Criteo 1TB.
-MLPERF_MULTI_HOT_SIZES: tuple[int, ...] = (
-    3, 2, 1, 2, 6, 1, 1, 1, 1, 7, 3, 8, 1, 6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1,
-)  # fmt: skip
-
-#: MLPerf DLRM v2's ``num_embeddings_per_feature`` (the largest tables capped at 40M rows).
-MLPERF_TABLE_ROWS: tuple[int, ...] = (
-    40000000, 39060, 17295, 7424, 20265, 3, 7122, 1543, 63, 40000000, 3067956, 405282, 10,
-    2209, 11938, 155, 4, 976, 14, 40000000, 40000000, 40000000, 590152, 12973, 108, 36,
-)  # fmt: skip
 
 NUM_FIELDS = 1 + NUM_DENSE + NUM_SPARSE  # 40
 KAGGLE_PARTS = 7  # dlrm's days=7 for train.txt
@@ -798,7 +785,7 @@ class _TsvReader:
 
 class CriteoTsvDataset:
     """Criteo TSV files (Terabyte days or Kaggle's train.txt, plain or gzip) as a
-    :class:`~harness.reference.datasets.Dataset`, split as the module docstring says.
+    :class:`~harness.reference.data.datasets.Dataset`, split as the module docstring says.
 
     Build it with :meth:`scan` (validates every line) or :meth:`from_manifest` (reads nothing).
     """
@@ -1105,7 +1092,7 @@ def reduce_ids(ids: np.ndarray, rows: np.ndarray | int) -> np.ndarray:
 
 class MlperfNpyDataset:
     """MLPerf's preprocessed Criteo 1TB days (one-hot or multi-hot) as a
-    :class:`~harness.reference.datasets.Dataset`, memory-mapped; split as the module docstring says.
+    :class:`~harness.reference.data.datasets.Dataset`, memory-mapped; split as the module docstring says.
 
     Build it with :meth:`scan` (checks every header) or :meth:`from_manifest` (reads nothing).
     """

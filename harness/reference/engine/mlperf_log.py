@@ -17,7 +17,7 @@ from typing import Any
 
 from mlperf_logging.mllog import mllog
 
-from compliance.logread import read_records
+from harness.mllog.reader import read_records
 from compliance.schemas import schema_errors
 from harness.errors import ErrorCategory, HarnessError
 
@@ -94,12 +94,12 @@ class MLPerfLog:
 
 
 def _root_dir() -> Path:
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[3]
 
 
 def parse_records(path: Path) -> list[dict[str, Any]]:
     """The MLLOG records of a log file, in order (lines without the prefix are skipped), read by
-    :func:`compliance.logread.read_records`, the one MLLOG reader.
+    :func:`harness.mllog.reader.read_records`, the one MLLOG reader.
 
     A line with the prefix whose JSON is malformed raises HarnessError naming file and line.
     """

@@ -1,4 +1,4 @@
-"""One training run in its own process: ``python -m harness.reference.worker RUN_CONFIG.json``.
+"""One training run in its own process: ``python -m harness.reference.engine.worker RUN_CONFIG.json``.
 
 Exit status: 0 when the run ended (``success`` or ``aborted`` at the epoch limit; the log
 says which), 130 when interrupted by SIGINT, 143 by SIGTERM (the log ends ``run_stop
@@ -23,12 +23,13 @@ from harness.errors import HarnessError, interrupt_reason, signal_of, stop_on_si
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m harness.reference.worker RUN_CONFIG.json", file=sys.stderr)
+        print("usage: python -m harness.reference.engine.worker RUN_CONFIG.json", file=sys.stderr)
         return 2
     # the first SIGINT/SIGTERM interrupts the run, later ones are ignored (a second Ctrl-C, or the
     # parent forwarding the one the terminal already sent, cannot cut run_stop short)
     stop_on_signals(signal.SIGINT, signal.SIGTERM)
-    from harness.reference.trainer import RunConfig, run_from_config
+    from harness.reference.engine.run_config import RunConfig
+    from harness.reference.runs import run_from_config
 
     config = None
     try:

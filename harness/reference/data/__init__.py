@@ -1,0 +1,45 @@
+"""Every source of training data behind the :class:`~harness.reference.data.datasets.Dataset`
+protocol: the synthetic generator, Criteo TSV and MLPerf npy files, export and inspection.
+:func:`open_dataset`, at the package's level, chooses the source (no source module imports
+another's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.errors import ErrorCategory, HarnessError
+
+if TYPE_CHECKING:
+    from harness.reference.data.datasets import Dataset
+    from harness.rules.specs import BenchmarkSpec
+
+
+def open_dataset(spec: BenchmarkSpec, path: Path | str | None = None, *, manifest: dict[str, Any] | None = None,
+                 progress: Callable[[str], None] | None = None) -> Dataset:
+    """The benchmark's data: its generator when ``path`` is None (synthetic benchmarks only),
+    else the files at ``path`` in one of the formats the spec accepts, checked against the
+    spec (sample counts, tables, pooling) before anything is trained on them.
+
+    ``manifest`` is what :func:`dataset_manifest` returned when the same files were opened and
+    validated before (by the run set, before any run starts): the files are then checked
+    against it (names and sizes) instead of being read again. ``progress`` hears of each file
+    validated.
+
+    Raises:
+        HarnessError: BAD_INPUT or NOT_FOUND, one line naming the file (and line, for TSV).
+    """
+    if path is None:
+        if spec.dataset["kind"] != "synthetic":
+            raise HarnessError(
+                f"benchmark {spec.name} trains on {spec.dataset['kind']} data: give the dataset's folder with "
+                "--data PATH (README: 'Running the official benchmarks')", ErrorCategory.BAD_INPUT,
+            )
+        from harness.reference.data.datasets import SyntheticDataset
+
+        return SyntheticDataset(spec.dataset)
+    from harness.reference.data import criteo
+
+    return criteo.open_files(spec, Path(path), manifest=manifest, progress=progress)
