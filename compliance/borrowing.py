@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.mllog.reader import ParsedLog, parse_log
 from harness.errors import HarnessError
+from harness.mllog import keys
 
 BATCH_SIZE = "global_batch_size"
 _MAX_CANDIDATES = 2000
@@ -45,7 +46,7 @@ def verify_borrow(claim: dict[str, Any], logs: list[ParsedLog], *, lenders: list
     lender, lender_fp = claim.get("lender"), claim.get("lender_fingerprint")
     if not isinstance(lender, str) or not isinstance(lender_fp, str):
         return ["harness_borrowed_from must name the lender and the lender's fingerprint"]
-    benchmark = logs[0].first("submission_benchmark")
+    benchmark = logs[0].first(keys.SUBMISSION_BENCHMARK)
     try:
         spec = load_benchmark(str(benchmark))
     except HarnessError as err:
@@ -64,8 +65,8 @@ def verify_borrow(claim: dict[str, Any], logs: list[ParsedLog], *, lenders: list
         problems = []
         if fp != lender_fp:
             problems.append(f"the lender's logs in {cand} have fingerprint {fp}, not the claimed {lender_fp}")
-        keys = set(spec.reference_hyperparameters) | set(spec.tunable_hyperparameters)
-        for key in sorted(keys - {BATCH_SIZE}):
+        named = set(spec.reference_hyperparameters) | set(spec.tunable_hyperparameters)
+        for key in sorted(named - {BATCH_SIZE}):
             for log in logs:
                 mine = log.first(key)
                 if key in lent and mine != lent[key]:

@@ -33,6 +33,7 @@ from compliance.engine import (
 from compliance.findings import Finding, Severity
 from harness.mllog.reader import ParsedLog, parse_log
 from harness.errors import ErrorCategory, HarnessError
+from harness.mllog import keys
 
 RESULT_NAME = re.compile(r"^result_.*\.txt$")
 _ROUND = re.compile(r"^v(\d+)\.(\d+)$")
@@ -61,7 +62,7 @@ def ruleset_from_path(path: Path) -> str | None:
 def ruleset_from_log(log: ParsedLog) -> str | None:
     from harness.rules.specs import load_benchmark
 
-    benchmark = log.first("submission_benchmark")
+    benchmark = log.first(keys.SUBMISSION_BENCHMARK)
     if not isinstance(benchmark, str) or not re.fullmatch(r"[A-Za-z0-9_]+", benchmark):
         return None
     try:
@@ -329,12 +330,12 @@ def _set_rules(report: RunSetReport, logs: list[ParsedLog], lenders: list[Path],
         f.append(Finding(f"{report.ruleset}/run_set:{rule}", severity, message, d))
 
     # the same submission in every log
-    for key in ("submission_benchmark", "submission_division", "submission_org", "submission_platform"):
+    for key in (keys.SUBMISSION_BENCHMARK, keys.SUBMISSION_DIVISION, keys.SUBMISSION_ORG, keys.SUBMISSION_PLATFORM):
         seen = {repr(log.first(key)) for log in logs}
         if len(seen) > 1:
             add(f"{key}.same", f"the logs disagree on {key}: {', '.join(sorted(seen))}")
-    benchmark = logs[0].first("submission_benchmark")
-    division = logs[0].first("submission_division")
+    benchmark = logs[0].first(keys.SUBMISSION_BENCHMARK)
+    division = logs[0].first(keys.SUBMISSION_DIVISION)
     levels = max((r.check.levels for r in report.runs), key=len)
     rules = run_set_rules(report.ruleset, levels)
     report.summary.update({"benchmark": benchmark, "division": division, "runs": len(logs)})
@@ -501,7 +502,7 @@ def _target(ruleset: str, levels: list[str]) -> float | None:
     """The quality target: the ``min`` of the most specific eval_accuracy ``at_least_one`` rule."""
     for level in reversed(levels):
         rules = load_rule_file(ruleset, level)
-        rule = rules["keys"].get("eval_accuracy") if rules else None
+        rule = rules["keys"].get(keys.EVAL_ACCURACY) if rules else None
         if rule and "at_least_one" in rule:
             return rule["at_least_one"].get("min")
     return None
@@ -536,7 +537,7 @@ def _rcp(report: RunSetReport, add, division: Any) -> None:
 
 
 def _borrowing(report: RunSetReport, logs: list[ParsedLog], add, lenders: list[Path], search_root: Path | None) -> None:
-    claims = [log.first("harness_borrowed_from") for log in logs]
+    claims = [log.first(keys.HARNESS_BORROWED_FROM) for log in logs]
     if all(c is None for c in claims):
         return
     if any(c != claims[0] for c in claims) or not isinstance(claims[0], dict):

@@ -54,6 +54,7 @@ from typing import Any
 from compliance.findings import Finding, Severity
 from harness.mllog.reader import ParsedLog, Record, parse_log
 from harness.errors import ErrorCategory, HarnessError
+from harness.mllog import keys
 
 RULESETS = Path(__file__).resolve().parent / "rulesets"  # a plain path: importlib.resources costs start-up
 ROOT_LEVEL = "common"
@@ -390,7 +391,7 @@ class _Level:
         if numbers:
             best = max(numbers, key=lambda r: r.value)
             parts.append(f"the best is {best.value:.5g} at line {best.lineno} ({len(numbers)} logged)")
-        stop = next((r for r in self.log.records if r.key == "run_stop"), None)
+        stop = next((r for r in self.log.records if r.key == keys.RUN_STOP), None)
         status = stop.metadata.get("status") if stop is not None and isinstance(stop.metadata, dict) else None
         if stop is not None and status != "success":
             parts.append(f"the run ended run_stop status={status} at line {stop.lineno}")

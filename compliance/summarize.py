@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.mllog import keys
 
 USAGE = "training"
 
@@ -238,9 +239,9 @@ def _run_minutes(path: Path, ruleset_name: str) -> float | None:
         return None
     start = stop = None
     for record in log.records:  # the summarizer's loop: stop at the first point both are known
-        if record.key == "run_start":
+        if record.key == keys.RUN_START:
             start = record.time_ms
-        if record.key == "run_stop":
+        if record.key == keys.RUN_STOP:
             stop = record.time_ms
         if start is not None and stop is not None:
             break
@@ -306,15 +307,15 @@ def _submission_epochs(files: list[Path]) -> tuple[Any, list[float] | None]:
                 continue
             if "global_batch_size" in text:
                 run_bs = record(n, text)["value"]
-            if "submission_benchmark" in text:
+            if keys.SUBMISSION_BENCHMARK in text:
                 run_benchmark = record(n, text)["value"]
-            if run_benchmark in OTHER_EPOCH_BENCHMARKS and ("eval_error" in text or "eval_accuracy" in text):
+            if run_benchmark in OTHER_EPOCH_BENCHMARKS and (keys.EVAL_ERROR in text or keys.EVAL_ACCURACY in text):
                 raise ValueError(f"the epochs to converge of {run_benchmark} are not reproduced here")
-            elif run_benchmark in SAMPLES_COUNT_BENCHMARKS and ("eval_error" in text or "eval_accuracy" in text):
+            elif run_benchmark in SAMPLES_COUNT_BENCHMARKS and (keys.EVAL_ERROR in text or keys.EVAL_ACCURACY in text):
                 conv_epoch = record(n, text)["metadata"]["samples_count"]
-            elif "eval_error" in text or "eval_accuracy" in text:
+            elif keys.EVAL_ERROR in text or keys.EVAL_ACCURACY in text:
                 conv_epoch = round(record(n, text)["metadata"]["epoch_num"], 3)
-            if "run_stop" in text and record(n, text)["key"] == "run_stop":
+            if keys.RUN_STOP in text and record(n, text)["key"] == keys.RUN_STOP:
                 if record(n, text)["metadata"]["status"] == "success":
                     if conv_epoch is None:  # there: an unbound local, so the whole step fails
                         raise ValueError(f"{path.name}: run_stop success before any eval_accuracy")

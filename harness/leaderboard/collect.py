@@ -40,6 +40,7 @@ from harness.rules.results import (
 )
 from harness.leaderboard.labels import assign_labels, resolve_baseline, system_key
 from harness.rules.specs import BenchmarkSpec, benchmark_names, load_benchmark
+from harness.mllog import keys
 
 _ROUND = re.compile(r"^v(\d+)\.(\d+)$")
 RCP_NOT_CHECKED = "not checked"
@@ -172,7 +173,7 @@ def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | No
     score = stats.score.minutes if stats.score else None
     host = f"{_int(desc.get('host_processors_per_node', 0))} x {desc.get('host_processor_model_name', 'unknown')}"
     throughputs = [log.throughput for log in logs if log.throughput is not None]
-    logged_profile = logs[0].values.get("harness_profile") if logs else None
+    logged_profile = logs[0].values.get(keys.HARNESS_PROFILE) if logs else None
     profile = str(logged_profile) if logged_profile else None
     entry = {
         "rank": None,

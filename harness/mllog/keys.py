@@ -40,6 +40,7 @@ SUCCESS = "success"
 
 # ---- MLPerf's keys that the installed mlperf_logging's constants do not name (its rules do)
 DATA_PARALLELISM = "data_parallelism"
+EVAL_ERROR = "eval_error"  # the quality metric of benchmarks scored by an error, not an accuracy
 TRACKED_STATS = "tracked_stats"
 
 # ---- the harness's own records (the checker ignores unknown keys; ours start harness_)
@@ -61,8 +62,7 @@ HARNESS_RULESET = "harness_ruleset"
 HARNESS_SELF_CHECK = "harness_self_check"
 HARNESS_SHARDING_PLAN = "harness_sharding_plan"
 HARNESS_TEACHER_BEST_AUC = "harness_teacher_best_auc"
-HARNESS_VERSION = "harness_version"
 
 #: MLPerf's names above that ``mlperf_logging.mllog.constants`` does not have.
-NOT_IN_MLPERF_CONSTANTS = frozenset({"DATA_PARALLELISM", "TRACKED_STATS"})
+NOT_IN_MLPERF_CONSTANTS = frozenset({"DATA_PARALLELISM", "EVAL_ERROR", "TRACKED_STATS"})
 HARNESS_KEYS = frozenset(v for k, v in dict(globals()).items() if k.startswith("HARNESS_") and isinstance(v, str))

@@ -33,6 +33,7 @@ import scipy.stats
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.rules.results import RESULT_GLOB, RunLog, read_run_log
+from harness.mllog import keys
 
 ALPHA = 0.05
 TOLERANCE = 0.0001  # the binary search for the minimum acceptable mean stops at this width
@@ -382,10 +383,10 @@ def _provenance(values: list[dict[str, Any]], runs: list[RunLog], target: float)
     starts = [r.run_start_ms for r in runs if r.run_start_ms is not None]
     when = datetime.datetime.fromtimestamp(min(starts) / 1000, datetime.UTC).date().isoformat() if starts else ""
     return {
-        "Creator": str(values[0].get("submission_org") or ""),
+        "Creator": str(values[0].get(keys.SUBMISSION_ORG) or ""),
         "When": f"{when}, {len(runs)} reference runs, target {target}".lstrip(", "),
-        "Platform": str(values[0].get("submission_platform") or ""),
-        "Precision": str(values[0].get("lowest_numerical_precision_in_linear") or "").upper(),
+        "Platform": str(values[0].get(keys.SUBMISSION_PLATFORM) or ""),
+        "Precision": str(values[0].get(keys.LOWEST_NUMERICAL_PRECISION_IN_LINEAR) or "").upper(),
     }
 
 

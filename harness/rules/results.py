@@ -24,6 +24,7 @@ from typing import Any
 from harness.mllog.reader import read_records
 from harness.errors import ErrorCategory, HarnessError
 from harness.rules.scoring import RunTime, Score, olympic_score
+from harness.mllog import keys
 
 RESULT_GLOB = "result_*.txt"
 
@@ -70,27 +71,27 @@ def read_run_log(path: Path) -> RunLog:
     values: dict[str, Any] = {}
     last_samples = stop_samples = None
     for lineno, record in read_records(path, what="MLLOG record"):
-        if record["key"] in ("run_start", "run_stop") and not _is_number(record.get("time_ms")):
+        if record["key"] in (keys.RUN_START, keys.RUN_STOP) and not _is_number(record.get("time_ms")):
             raise HarnessError(f"{path}:{lineno}: {record['key']} has no numeric time_ms")
         key, value, meta = record.get("key"), record.get("value"), record.get("metadata") or {}
         values[key] = value
-        if key == "eval_accuracy" and stop is None:
+        if key == keys.EVAL_ACCURACY and stop is None:
             last_samples = meta.get("samples_count") if isinstance(meta, dict) else None
-        if key == "submission_benchmark":
+        if key == keys.SUBMISSION_BENCHMARK:
             benchmark = str(value)
-        elif key == "run_start" and start is None:
+        elif key == keys.RUN_START and start is None:
             start = float(record["time_ms"])
-        elif key == "run_stop" and stop is None:
+        elif key == keys.RUN_STOP and stop is None:
             stop = float(record["time_ms"])
             status = meta.get("status") if isinstance(meta, dict) else None
             stop_samples = last_samples
-        elif key == "eval_accuracy" and _is_number(value):
+        elif key == keys.EVAL_ACCURACY and _is_number(value):
             epoch = meta.get("epoch_num", meta.get("samples_count", 0)) if isinstance(meta, dict) else 0
             evals.append((float(epoch) if _is_number(epoch) else 0.0, float(value)))
             eval_times.append(float(record["time_ms"]) if _is_number(record.get("time_ms")) else 0.0)
-        elif key == "tracked_stats" and isinstance(value, dict) and _is_number(value.get("throughput")):
+        elif key == keys.TRACKED_STATS and isinstance(value, dict) and _is_number(value.get("throughput")):
             throughput = float(value["throughput"])
-        elif key == "tracked_stats" and isinstance(value, dict) and _is_number(value.get("train_step_time")):
+        elif key == keys.TRACKED_STATS and isinstance(value, dict) and _is_number(value.get("train_step_time")):
             step_time = float(value["train_step_time"])
         elif key == "train_step_time" and _is_number(value):
             step_time = float(value)

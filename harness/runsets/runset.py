@@ -59,6 +59,7 @@ from harness.rules.scoring import RunTime, Score
 from harness.rules.seeds import Seed, SeedSource, seeds_for_runs
 from harness.rules.specs import BenchmarkSpec, load_benchmark
 from harness.submitters import borrowing_provenance, effective_hyperparameters, submitter_precision
+from harness.mllog import keys
 
 DEFAULT_SUBMITTER = "reference"
 DEFAULT_STATUS = "Research, Development, or Internal (RDI)"
@@ -527,7 +528,7 @@ def _ensure_aborted(log_path: Path, reason: str) -> None:
         records = parse_records(log_path) if log_path.exists() else []
     except HarnessError:
         records = []
-    if any(r.get("key") == "run_stop" for r in records):
+    if any(r.get("key") == keys.RUN_STOP for r in records):
         return
     if log_path.exists() and log_path.stat().st_size:
         with open(log_path, "rb+") as f:  # a worker killed mid-line: finish that line first
@@ -536,7 +537,7 @@ def _ensure_aborted(log_path: Path, reason: str) -> None:
                 f.write(b"\n")
     log = MLPerfLog(log_path)
     try:
-        log.end("run_stop", metadata={"status": "aborted", "reason": reason})
+        log.end(keys.RUN_STOP, metadata={"status": "aborted", "reason": reason})
     finally:
         log.close()
 
@@ -570,10 +571,10 @@ def _worker_config(plan: RunSetPlan, index: int, seed: Seed, log_path: Path, bes
         progress=True,
         threads=plan.request.threads,
         extra_log={
-            **({"harness_teacher_best_auc": best_auc} if best_auc is not None else {}),
-            **({"harness_borrowed_from": plan.borrowed_from} if plan.borrowed_from else {}),
-            **({"harness_emulation_scale": plan.emulation_scale} if plan.emulation_scale is not None else {}),
-            **({"harness_nodes": _nodes_record(plan)} if plan.world_size > 1 else {}),
+            **({keys.HARNESS_TEACHER_BEST_AUC: best_auc} if best_auc is not None else {}),
+            **({keys.HARNESS_BORROWED_FROM: plan.borrowed_from} if plan.borrowed_from else {}),
+            **({keys.HARNESS_EMULATION_SCALE: plan.emulation_scale} if plan.emulation_scale is not None else {}),
+            **({keys.HARNESS_NODES: _nodes_record(plan)} if plan.world_size > 1 else {}),
         },
         world_size=plan.world_size,
         # one rank with its tables placed on tiers: the sharded collection runs that plan (one code path)
@@ -882,7 +883,7 @@ def _follower_config(plan: RunSetPlan, config: RunConfig, tmp: Path, index: int)
 
 def _report_cache(log_path: Path, reporter: Reporter) -> None:
     """The run's embedding cache figures, as its log records them."""
-    reports = [r["value"] for r in parse_records(log_path) if r.get("key") == "harness_embedding_cache"]
+    reports = [r["value"] for r in parse_records(log_path) if r.get("key") == keys.HARNESS_EMBEDDING_CACHE]
     if not reports:
         return
     c = reports[-1]

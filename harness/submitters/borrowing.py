@@ -20,6 +20,7 @@ from compliance.schemas import validate
 from harness.errors import ErrorCategory, HarnessError
 from harness.rules.fingerprint import fingerprint
 from harness.rules.specs import BenchmarkSpec, load_benchmark
+from harness.mllog import keys
 
 BATCH_SIZE = "global_batch_size"
 
@@ -43,11 +44,11 @@ def lender_from_logs(run_set_dir: Path) -> tuple[str, str, str, dict[str, Any]]:
     for log in logs:
         records = [record for _, record in read_records(log)]
         values = {r["key"]: r.get("value") for r in records}
-        benchmark = str(values.get("submission_benchmark", ""))
+        benchmark = str(values.get(keys.SUBMISSION_BENCHMARK, ""))
         spec = load_benchmark(benchmark)
         hp = {k: values[k] for k in _hyperparameter_keys(spec) if k in values}
         lender = f"{values.get('submission_org', '?')}/{values.get('submission_platform', '?')}"
-        seen.append((benchmark, lender, values.get("harness_fingerprint"), hp))
+        seen.append((benchmark, lender, values.get(keys.HARNESS_FINGERPRINT), hp))
     benchmark, lender, fp, hp = seen[0]
     for other in seen[1:]:
         if other[3] != hp or other[0] != benchmark:
