@@ -154,6 +154,7 @@ class PreadRows(RowStore):
         self.reads = 0
         self.bytes_read = 0
         self.read_s = 0.0  # time spent in read(), waits included
+        self.latency_waits = 0  # device latencies paid (reads in flight together pay one)
 
     def _calibrate(self, n: int = 200) -> float:
         """The median of ``n`` timed waits, in microseconds (the median: one preemption of the
@@ -199,10 +200,12 @@ class PreadRows(RowStore):
                 for i in range(n):
                     self._read_into(ids[i : i + 1], out[i : i + 1], 0)
                     busy_wait_ns(self.latency_ns)
+                self.latency_waits += n
             else:
                 self._read_into(ids, out, 0)
                 if self.latency_ns and n:
                     busy_wait_ns(self.latency_ns)
+                    self.latency_waits += 1
         else:
             cuts = np.linspace(0, n, depth + 1).astype(int).tolist()
             jobs = [self._pool.submit(self._read_into, ids[a:b], out[a:b], k)
@@ -211,6 +214,7 @@ class PreadRows(RowStore):
                 job.result()
             if self.latency_ns:  # reads in flight together wait together
                 busy_wait_ns(self.latency_ns * -(-n // self.queue_depth))
+                self.latency_waits += -(-n // self.queue_depth)
         self.read_s += time.perf_counter() - t0
         self.reads += n
         self.bytes_read += n * self.transfer_bytes

@@ -15,9 +15,9 @@ import torch
 import yaml
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.data import criteo, data_export
+from harness.reference.data import criteo, open_dataset
+from harness.reference.data import export as data_export
 from harness.reference.data.export import EXPORT_INFO, export_dataset, format_tsv
-from harness.reference.data import open_dataset
 from harness.reference.data.datasets import DataFormat, SyntheticDataset
 from harness.rules.specs import load_benchmark, spec_from_dict
 

@@ -11,12 +11,12 @@ import torch
 import yaml
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.reference.data import open_dataset
 from harness.reference.data.datasets import (
     Dataset,
     SyntheticDataset,
     batch_order,
     eval_range,
-    open_dataset,
     rank_slice,
     train_ranges,
 )
