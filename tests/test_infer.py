@@ -83,9 +83,12 @@ def harness(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     """``harness infer --quick`` (20 training steps, a third variant at +20 us per read), in
-    process: the report, its text, its JSON, and the directories."""
+    process: the report, its text, its JSON, and the directories. The Server target is given
+    (20 QPS: LoadGen's 100 queries in 5 s), as ``--server-qps`` does: a calibrated one sizes the
+    SSD variants' load to about 2 QPS here, a minute per run, and nothing below asserts it."""
     root = tmp_path_factory.mktemp("infer")
-    config = InferConfig(quick=True, train_steps=20, storage_latency_us=LATENCY_US, results=root / "results")
+    config = InferConfig(quick=True, train_steps=20, storage_latency_us=LATENCY_US, results=root / "results",
+                         server_qps=20.0)
     messages: list[str] = []
     report = run_inference(config, progress=messages.append)
     return {"report": report, "text": render(report), "json": report.to_dict(), "progress": messages,
