@@ -119,8 +119,9 @@ def test_two_launchers_train_one_run_and_only_node_0_writes_results(tmp_path):
     assert check.returncode == 0, check.stdout
 
 
-@pytest.mark.slow
-def test_a_node_that_dies_ends_the_run_on_the_other_with_run_stop_aborted(tmp_path):
+def start_long_two_node_run(tmp_path: Path) -> tuple[subprocess.Popen, subprocess.Popen, Path]:
+    """Two launchers of a run far from its end (4M samples, a target it cannot reach), once node 0's
+    log says run_start: the leader, the follower, and node 0's staging folder."""
     spec = tmp_path / "long.yaml"
     spec.write_text(FIXTURE.read_text().replace("train_samples: 32768", "train_samples: 4000000")
                     .replace("target: 0.6", "target: 0.99"))
@@ -135,6 +136,12 @@ def test_a_node_that_dies_ends_the_run_on_the_other_with_run_stop_aborted(tmp_pa
             break
         assert leader.poll() is None, leader.communicate()[1][-3000:]
         time.sleep(0.2)
+    return leader, follower, staging
+
+
+@pytest.mark.slow
+def test_a_node_that_dies_ends_the_run_on_the_other_with_run_stop_aborted(tmp_path):
+    leader, follower, staging = start_long_two_node_run(tmp_path)
     time.sleep(3)
     ranks = [pid for pid in descendants(follower.pid) if "harness.reference.engine.worker" in
              Path(f"/proc/{pid}/cmdline").read_text(errors="replace")]
@@ -183,20 +190,7 @@ def test_sigterm_to_both_launchers_keeps_the_interrupted_log_and_ends_every_rank
     """What a batch scheduler does to a two-node job: SIGTERM to each node's launcher (not to its
     ranks). Each launcher passes it on; node 0 keeps the interrupted log under its interrupted name
     with ``run_stop aborted`` saying so, both exit 143 in one line, and no rank is left behind."""
-    spec = tmp_path / "long.yaml"
-    spec.write_text(FIXTURE.read_text().replace("train_samples: 32768", "train_samples: 4000000")
-                    .replace("target: 0.6", "target: 0.99"))
-    port = free_port()
-    follower = launch(1, port, tmp_path, "--benchmark", str(spec))
-    leader = launch(0, port, tmp_path, "--benchmark", str(spec))
-    staging = tmp_path / "node0" / "results" / ".harness" / "reference"
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        staged = list(staging.glob("*/tiny_synthetic/result_0.txt"))
-        if staged and "run_start" in staged[0].read_text():
-            break
-        assert leader.poll() is None, leader.communicate()[1][-3000:]
-        time.sleep(0.2)
+    leader, follower, staging = start_long_two_node_run(tmp_path)
     time.sleep(2)
     ranks = descendants(leader.pid) + descendants(follower.pid)
     for proc in (leader, follower):
