@@ -223,21 +223,22 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     job_path = Path(argv[0])
     job = json.loads(job_path.read_text())
+    from harness.inference.run import AGAIN, WORKER_IO_FAULT
+
     out = Path(job["result"])
     try:
         result = run(job)
     except HarnessError as err:
         result = {"error": err.message, "category": err.category.value}
     except OSError as err:  # the machine's: a full disk, a folder that cannot be written, an I/O error
-        fault = io_fault(err, job.get("out_dir"), f"running LoadGen {job['scenario']} {job['mode']}",
-                         "run the same command again (a model already trained is reused)")
+        fault = io_fault(err, job.get("out_dir"), f"running LoadGen {job['scenario']} {job['mode']}", AGAIN)
         result = {"error": fault.message, "category": fault.category.value}
     except Exception as err:  # noqa: BLE001 - reported by the parent as one line
         result = {"error": f"{type(err).__name__}: {err}", "category": "run_failed"}
     try:
         write_atomic(out, json.dumps(result))
     except HarnessError as err:  # the result cannot be written either: said on stderr, exit 5
-        print(f"harness: error: {result.get('error', err.message)}", file=sys.stderr, flush=True)
+        print(f"{WORKER_IO_FAULT}{result.get('error', err.message)}", file=sys.stderr, flush=True)
         return err.exit_code
     return 1 if "error" in result else 0
 
