@@ -16,6 +16,11 @@ JOB.json: ``{"out": DIR, "steps": N, "batch": GBS, "seed": S, "nodes": n, "per_n
 the same plan, behind caches). For each plan, rank 0 writes ``DIR/NAME.json`` (the global mean
 loss of each step, the plan's sharding types, the bytes sent, the caches' figures) and
 ``DIR/NAME.pt`` (the whole tables after the last step).
+
+JOB.json may also be a list of such jobs (each with its own ``out``, ``nodes`` and ``per_node``
+for the same world size): one launch, one process group, the jobs in turn. A launch costs
+seconds (torchrun, the ranks' imports, gloo), a job of a few plans about as much again: the
+tests give one launch every job of a world size that can share it.
 """
 
 from __future__ import annotations
@@ -114,19 +119,35 @@ class LossRecorder(SessionHooks):
 
 
 def main(job_path: str) -> None:
-    job = json.loads(Path(job_path).read_text())
+    jobs = json.loads(Path(job_path).read_text())
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    out = Path(job["out"])
     torch.set_num_threads(1)
+    if world > 1:
+        dist.init_process_group("gloo")
+    for job in jobs if isinstance(jobs, list) else [jobs]:
+        run_job(job, world)
+    if world > 1:
+        dist.destroy_process_group()
+
+
+def run_job(job: dict, world: int) -> None:
+    from harness.reference.engine import session as session_module
+    from harness.reference.distributed import session as distributed_session
+
+    out = Path(job["out"])
+    # process-wide settings some jobs change, restored after each job
+    saved = synthetic._MATERIALISE_LIMIT, session_module.EVAL_CACHE_BYTES, distributed_session.EVAL_CACHE_BYTES
     if job.get("no_teacher_cache"):  # the synthetic teacher's per-row values computed on the fly, not kept:
         synthetic._MATERIALISE_LIMIT = 0  # data-side memory that grows with the tables' rows
     if "eval_cache_bytes" in job:  # 0: the eval split is read again at every evaluation, as a large one is
-        from harness.reference.engine import session as session_module
-        from harness.reference.distributed import session as distributed_session
-
         session_module.EVAL_CACHE_BYTES = distributed_session.EVAL_CACHE_BYTES = job["eval_cache_bytes"]
-    if world > 1:
-        dist.init_process_group("gloo")
+    try:
+        run_plans(job, world, out)
+    finally:
+        synthetic._MATERIALISE_LIMIT, session_module.EVAL_CACHE_BYTES, distributed_session.EVAL_CACHE_BYTES = saved
+
+
+def run_plans(job: dict, world: int, out: Path) -> None:
     rank = dist.get_rank() if world > 1 else 0
     for name, entry in job["plans"].items():
         plan = make_plan(job, entry.get("types", {}), world) if world > 1 else None
@@ -164,8 +185,6 @@ def main(job_path: str) -> None:
                  "dense_sha256": dense, "memory": memory, "traffic": traffic}
             ))
             torch.save(torch.cat([w.flatten() for w in weight]), out / f"{name}.pt")  # every table, flat
-    if world > 1:
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -30,20 +30,32 @@ TABLES = 26
 
 def run_driver(tmp: Path, name: str, world: int, plans: dict, *, steps: int = STEPS, nodes: int = 1,
                auc: bool = False, **extra) -> dict:
-    out = tmp / name
-    out.mkdir()
-    job = {"out": str(out), "steps": steps, "batch": BATCH, "seed": SEED, "nodes": nodes,
-           "per_node": world // nodes, "plans": plans, "auc": auc, **extra}
-    (out / "job.json").write_text(json.dumps(job))
+    """One job (plans trained in turn) in one launch: per plan, its results."""
+    return run_jobs(tmp / name, world, {name: dict(plans=plans, steps=steps, nodes=nodes, auc=auc, **extra)})[name]
+
+
+def run_jobs(tmp: Path, world: int, jobs: dict[str, dict]) -> dict[str, dict]:
+    """Several jobs in one launch (one process, or one torchrun of ``world`` ranks): per job, per
+    plan, its results. A launch costs seconds of start-up; the jobs share it."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    specs = []
+    for name, job in jobs.items():
+        out = tmp / name
+        out.mkdir()
+        nodes = job.get("nodes", 1)
+        specs.append({"out": str(out), "steps": STEPS, "batch": BATCH, "seed": SEED, "auc": False, **job,
+                      "nodes": nodes, "per_node": world // nodes})
+    (tmp / "jobs.json").write_text(json.dumps(specs))
     launcher = [] if world == 1 else ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"]
     proc = subprocess.run(
-        [sys.executable, *launcher, str(DRIVER), str(out / "job.json")],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        [sys.executable, *launcher, str(DRIVER), str(tmp / "jobs.json")],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return {
-        plan: {**json.loads((out / f"{plan}.json").read_text()), "weight": torch.load(out / f"{plan}.pt")}
-        for plan in plans
+        name: {plan: {**json.loads((tmp / name / f"{plan}.json").read_text()),
+                      "weight": torch.load(tmp / name / f"{plan}.pt")} for plan in job["plans"]}
+        for name, job in jobs.items()
     }
 
 
@@ -59,10 +71,66 @@ def run_driver(tmp: Path, name: str, world: int, plans: dict, *, steps: int = ST
 EQUIVALENCE_HP = {"opt_base_learning_rate": 0.001}
 
 
+FP16 = {"precision": "fp16", "frozen_dense": True, "hyperparameters": EQUIVALENCE_HP}
+MIXED_DIMS = [(8, 16, 32)[t % 3] for t in range(26)]  # Neo's largest models mix dims 64 to 256
+
+
 @pytest.fixture(scope="module")
-def single(tmp_path_factory) -> dict:
-    return run_driver(tmp_path_factory.mktemp("single"), "w1", 1, {"single": {}},
-                      hyperparameters=EQUIVALENCE_HP)["single"]
+def ones(tmp_path_factory) -> dict:
+    """Every single-process run the sharded ones are compared with, in one process."""
+    one = {"single": {}}
+    runs = run_jobs(tmp_path_factory.mktemp("ones"), 1, {
+        "single": dict(plans=one, hyperparameters=EQUIVALENCE_HP),
+        "start": dict(plans=one, steps=0),
+        "other_seed": dict(plans=one, steps=0, seed=SEED + 1),
+        "fp16_start": dict(plans=one, steps=0, **FP16),
+        "fp16": dict(plans=one, steps=20, **FP16),
+        "dims_start": dict(plans=one, steps=0, dims=MIXED_DIMS),
+        "dims": dict(plans=one, dims=MIXED_DIMS, hyperparameters=EQUIVALENCE_HP),
+        **eval_split_jobs(one),
+        "12t": dict(plans=one, **dlrm_12t_job(tmp_path_factory.mktemp("12t"))),
+    })
+    return {name: results["single"] for name, results in runs.items()}
+
+
+@pytest.fixture(scope="module")
+def single(ones) -> dict:
+    return ones["single"]
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    """``sharded(world, nodes)``: every sharded run of that shape the tests below compare, in one
+    torchrun launch (made on first use)."""
+    launched: dict[tuple[int, int], dict] = {}
+
+    def get(world: int, nodes: int) -> dict:
+        if (world, nodes) not in launched:
+            plans = every_type_and_mixed()
+            fp16_plans = every_type_and_mixed()
+            if world == 2:  # and every shard but the replicas' on the SSD tier, 16-bit rows behind 5% caches
+                fp16_plans["ssd"] = {"types": {"*": [t for t in TYPES if t != "data_parallel"]},
+                                     "ssd": {"cache_fraction": 0.05}}
+            jobs = {
+                "start": dict(plans=plans, nodes=nodes, steps=0),
+                "follow": dict(plans=plans, nodes=nodes, hyperparameters=EQUIVALENCE_HP),
+                "fp16": dict(plans=fp16_plans, steps=20, nodes=nodes, **FP16),
+                # dim-8 tables split in two for column-wise plans
+                "dims_start": dict(plans=plans, nodes=nodes, steps=0, dims=MIXED_DIMS, column_block=4),
+                "dims": dict(plans=plans, nodes=nodes, dims=MIXED_DIMS, column_block=4,
+                             hyperparameters=EQUIVALENCE_HP),
+            }
+            if world == 2:
+                jobs["ssd"] = dict(plans=SSD_PLANS, steps=30, auc=True)
+                jobs["quantized"] = dict(plans=QUANTIZED_PLANS, steps=20, auc=True, hyperparameters=EQUIVALENCE_HP)
+            if (world, nodes) == (4, 2):
+                jobs["twrw"] = dict(plans=TWRW_PLANS, nodes=2, hyperparameters=EQUIVALENCE_HP)
+                jobs["12t"] = dict(plans={"mixed": {"types": {"*": TYPES}}},
+                                   **dlrm_12t_job(tmp_path_factory.mktemp("12t")))
+            launched[(world, nodes)] = run_jobs(tmp_path_factory.mktemp(f"w{world}n{nodes}"), world, jobs)
+        return launched[(world, nodes)]
+
+    return get
 
 
 def every_type_and_mixed() -> dict:
@@ -73,23 +141,21 @@ def every_type_and_mixed() -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("world", "nodes"), [(2, 1), (4, 2)])
-def test_every_plan_starts_from_the_single_process_weights_bit_for_bit(tmp_path, world, nodes):
+def test_every_plan_starts_from_the_single_process_weights_bit_for_bit(ones, sharded, world, nodes):
     """No rank builds the whole model: each makes its shards from the seed, and they are the
     single-process model's weights exactly, whatever the plan and world size."""
-    start = run_driver(tmp_path, "w1", 1, {"single": {}}, steps=0)["single"]
-    results = run_driver(tmp_path, f"w{world}", world, every_type_and_mixed(), nodes=nodes, steps=0)
+    start = ones["start"]
+    results = sharded(world, nodes)["start"]
     for plan, got in results.items():
         assert torch.equal(got["weight"], start["weight"]), plan
         assert got["dense_sha256"] == start["dense_sha256"], plan
-    assert not torch.equal(start["weight"], run_driver(tmp_path, "other", 1, {"single": {}}, steps=0,
-                                                       seed=SEED + 1)["single"]["weight"])
+    assert not torch.equal(start["weight"], ones["other_seed"]["weight"])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("world", "nodes"), [(2, 1), (4, 2)])
-def test_every_sharding_type_follows_single_process_training(single, tmp_path, world, nodes):
-    results = run_driver(tmp_path, f"w{world}", world, every_type_and_mixed(), nodes=nodes,
-                         hyperparameters=EQUIVALENCE_HP)
+def test_every_sharding_type_follows_single_process_training(single, sharded, world, nodes):
+    results = sharded(world, nodes)["follow"]
     assert len(single["losses"]) == STEPS
     for plan, got in results.items():
         expected_types = TYPES if plan == "mixed" else [plan]
@@ -105,7 +171,7 @@ def test_every_sharding_type_follows_single_process_training(single, tmp_path, w
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("world", "nodes"), [(2, 1), (4, 2)])
-def test_tables_in_fp16_round_as_one_process_bit_for_bit_under_every_sharding_type(tmp_path, world, nodes):
+def test_tables_in_fp16_round_as_one_process_bit_for_bit_under_every_sharding_type(ones, sharded, world, nodes):
     """Tables stored in fp16 (dense layers in fp16, the loss scaled dynamically), every sharding
     type and a mixed plan (at 2 ranks also with the shards on the SSD tier behind caches): after
     20 steps every table value equals one process's, bit for bit.
@@ -114,15 +180,10 @@ def test_tables_in_fp16_round_as_one_process_bit_for_bit_under_every_sharding_ty
     set the curves apart by rounding, as in fp32); what is compared is the tables' path: the
     all-to-alls in fp16, the sums per row in the global batch's order, the fp32 Adagrad, and the
     stochastic rounding of every updated value with the bits of (seed, step, table, row, column)."""
-    extra = {"precision": "fp16", "frozen_dense": True, "hyperparameters": EQUIVALENCE_HP}
-    start = run_driver(tmp_path, "start", 1, {"single": {}}, steps=0, **extra)["single"]
-    single = run_driver(tmp_path, "w1", 1, {"single": {}}, steps=20, **extra)["single"]
+    start, single = ones["fp16_start"], ones["fp16"]
     moved = single["weight"] != start["weight"]
     assert int(moved.sum()) > single["weight"].numel() // 4  # the tables did train
-    plans = every_type_and_mixed()
-    if world == 2:  # and every shard but the replicas' on the SSD tier, 16-bit rows behind 5% caches
-        plans["ssd"] = {"types": {"*": [t for t in TYPES if t != "data_parallel"]}, "ssd": {"cache_fraction": 0.05}}
-    results = run_driver(tmp_path, f"w{world}", world, plans, steps=20, nodes=nodes, **extra)
+    results = sharded(world, nodes)["fp16"]
     assert results["ssd" if world == 2 else "mixed"]["types"]
     for plan, got in results.items():
         differ = int((got["weight"] != single["weight"]).sum())
@@ -130,22 +191,14 @@ def test_tables_in_fp16_round_as_one_process_bit_for_bit_under_every_sharding_ty
         assert got["memory"]["ranks"][0]["held"], plan
 
 
-MIXED_DIMS = [(8, 16, 32)[t % 3] for t in range(26)]  # Neo's largest models mix dims 64 to 256
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("world", "nodes"), [(2, 1), (4, 2)])
-def test_tables_of_several_dimensions_follow_single_process_training(tmp_path, world, nodes):
+def test_tables_of_several_dimensions_follow_single_process_training(ones, sharded, world, nodes):
     """Tables of dims 8, 16 and 32 (one fused weight per dimension, pooled vectors in feature
     order): every sharding type and a mixed plan start from the single-process weights and follow
     its training within 1e-5 on the loss over 50 steps."""
-    start = run_driver(tmp_path, "start", 1, {"single": {}}, steps=0, dims=MIXED_DIMS)["single"]
-    single = run_driver(tmp_path, "w1", 1, {"single": {}}, dims=MIXED_DIMS, hyperparameters=EQUIVALENCE_HP)["single"]
-    plans = every_type_and_mixed()
-    at_start = run_driver(tmp_path, f"w{world}-start", world, plans, nodes=nodes, steps=0, dims=MIXED_DIMS,
-                          column_block=4)  # dim-8 tables split in two for column-wise plans
-    results = run_driver(tmp_path, f"w{world}", world, plans, nodes=nodes, dims=MIXED_DIMS, column_block=4,
-                         hyperparameters=EQUIVALENCE_HP)
+    start, single = ones["dims_start"], ones["dims"]
+    at_start, results = sharded(world, nodes)["dims_start"], sharded(world, nodes)["dims"]
     assert start["weight"].numel() == sum(r * d for r, d in zip(load_benchmark("dlrm_synthetic").dataset["table_rows"],
                                                                 MIXED_DIMS))
     for plan, got in results.items():
@@ -155,15 +208,17 @@ def test_tables_of_several_dimensions_follow_single_process_training(tmp_path, w
         assert float((single["weight"] - got["weight"]).abs().max()) < 5e-3, plan
 
 
+MIXED_NOT_DP = [t for t in TYPES if t != "data_parallel"]
+# the same mixed plan (every type but data-parallel) in memory and with every shard on the SSD
+# tier behind 5% caches (at least one batch's rows each), LRU and LFU, on 2 ranks
+SSD_PLANS = {"memory": {"types": {"*": MIXED_NOT_DP}},
+             "ssd_lru": {"types": {"*": MIXED_NOT_DP}, "ssd": {"cache_fraction": 0.05, "policy": "lru"}},
+             "ssd_lfu": {"types": {"*": MIXED_NOT_DP}, "ssd": {"cache_fraction": 0.05, "policy": "lfu"}}}
+
+
 @pytest.mark.slow
-def test_shards_on_the_ssd_tier_train_bit_for_bit_as_in_memory(tmp_path):
-    # the same mixed plan (every type but data-parallel) in memory and with every shard on the SSD
-    # tier behind 5% caches (at least one batch's rows each), LRU and LFU, on 2 ranks
-    mixed = [t for t in TYPES if t != "data_parallel"]
-    plans = {"memory": {"types": {"*": mixed}},
-             "ssd_lru": {"types": {"*": mixed}, "ssd": {"cache_fraction": 0.05, "policy": "lru"}},
-             "ssd_lfu": {"types": {"*": mixed}, "ssd": {"cache_fraction": 0.05, "policy": "lfu"}}}
-    results = run_driver(tmp_path, "ssd", 2, plans, steps=30, auc=True)
+def test_shards_on_the_ssd_tier_train_bit_for_bit_as_in_memory(sharded):
+    results = sharded(2, 1)["ssd"]
     memory = results["memory"]
     for name in ("ssd_lru", "ssd_lfu"):
         got = results[name]
@@ -179,18 +234,19 @@ def test_shards_on_the_ssd_tier_train_bit_for_bit_as_in_memory(tmp_path):
         assert cache["read_ahead_shard_batches"] > 0
 
 
+TWRW_PLANS = {"overlap": {"types": {"*": "table_row_wise"}},
+              "sync": {"types": {"*": "table_row_wise"}, "overlap": False},
+              "rw": {"types": {"*": "row_wise"}}}
+
+
 @pytest.mark.slow
-def test_table_row_wise_over_two_nodes_crosses_nodes_as_the_planner_projects(single, tmp_path):
+def test_table_row_wise_over_two_nodes_crosses_nodes_as_the_planner_projects(single, sharded):
     """2 nodes x 2 ranks, every table table-row-wise: the rows of each table on the ranks of one
     node, its outputs summed inside the node before crossing. Training follows single-process
     training within 1e-5 on the loss over 50 steps, with and without overlap (the same
     arithmetic: the same losses bit for bit), and the bytes every collective sent over the
     inter-node links equal the planner's projection exactly (per step, summed over the ranks)."""
-    twrw = {"*": "table_row_wise"}
-    results = run_driver(tmp_path, "w4", 4, {"overlap": {"types": twrw},
-                                             "sync": {"types": twrw, "overlap": False},
-                                             "rw": {"types": {"*": "row_wise"}}},
-                         nodes=2, hyperparameters=EQUIVALENCE_HP)
+    results = sharded(4, 2)["twrw"]
     got = results["overlap"]
     gap = max(abs(a - b) for a, b in zip(single["losses"], got["losses"]))
     assert len(got["losses"]) == STEPS and gap <= 1e-5, f"table-row-wise on 2 nodes: loss gap {gap:.3g}"
@@ -217,19 +273,19 @@ def test_the_traffic_model_uses_the_codecs_wire_sizes():
             assert projected(codec, rows, cols) == wire_bytes(codec, rows, cols), codec
 
 
+QUANTIZED_PLANS = {
+    "fp32": {"types": {"*": TYPES}},
+    "fp16": {"types": {"*": TYPES}, "comm": {"forward": "fp16", "backward": "fp16", "allreduce": "fp16"}},
+    "quantized": {"types": {"*": TYPES}, "comm": {"forward": "int8", "backward": "fp8", "allreduce": "bf16"}},
+}
+
+
 @pytest.mark.slow
-def test_quantized_communication_is_deterministic_and_counted(tmp_path):
+def test_quantized_communication_is_deterministic_and_counted(sharded, tmp_path):
     """Same seed, world size and codecs: the same losses, tables and AUC, bit for bit, in two launches.
     Bytes sent follow the codecs' sizes exactly."""
-    mixed = {"*": TYPES}
-    quantized = {"forward": "int8", "backward": "fp8", "allreduce": "bf16"}
-    plans = {
-        "fp32": {"types": mixed},
-        "fp16": {"types": mixed, "comm": {"forward": "fp16", "backward": "fp16", "allreduce": "fp16"}},
-        "quantized": {"types": mixed, "comm": quantized},
-    }
-    first = run_driver(tmp_path, "a", 2, plans, steps=20, auc=True, hyperparameters=EQUIVALENCE_HP)
-    again = run_driver(tmp_path, "b", 2, {"quantized": {"types": mixed, "comm": quantized}}, steps=20, auc=True,
+    first = sharded(2, 1)["quantized"]
+    again = run_driver(tmp_path, "b", 2, {"quantized": QUANTIZED_PLANS["quantized"]}, steps=20, auc=True,
                        hyperparameters=EQUIVALENCE_HP)
     assert first["quantized"]["losses"] == again["quantized"]["losses"]
     assert first["quantized"]["auc"] == again["quantized"]["auc"] is not None
@@ -296,14 +352,22 @@ def test_plans_that_do_not_fit_the_model_or_the_world_are_refused(plan, message)
         shardings_from_plan(plan, [10], 4, 2)
 
 
+def eval_split_jobs(plans: dict) -> dict:
+    return {"kept": dict(plans=plans, steps=5, auc=True, batch=510),
+            "streamed": dict(plans=plans, steps=5, auc=True, batch=510, eval_cache_bytes=0)}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("world", [1, 3])
-def test_an_eval_split_too_large_to_keep_is_read_again_and_scores_the_same(tmp_path, world):
+def test_an_eval_split_too_large_to_keep_is_read_again_and_scores_the_same(ones, tmp_path, world):
     """A large eval split (Criteo 1TB's) is streamed at every evaluation instead of kept in memory;
     the AUC is the same, bit for bit (3 ranks: eval parts of unequal size)."""
     plans = {"mixed": {"types": {"*": TYPES}}} if world > 1 else {"single": {}}
-    kept = run_driver(tmp_path, "kept", world, plans, steps=5, auc=True, batch=510)
-    streamed = run_driver(tmp_path, "streamed", world, plans, steps=5, auc=True, batch=510, eval_cache_bytes=0)
+    if world == 1:
+        kept, streamed = {"single": ones["kept"]}, {"single": ones["streamed"]}
+    else:
+        runs = run_jobs(tmp_path, world, eval_split_jobs(plans))
+        kept, streamed = runs["kept"], runs["streamed"]
     for name in plans:
         assert kept[name]["auc"] == streamed[name]["auc"] and 0.5 < kept[name]["auc"] < 1, name
         assert kept[name]["losses"] == streamed[name]["losses"]
@@ -357,17 +421,21 @@ def dlrm_12t_spec(path: Path, rows_scale: float = 1e-6, min_rows: int = 200) -> 
     return path
 
 
+def dlrm_12t_job(folder: Path) -> dict:
+    """The 12t-shaped model's job: 10 steps of 64 samples, one node."""
+    spec = dlrm_12t_spec(folder / "dlrm_12t_scaled.yaml")
+    # Adagrad's first steps move every weight by the learning rate, and the top MLP sees 174,080
+    # inputs: the logit moves by about width x rate, so the rate is scaled down by the width
+    return {"benchmark": str(spec), "batch": 64, "steps": 10, "nodes": 1,
+            "hyperparameters": {"opt_base_learning_rate": 1e-5}}
+
+
 @pytest.mark.slow
-def test_the_12t_models_shape_trains_on_emulated_ranks(tmp_path):
+def test_the_12t_models_shape_trains_on_emulated_ranks(ones, sharded):
     """1,000 tables of five dimensions (64 to 256) and pooling up to 30 ids, every sharding type in
     turn: trained 10 steps on 4 emulated ranks as in one process (within 1e-5 on the loss), from the
     same weights, the loss falling."""
-    spec = dlrm_12t_spec(tmp_path / "dlrm_12t_scaled.yaml")
-    # Adagrad's first steps move every weight by the learning rate, and the top MLP sees 174,080
-    # inputs: the logit moves by about width x rate, so the rate is scaled down by the width
-    job = {"benchmark": str(spec), "batch": 64, "steps": 10, "hyperparameters": {"opt_base_learning_rate": 1e-5}}
-    single = run_driver(tmp_path, "w1", 1, {"single": {}}, **job)["single"]
-    got = run_driver(tmp_path, "w4", 4, {"mixed": {"types": {"*": TYPES}}}, **job)["mixed"]
+    single, got = ones["12t"], sharded(4, 2)["12t"]["mixed"]
     assert sorted(got["types"]) == sorted(TYPES)  # every sharding type, in turn over the 1,000 tables
     losses = got["losses"]
     assert len(losses) == 10 and all(0.3 < loss < 1.5 for loss in losses) and losses[-1] < losses[0], losses
