@@ -48,7 +48,8 @@ class FastSut:
         self.lg, self.model, self.library, self.max_rows, self.tables = lg, model, library, max_rows, tables
         self._queue: queue.Queue = queue.Queue()
         self.error: BaseException | None = None
-        self.calls: list[tuple[int, int, int, int]] = []  # (users, rows, reads, misses) per model call
+        # (users, rows, reads, misses, device latencies waited) per model call
+        self.calls: list[tuple[int, int, int, int, int]] = []
         self._thread = threading.Thread(target=self._work, name="harness-infer-sut", daemon=True)
 
     def issue(self, ids: list[int], indices: list[int]) -> None:
@@ -65,6 +66,7 @@ class FastSut:
                 t = torch.from_numpy(rows)
                 reads0 = self.tables.store.reads if self.tables is not None else 0
                 misses0 = self.tables.misses if self.tables is not None else 0
+                waits0 = self.tables.store.latency_waits if self.tables is not None else 0
                 with torch.no_grad():
                     logits = self.model(lib.dense.index_select(0, t), lib.sparse.index_select(0, t))
                 out = np.empty((rows.size, 2), dtype=np.float32)
@@ -76,10 +78,11 @@ class FastSut:
                 lg.QuerySamplesComplete([lg.QuerySampleResponse(i, base + 8 * lo, 8 * n)
                                          for i, lo, n in zip(ids.tolist(), starts, sizes.tolist())])
                 if self.tables is not None:
-                    self.calls.append((users.size, rows.size, self.tables.store.reads - reads0,
-                                       self.tables.misses - misses0))
+                    store = self.tables.store
+                    self.calls.append((users.size, rows.size, store.reads - reads0, self.tables.misses - misses0,
+                                       store.latency_waits - waits0))
                 else:
-                    self.calls.append((users.size, rows.size, 0, 0))
+                    self.calls.append((users.size, rows.size, 0, 0, 0))
                 return
             except Exception as err:  # noqa: BLE001 - LoadGen must still finish; raised after it returns
                 self.error = err
@@ -197,7 +200,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     if sut.error is not None:
         raise HarnessError(f"the model failed during the LoadGen {job['scenario']} {job['mode']} run: "
                            f"{type(sut.error).__name__}: {sut.error}", ErrorCategory.RUN_FAILED)
-    calls = np.array(sut.calls, dtype=np.int64).reshape(-1, 4)
+    calls = np.array(sut.calls, dtype=np.int64).reshape(-1, 5)
     result: dict[str, Any] = {
         "test_s": test_s, "wall_s": time.perf_counter() - t_start,
         "samples": int(calls[:, 0].sum()), "rows": int(calls[:, 1].sum()), "model_calls": int(calls.shape[0]),
@@ -215,6 +218,9 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
             "read_s": store.read_s, "misses": tables.misses, "bypass_calls": tables.bypass_batches,
             "table_lookups": tables.table_lookups.tolist(), "table_hits": tables.table_hits.tolist(),
             "added_latency_us": store.added_latency_us, "storage_mode": store.layout.mode,
+            # per model call, the device latencies it waited (a lower bound on its time: each is a
+            # busy wait of at least the latency asked for)
+            "call_latency_waits": calls[:, 4].tolist(),
         })
         store.close()
     return result
