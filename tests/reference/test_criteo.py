@@ -13,14 +13,15 @@ import pytest
 import torch
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.data import criteo
-from harness.reference.data.criteo import (
+from harness.reference.data.criteo import npy as criteo_npy
+from harness.reference.data.criteo import tsv as criteo_tsv
+from harness.reference.data.criteo.manifest import find_layout
+from harness.reference.data.criteo.npy import MlperfNpyDataset
+from harness.reference.data.criteo.tsv import (
     BufferPlan,
     CriteoTsvDataset,
-    MlperfNpyDataset,
     buffer_plan,
     categorical_id,
-    find_layout,
     read_tsv_file,
 )
 from harness.rules.specs import load_benchmark
@@ -150,7 +151,7 @@ def test_crlf_and_missing_final_newline(tmp_path: Path) -> None:
 
 
 def tiny_plan(read_bytes: int, lines_per_chunk: int):
-    per_line = criteo._PARSE_BYTES_PER_LINE + criteo._PARSE_BYTES_PER_TEXT_BYTE * 300
+    per_line = criteo_tsv._PARSE_BYTES_PER_LINE + criteo_tsv._PARSE_BYTES_PER_TEXT_BYTE * 300
     plan = BufferPlan(budget_bytes=0, batch_bytes=0, read_bytes=read_bytes, parse_bytes=lines_per_chunk * per_line)
     return lambda *args, **kwargs: plan
 
@@ -162,7 +163,7 @@ def test_small_read_blocks_and_parse_chunks_change_nothing(tmp_path: Path, monke
     want = read_all(plain)
     chunks = []
     # Lines now straddle read blocks (a line is ~280 bytes), and a chunk holds two lines.
-    monkeypatch.setattr(criteo, "buffer_plan", tiny_plan(397, 2))
+    monkeypatch.setattr(criteo_tsv, "buffer_plan", tiny_plan(397, 2))
     for path in (plain, packed):
         parts = list(read_tsv_file(path))
         chunks.append([p.size for p in parts])
@@ -179,7 +180,7 @@ def test_small_read_blocks_and_parse_chunks_change_nothing(tmp_path: Path, monke
 
 def test_a_line_longer_than_the_read_block_is_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_tsv(tmp_path / "day_0", [numbered(0), "1" * 5000])
-    monkeypatch.setattr(criteo, "buffer_plan", tiny_plan(1024, 2))
+    monkeypatch.setattr(criteo_tsv, "buffer_plan", tiny_plan(1024, 2))
     err = bad_input(lambda: list(read_tsv_file(path)))
     assert str(err) == f"{path}:2: no line end within 1024 bytes (not a Criteo TSV line)"
 
@@ -226,7 +227,7 @@ def test_first_malformed_line_is_reported(tmp_path: Path) -> None:
 def test_partial_reading_yields_the_lines_before_a_malformed_one(tmp_path: Path) -> None:
     path = write_tsv(tmp_path / "day_0", [numbered(i) for i in range(5)] + ["1\t2"] + [numbered(9)])
     seen = []
-    with pytest.raises(criteo.MalformedLine) as info:
+    with pytest.raises(criteo_tsv.MalformedLine) as info:
         for parsed in read_tsv_file(path, partial=True):
             seen.append(parsed.size)
     assert sum(seen) == 5 and info.value.index == 5
@@ -258,14 +259,14 @@ def test_bad_arguments_are_bad_input(tmp_path: Path) -> None:
 def test_buffer_plan_divides_the_budget_and_refuses_one_too_small() -> None:
     plan = buffer_plan(64 << 20, batch_samples=55296)
     assert plan.batch_bytes == 55296 * (13 * 4 + 26 * 8 + 4)
-    assert plan.batch_bytes + plan.read_bytes * criteo._READ_COST + plan.parse_bytes <= 64 << 20
+    assert plan.batch_bytes + plan.read_bytes * criteo_tsv._READ_COST + plan.parse_bytes <= 64 << 20
     assert plan.read_bytes >= 1 << 20 and plan.chunk_text_bytes >= 1 << 20
     err = bad_input(lambda: buffer_plan(8 << 20, batch_samples=55296))
-    need = plan.batch_bytes + criteo._min_work_bytes()
+    need = plan.batch_bytes + criteo_tsv._min_work_bytes()
     assert str(err) == (f"the TSV reader's buffer of 8.0 MiB cannot hold a batch of 55296 samples being assembled "
                         f"(13.9 MiB) plus a read block and a parse chunk: it needs at least {need / 2**20:.1f} MiB "
                         f"({need} bytes)")
-    assert buffer_plan(need, batch_samples=55296).read_bytes >= criteo._MIN_READ_BYTES
+    assert buffer_plan(need, batch_samples=55296).read_bytes >= criteo_tsv._MIN_READ_BYTES
 
 
 # ----------------------------------------------------------------------------- npy layout
@@ -346,13 +347,13 @@ def test_multi_hot_pooling_and_layout(tmp_path: Path) -> None:
 def test_npz_members_are_memory_mapped_and_compressed_ones_refused(tmp_path: Path) -> None:
     ids = np.arange(40, dtype=np.int32).reshape(10, 4)
     np.savez(tmp_path / "x.npz", **{"0": ids, "1": ids[:, :1]})
-    members = criteo.npz_arrays(tmp_path / "x.npz")
+    members = criteo_npy.npz_arrays(tmp_path / "x.npz")
     mapped = members["0"].open(tmp_path)
     assert isinstance(mapped, np.memmap)
     np.testing.assert_array_equal(mapped, ids)
     np.testing.assert_array_equal(members["1"].open(tmp_path), ids[:, :1])
     np.savez_compressed(tmp_path / "y.npz", **{"0": ids})
-    err = bad_input(lambda: criteo.npz_arrays(tmp_path / "y.npz"))
+    err = bad_input(lambda: criteo_npy.npz_arrays(tmp_path / "y.npz"))
     assert "array '0' is compressed" in str(err) and "numpy.savez" in str(err)
 
 
@@ -360,12 +361,12 @@ def test_npy_row_count_mismatch_names_both_files(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     write_day(tmp_path, 3, 5, rng)
     np.save(tmp_path / "day_3_sparse.npy", np.zeros((4, 26), np.int32))
-    err = bad_input(lambda: criteo.npy_day(tmp_path, 3, multi_hot=False))
+    err = bad_input(lambda: criteo_npy.npy_day(tmp_path, 3, multi_hot=False))
     assert str(err) == f"{tmp_path / 'day_3_sparse.npy'}: 4 rows but day_3_dense.npy has 5"
 
     np.save(tmp_path / "day_3_sparse.npy", np.zeros((5, 26), np.int32))
     np.save(tmp_path / "day_3_labels.npy", np.zeros((6, 1), np.int32))
-    err = bad_input(lambda: criteo.npy_day(tmp_path, 3, multi_hot=False))
+    err = bad_input(lambda: criteo_npy.npy_day(tmp_path, 3, multi_hot=False))
     assert str(err) == f"{tmp_path / 'day_3_labels.npy'}: 6 rows but day_3_dense.npy has 5"
 
 
@@ -375,7 +376,7 @@ def test_npy_shape_dtype_and_truncation_errors_name_the_file(tmp_path: Path) -> 
     write_day(tmp_path, 1, 2, rng)
 
     def day0() -> str:
-        return str(bad_input(lambda: criteo.npy_day(tmp_path, 0, multi_hot=False)))
+        return str(bad_input(lambda: criteo_npy.npy_day(tmp_path, 0, multi_hot=False)))
 
     np.save(tmp_path / "day_0_sparse.npy", np.zeros((5, 25), np.int32))
     assert "day_0_sparse.npy: expected shape N x 26" in day0()
@@ -409,7 +410,7 @@ def test_npy_missing_files_are_not_found(tmp_path: Path) -> None:
     write_day(tmp_path, 0, 3, rng)  # one-hot only: no multi-hot npz
     for d, multi_hot, missing in [(1, False, "day_1_dense.npy"), (0, True, "day_0_sparse_multi_hot.npz")]:
         with pytest.raises(HarnessError) as info:
-            criteo.npy_day(tmp_path, d, multi_hot=multi_hot)
+            criteo_npy.npy_day(tmp_path, d, multi_hot=multi_hot)
         assert info.value.category is ErrorCategory.NOT_FOUND
         assert str(info.value) == f"{tmp_path / missing}: no such file"
 
@@ -426,10 +427,10 @@ def test_multi_hot_key_and_pooling_errors(tmp_path: Path) -> None:
     np.savez(tmp_path / "day_2_sparse_multi_hot.npz", **feats)
     np.save(tmp_path / "day_2_dense.npy", np.zeros((3, 13), np.float32))
     np.save(tmp_path / "day_2_labels.npy", np.zeros((3, 1), np.int32))
-    err = bad_input(lambda: criteo.npy_day(tmp_path, 2, multi_hot=True))
+    err = bad_input(lambda: criteo_npy.npy_day(tmp_path, 2, multi_hot=True))
     assert "day_2_sparse_multi_hot.npz: no array '7'" in str(err)
 
     feats["7"] = np.zeros((2, 1), np.int32)
     np.savez(tmp_path / "day_2_sparse_multi_hot.npz", **feats)
-    err = bad_input(lambda: criteo.npy_day(tmp_path, 2, multi_hot=True))
+    err = bad_input(lambda: criteo_npy.npy_day(tmp_path, 2, multi_hot=True))
     assert "day_2_sparse_multi_hot.npz: array '7' has 2 rows but day_2_dense.npy has 3" in str(err)

@@ -18,8 +18,14 @@ import torch
 import yaml
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.data import criteo, datasets
-from harness.reference.data.criteo import CriteoTsvDataset, MlperfNpyDataset, find_layout, open_files
+from harness.reference.data import datasets
+from harness.reference.data.criteo import manifest as criteo_manifest
+from harness.reference.data.criteo import npy as criteo_npy
+from harness.reference.data.criteo import open_files
+from harness.reference.data.criteo import tsv as criteo_tsv
+from harness.reference.data.criteo.manifest import find_layout
+from harness.reference.data.criteo.npy import MlperfNpyDataset
+from harness.reference.data.criteo.tsv import CriteoTsvDataset
 from harness.reference.data.export import format_tsv
 from harness.reference.data import open_dataset
 from harness.reference.data.datasets import DataFormat, Dataset, batch_order
@@ -160,7 +166,7 @@ def test_the_split_of_terabyte_and_kaggle_tsv(tmp_path: Path) -> None:
 def test_the_mlperf_split_numbers() -> None:
     # dlrm's rule on Criteo Terabyte's day 23 (178,274,637 lines) gives MLPerf's eval split.
     assert (178274637 + 1) // 2 == 89137319
-    assert criteo.kaggle_parts(45840617) == [6548660] * 4 + [6548659] * 3
+    assert criteo_manifest.kaggle_parts(45840617) == [6548660] * 4 + [6548659] * 3
 
 
 # ----------------------------------------------------------------------------- order and sharding
@@ -246,8 +252,9 @@ def test_a_manifest_reopens_without_reading(tmp_path: Path, kind: str, monkeypat
     def no_reading(*args, **kwargs):
         raise AssertionError("read while reopening from a manifest")
 
-    for name in ("parse_text", "scan_tsv_file", "npy_array", "npz_arrays", "npy_day"):
-        monkeypatch.setattr(criteo, name, no_reading)
+    for module, name in ((criteo_tsv, "parse_text"), (criteo_tsv, "scan_tsv_file"), (criteo_npy, "npy_array"),
+                         (criteo_npy, "npz_arrays"), (criteo_npy, "npy_day")):
+        monkeypatch.setattr(module, name, no_reading)
     spec = make_spec(TRAIN, EVAL, pooling=data.pooling)
     again = open_files(spec, root, manifest=manifest)
     assert again.describe() == data.describe()
@@ -273,7 +280,7 @@ def test_a_manifest_reopens_without_reading(tmp_path: Path, kind: str, monkeypat
 
 def test_a_terabyte_manifest_stays_small() -> None:
     # 4.4 billion lines with one offset every 65,536 lines: ~67,000 offsets, ~1 MB of JSON.
-    offsets = [i * 65536 * 400 for i in range(4_373_472_329 // criteo.INDEX_STRIDE)]
+    offsets = [i * 65536 * 400 for i in range(4_373_472_329 // criteo_tsv.INDEX_STRIDE)]
     assert len(json.dumps(offsets)) < 1.5e6
 
 

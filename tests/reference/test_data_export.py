@@ -15,7 +15,8 @@ import torch
 import yaml
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.data import criteo, open_dataset
+from harness.reference.data import open_dataset
+from harness.reference.data.criteo import tsv as criteo_tsv
 from harness.reference.data import export as data_export
 from harness.reference.data.export import EXPORT_INFO, export_dataset, format_tsv
 from harness.reference.data.datasets import DataFormat, SyntheticDataset
@@ -91,7 +92,7 @@ def test_the_files_are_laid_out_as_the_real_ones(exported) -> None:
     assert result.total_bytes == sum(p.stat().st_size for p in out.iterdir())
     if result.format is DataFormat.CRITEO_TSV:
         assert names == {f"day_{d}{'.gz' if gz else ''}" for d in range(5)} | {EXPORT_INFO}
-        assert criteo._is_gzip(out / f"day_0{'.gz' if gz else ''}") is gz
+        assert criteo_tsv._is_gzip(out / f"day_0{'.gz' if gz else ''}") is gz
         if not gz:
             first = (out / "day_0").read_bytes().split(b"\n", 1)[0].decode().split("\t")
             gen = SyntheticDataset(spec.dataset).generator
@@ -142,7 +143,7 @@ def test_format_tsv_round_trips_through_the_parser() -> None:
     text = format_tsv(labels, counts, ids)
     assert text.endswith(b"\n") and text.count(b"\n") == n
     assert text.split(b"\n")[0].split(b"\t")[14 + 3] == b"0"
-    parsed = criteo.parse_text(np.frombuffer(text[:-1], np.uint8).copy(), "x", 1)
+    parsed = criteo_tsv.parse_text(np.frombuffer(text[:-1], np.uint8).copy(), "x", 1)
     np.testing.assert_array_equal(parsed.labels, labels)
     np.testing.assert_array_equal(parsed.raw, ids.astype(np.uint64))
     np.testing.assert_array_equal(parsed.dense, np.log1p(counts.astype(np.float64)).astype(np.float32))

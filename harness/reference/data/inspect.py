@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.data import criteo
+from harness.reference.data.criteo.manifest import Layout, find_layout, kaggle_parts
+from harness.reference.data.criteo.npy import NpyDay, npy_day
+from harness.reference.data.criteo.tsv import DEFAULT_BUFFER_BYTES, read_tsv_file
 from harness.reference.data.batches import NUM_SPARSE
 from harness.reference.data.counter_rng import mix64
 from harness.reference.data.datasets import DataFormat
@@ -173,14 +175,14 @@ def _bit_count(chunks: Sequence[tuple[int, np.ndarray]], lo: int, hi: int) -> in
     return total
 
 
-def _inspect_tsv(layout: criteo.Layout, tally: _Tally, buffer_bytes: int,
+def _inspect_tsv(layout: Layout, tally: _Tally, buffer_bytes: int,
                  progress: Callable[[str], None] | None) -> tuple[int | None, ...]:
     last_bits: list[tuple[int, np.ndarray]] = []
     for i, path in enumerate(layout.files):
         last = i == len(layout.files) - 1
         lines = 0
         try:
-            for parsed in criteo.read_tsv_file(path, buffer_bytes=buffer_bytes, partial=True):
+            for parsed in read_tsv_file(path, buffer_bytes=buffer_bytes, partial=True):
                 tally.add(parsed.labels, [parsed.raw[:, f] for f in range(NUM_SPARSE)])
                 lines += parsed.size
                 if last:
@@ -195,7 +197,7 @@ def _inspect_tsv(layout: criteo.Layout, tally: _Tally, buffer_bytes: int,
         if tally.malformed:
             return None, None, None, None
     if layout.layout == "kaggle":
-        parts = criteo.kaggle_parts(tally.days[0][1])
+        parts = kaggle_parts(tally.days[0][1])
         tally.days = [(f"{layout.files[0].name} part {j}", n) for j, n in enumerate(parts)]
         train = sum(parts[:-1])
         eval_ = (parts[-1] + 1) // 2
@@ -207,14 +209,14 @@ def _inspect_tsv(layout: criteo.Layout, tally: _Tally, buffer_bytes: int,
     return train, eval_, tally.positives - last_pos, eval_pos
 
 
-def _inspect_npy(layout: criteo.Layout, tally: _Tally, buffer_bytes: int,
+def _inspect_npy(layout: Layout, tally: _Tally, buffer_bytes: int,
                  progress: Callable[[str], None] | None) -> tuple[int | None, ...]:
     root, multi_hot = layout.root, layout.layout == "multi-hot"
-    days: list[criteo.NpyDay] = []
+    days: list[NpyDay] = []
     train_pos = eval_pos = 0
     for d in range(layout.days):
         try:
-            day = criteo.npy_day(root, d, multi_hot)
+            day = npy_day(root, d, multi_hot)
             if days and day.pooling != days[0].pooling:
                 f = next(i for i, (a, b) in enumerate(zip(day.pooling, days[0].pooling)) if a != b)
                 raise HarnessError(f"{root / day.sparse[f].name}: feature {f} has {day.pooling[f]} ids per sample "
@@ -261,16 +263,16 @@ def _inspect_npy(layout: criteo.Layout, tally: _Tally, buffer_bytes: int,
     return sum(d.rows for d in days[:-1]), (days[-1].rows + 1) // 2, train_pos, eval_pos
 
 
-def inspect_dataset(path: Path | str, *, buffer_bytes: int = criteo.DEFAULT_BUFFER_BYTES, exact_limit: int = 1 << 16,
+def inspect_dataset(path: Path | str, *, buffer_bytes: int = DEFAULT_BUFFER_BYTES, exact_limit: int = 1 << 16,
                     progress: Callable[[str], None] | None = None) -> InspectReport:
-    """Read the dataset at ``path`` (any layout :func:`~harness.reference.data.criteo.find_layout`
+    """Read the dataset at ``path`` (any layout :func:`~harness.reference.data.criteo.manifest.find_layout`
     recognises) once and report what it holds; a malformed record ends the reading and is
     reported, not raised.
 
     Raises:
         HarnessError: NOT_FOUND when nothing recognisable (or a file of it) is at ``path``.
     """
-    layout = criteo.find_layout(path)
+    layout = find_layout(path)
     tally = _Tally(exact_limit)
     inspect = _inspect_tsv if layout.format is DataFormat.CRITEO_TSV else _inspect_npy
     train, eval_, train_pos, eval_pos = inspect(layout, tally, buffer_bytes, progress)
