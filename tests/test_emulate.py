@@ -14,7 +14,7 @@ import pytest
 
 from compliance.schemas import schema_errors
 from harness.errors import HarnessError
-from harness.hw_profiles import detect, emulated_profile, load_profile
+from harness.hw_profiles import Tier, detect, emulated_profile, load_profile
 from harness.runsets.runset import RunSetRequest, plan_run_set, worker_command
 from tests.test_runsets import FIXTURE, harness, records, start_harness, wait_for_run_start
 
@@ -75,7 +75,7 @@ def test_emulation_keeps_the_topology_and_scales_every_tier_by_one_factor():
     scaled, factor = emulated_profile(real, detect())
     assert 0 < factor < 1
     assert (scaled.nodes, scaled.accelerators_per_node, scaled.world_size) == (1, 8, 8)
-    for tier in ("hbm", "ddr", "ssd"):
+    for tier in Tier:
         assert scaled.tiers[tier].capacity_bytes == int(real.tiers[tier].capacity_bytes * factor)
         assert scaled.tiers[tier].bandwidth_bytes_per_s == real.tiers[tier].bandwidth_bytes_per_s
     memory = 8 * scaled.hbm.capacity_bytes + scaled.ddr.capacity_bytes
@@ -88,8 +88,8 @@ def test_an_emulated_plan_has_a_sharding_plan_and_an_emulated_system(tmp_path):
     plan = plan_run_set(request)
     assert plan.emulated and plan.world_size == 8 and plan.system == "zionex-8gpu-emulated"
     assert plan.comm == {"forward": "fp16", "backward": "bf16", "allreduce": "fp32"}
-    assert plan.sharding_plan is not None and plan.sharding_plan["world_size"] == 8
-    assert schema_errors(plan.sharding_plan, "sharding_plan") == []
+    assert plan.sharding_plan is not None and plan.sharding_plan.to_dict()["world_size"] == 8
+    assert schema_errors(plan.sharding_plan.to_dict(), "sharding_plan") == []
     # the codecs are part of what the run set's results depend on
     fp32 = plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile="zionex-8gpu", results_dir=tmp_path, emulate=True))
     assert fp32.fingerprint != plan.fingerprint
@@ -179,13 +179,13 @@ def test_sharded_plans_with_the_ssd_tier_place_the_set_tables_there_and_never_as
 
     auto = plan(embedding_tier="auto")  # the emulated node's memory holds the tiny tables: nothing on the SSD
     assert auto.embedding_tier is None and "ssd" not in {
-        s["tier"] for t in auto.sharding_plan["tables"] for s in t["shards"]}
+        s["tier"] for t in auto.sharding_plan.to_dict()["tables"] for s in t["shards"]}
     forced = plan(embedding_tier="auto", ssd_tables=(0, 5))  # table 0 (10 rows) would be data-parallel
-    tables = forced.sharding_plan["tables"]
+    tables = forced.sharding_plan.to_dict()["tables"]
     for i in (0, 5):
         assert tables[i]["sharding_type"] != "data_parallel" and {s["tier"] for s in tables[i]["shards"]} == {"ssd"}
     assert forced.embedding_tier["ssd_tables"] == [0, 5] and forced.fingerprint != auto.fingerprint
-    assert forced.sharding_plan["config"]["ssd_cache_fraction"] == 0.05
+    assert forced.sharding_plan.to_dict()["config"]["ssd_cache_fraction"] == 0.05
 
 
 @pytest.mark.slow

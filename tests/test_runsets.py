@@ -342,11 +342,11 @@ def test_16_bit_tables_behind_caches_keep_their_precision_and_the_plans_count_th
                                           emulate=True, results_dir=tmp_path / "r", **request))
 
     def weight_bytes(plan):
-        plan = plan.tier_plan or plan.sharding_plan
+        plan = (plan.tier_plan or plan.sharding_plan).to_dict()
         return sum(s["storage_bytes"] for t in plan["tables"] for s in t["shards"])
 
     def tiers(plan):
-        return {s["tier"] for t in (plan.tier_plan or plan.sharding_plan)["tables"] for s in t["shards"]}
+        return {s["tier"] for t in (plan.tier_plan or plan.sharding_plan).to_dict()["tables"] for s in t["shards"]}
 
     for make, slow in ((ssd, "ssd"), (small_hbm, "ddr")):
         full, half = make(precision="fp32"), make(precision="fp16")

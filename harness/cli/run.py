@@ -226,10 +226,9 @@ def _describe_dataset(plan: RunSetPlan) -> None:
 
 
 def _describe_sharding(plan: RunSetPlan) -> None:
-    sp = plan.sharding_plan or {}
-    types: dict[str, int] = {}
-    for table in sp.get("tables", []):
-        types[table["sharding_type"]] = types.get(table["sharding_type"], 0) + 1
+    sp = plan.sharding_plan
+    assert sp is not None  # described only when there is one
+    types = {st.value: n for st, n in sp.sharding_type_counts().items()}
     nodes = plan.request.nodes
     how = "emulated: gloo processes on " + ("this CPU" if not nodes.multi else
                                             f"{nodes.count} hosts, node {nodes.rank} here") + (
@@ -237,34 +236,30 @@ def _describe_sharding(plan: RunSetPlan) -> None:
     if plan.profile.nodes > 1:
         how = f"{plan.profile.nodes} nodes x {plan.profile.accelerators_per_node}; {how}"
     click.echo(
-        f"{plan.world_size} ranks ({how}); sharding plan {_short(sp.get('fingerprint', ''))}: "
+        f"{plan.world_size} ranks ({how}); sharding plan {_short(sp.fingerprint)}: "
         + ", ".join(f"{n} {t}" for t, n in sorted(types.items()))
-        + f"; imbalance {sp.get('summary', {}).get('imbalance', 1.0):.3f}; communication "
+        + f"; imbalance {sp.imbalance:.3f}; communication "
         + ", ".join(f"{k} {v}" for k, v in plan.comm.items())
     )
 
 
 def _describe_tiers(plan: RunSetPlan) -> None:
     from harness.hw_profiles.profiles import format_bytes
-    from harness.runsets.runset import table_tiers
+    from harness.hw_profiles.tiers import TIERS, Tier
 
-    tp = plan.tier_plan or plan.sharding_plan or {}
-    tiers = table_tiers(tp)
-    where = [f"{tiers.count(t)} in {t.upper()}" for t in ("hbm", "ddr") if t in tiers]
-    split = [t for t in tiers if "+" in t]
-    on_ssd = tiers.count("ssd")
-    if on_ssd or split:
-        where.append(f"{on_ssd} on the SSD tier" + (f", {len(split)} split across tiers" if split else "")
+    tp = plan.tier_plan or plan.sharding_plan
+    assert tp is not None  # described only when there is one
+    s = tp.tier_summary()
+    where = [f"{s.whole[t]} in {t.value.upper()}" for t in (Tier.HBM, Tier.DDR) if t in s.whole]
+    on_ssd = s.whole.get(Tier.SSD, 0)
+    if on_ssd or s.split:
+        where.append(f"{on_ssd} on the SSD tier" + (f", {s.split} split across tiers" if s.split else "")
                      + f" (SSD shards behind an {plan.request.cache_policy.upper()} cache of "
                      f"{plan.request.cache_fraction:g} of their rows)")
-    ranks = len(tp["ranks"])
-    used = {t: sum(r["storage_bytes"][t] for r in tp["ranks"]) for t in ("hbm", "ddr", "ssd")}
-    capacity = {t: ranks * c for t, c in tp["rank_capacity_bytes"].items()}
-    room = ", ".join(f"{t.upper()} {format_bytes(used[t])} of {format_bytes(capacity[t])}"
-                     for t in ("hbm", "ddr", "ssd") if capacity[t])
-    over = f" over {ranks} ranks" if ranks > 1 else ""
-    click.echo(f"tier plan {_short(tp.get('fingerprint', ''))}: {len(tiers)} tables: {', '.join(where)}; "
-               f"used{over}: {room}")
+    room = ", ".join(f"{t.value.upper()} {format_bytes(s.used.get(t))} of {format_bytes(s.capacity.get(t))}"
+                     for t in TIERS if s.capacity.get(t))
+    over = f" over {s.ranks} ranks" if s.ranks > 1 else ""
+    click.echo(f"tier plan {_short(tp.fingerprint)}: {s.tables} tables: {', '.join(where)}; used{over}: {room}")
 
 
 def _short(fingerprint: str) -> str:

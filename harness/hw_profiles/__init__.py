@@ -33,6 +33,7 @@ from harness.hw_profiles.profiles import (
     profile_from_file,
     profile_names,
 )
+from harness.hw_profiles.tiers import TIERS, Tier
 from harness.hw_profiles.system_desc import (
     SYSTEM_DESC_FIELDS,
     system_description,
@@ -46,6 +47,7 @@ __all__ = [
     "DEFAULT_PROFILE",
     "LOCAL",
     "SYSTEM_DESC_FIELDS",
+    "TIERS",
     "CollectiveBackend",
     "CudaDevice",
     "DetectedHardware",
@@ -54,6 +56,7 @@ __all__ = [
     "Interconnect",
     "MemoryTier",
     "Profile",
+    "Tier",
     "detect",
     "format_bytes",
     "format_rate",

@@ -22,12 +22,12 @@ import yaml
 from compliance.schemas import schema_errors
 from harness.errors import ErrorCategory, HarnessError
 from harness.hw_profiles.detection import CudaDevice, DetectedHardware, detect, device_matches
+from harness.hw_profiles.tiers import TIERS, Tier
 
 LOCAL = "local"
 DEFAULT_PROFILE = LOCAL
 PROFILE_SUFFIX = ".yaml"
 _LOCAL_ESTIMATES = "_local.yaml"
-_TIERS = ("hbm", "ddr", "ssd")
 _GIB = 2**30
 
 
@@ -102,8 +102,8 @@ class Profile:
         return self.device_type is DeviceType.CPU
 
     @property
-    def tiers(self) -> dict[str, MemoryTier]:
-        return {"hbm": self.hbm, "ddr": self.ddr, "ssd": self.ssd}
+    def tiers(self) -> dict[Tier, MemoryTier]:
+        return {Tier.HBM: self.hbm, Tier.DDR: self.ddr, Tier.SSD: self.ssd}
 
     def source(self, key: str) -> str:
         """Where figure ``key`` (e.g. ``"hbm.bandwidth_bytes_per_s"``) comes from."""
@@ -118,7 +118,7 @@ class Profile:
             "accelerators_per_node": self.accelerators_per_node,
             "accelerator": self.accelerator,
             **{
-                tier: {"capacity_bytes": t.capacity_bytes, "bandwidth_bytes_per_s": t.bandwidth_bytes_per_s}
+                tier.value: {"capacity_bytes": t.capacity_bytes, "bandwidth_bytes_per_s": t.bandwidth_bytes_per_s}
                 for tier, t in self.tiers.items()
             },
             "host": {
@@ -146,11 +146,11 @@ class Profile:
             accelerators_per_node=data["accelerators_per_node"],
             accelerator=data["accelerator"],
             **{
-                tier: MemoryTier(
-                    capacity_bytes=data[tier]["capacity_bytes"],
-                    bandwidth_bytes_per_s=float(data[tier]["bandwidth_bytes_per_s"]),
+                tier.value: MemoryTier(
+                    capacity_bytes=data[tier.value]["capacity_bytes"],
+                    bandwidth_bytes_per_s=float(data[tier.value]["bandwidth_bytes_per_s"]),
                 )
-                for tier in _TIERS
+                for tier in TIERS
             },
             host=HostSpec(**data["host"]),
             interconnect=Interconnect(

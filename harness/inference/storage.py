@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.hw_profiles.tiers import Tier
 from harness.reference.models.embeddings import FusedEmbeddingCollection, distinct
 from harness.reference.tiered import CachePolicy, RowCache, RowStore
 
@@ -131,7 +132,7 @@ class PreadRows(RowStore):
     :attr:`bytes_read` (the bytes the reads transfer: the aligned slot when direct, the row
     when buffered)."""
 
-    tier = "ssd"
+    tier = Tier.SSD
 
     def __init__(self, path: Path, layout: Layout, *, latency_us: float = 0.0, queue_depth: int = 1):
         super().__init__(layout.rows, layout.cols, 0)

@@ -52,6 +52,7 @@ from harness.hw_profiles import (
 from harness.runsets.launch import NodeGroup, Nodes, worker_command, worker_env
 from harness.reference.engine.mlperf_log import MLPerfLog, parse_records
 from harness.reference.engine.run_config import RunConfig
+from harness.reference.planner.types import Plan, Tier
 from harness.rules.fingerprint import fingerprint
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.results import RunSetStats, read_run_log, run_set_stats
@@ -161,11 +162,11 @@ class RunSetPlan:
     emulated: bool
     borrowed_from: dict[str, str] | None = None
     world_size: int = 1
-    sharding_plan: dict[str, Any] | None = None
+    sharding_plan: Plan | None = None  # the plan the ranks execute (typed; JSON in the job file and staging dir)
     comm: dict[str, str] = field(default_factory=dict)
     emulation_scale: float | None = None
     embedding_tier: dict[str, Any] | None = None  # {"tier", "cache_fraction", "policy", ...} when not in memory
-    tier_plan: dict[str, Any] | None = None  # the planner's placement of a one-rank run's tables on tiers
+    tier_plan: Plan | None = None  # the planner's placement of a one-rank run's tables on tiers
     data: dict[str, Any] | None = None  # the dataset's manifest (validated files); None: the generator
     data_description: dict[str, Any] | None = None  # what the data is (format, layout, days, samples)
     precision: Precision = Precision.FP32  # the dense compute, the tables' storage and the pooled wire
@@ -246,7 +247,7 @@ def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | No
     fp = fingerprint({
         "benchmark": spec.raw, "hyperparameters": hyperparameters, "profile": _fingerprint_profile(profile),
         **({"emulated": True} if request.emulate else {}),
-        **({"comm": comm, "sharding_plan": sharding_plan["fingerprint"]} if sharding_plan else {}),
+        **({"comm": comm, "sharding_plan": sharding_plan.fingerprint} if sharding_plan else {}),
         **({"embedding_tier": embedding_tier} if embedding_tier else {}),
         **({"data": _data_identity(data)} if data else {}),
         **({"precision": precision.value} if precision.reduced else {}),  # fp32 sets keep their fingerprint
@@ -362,7 +363,7 @@ def _tier_constraints(request: RunSetRequest, spec: BenchmarkSpec, world_size: i
 
 
 def _tier_plan(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile,
-               hyperparameters: dict[str, Any], precision: Precision) -> dict[str, Any] | None:
+               hyperparameters: dict[str, Any], precision: Precision) -> Plan | None:
     """A one-rank run's placement of each table on HBM, DDR or SSD within the profile's
     capacities (see :func:`_tier_constraints`), its weights counted in ``precision``'s bytes;
     None for ``--embedding-tier memory``."""
@@ -374,26 +375,25 @@ def _tier_plan(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile,
 
     config = PlannerConfig(batch_size=int(hyperparameters["global_batch_size"]),
                            param_bytes_per_element=precision.bytes_per_element, **constraints)
-    return plan_tables(tables_for_benchmark(spec), profile, config).to_dict()
+    return plan_tables(tables_for_benchmark(spec), profile, config)
 
 
-def _embedding_tier(request: RunSetRequest, plan: dict[str, Any] | None) -> dict[str, Any] | None:
-    """What the run's trainer is told: the tables with shards on the SSD tier (per the plan)
-    and their cache; None when every table is in memory."""
+def _embedding_tier(request: RunSetRequest, plan: Plan | None) -> dict[str, Any] | None:
+    """What the run's trainer is told (JSON, in the run config): the tables with shards on the SSD
+    tier (per the plan) and their cache; None when every table is in memory."""
     if plan is None or request.embedding_tier == "memory":
         return None
-    tiers = table_tiers(plan)
-    ssd = [i for i, tier in enumerate(tiers) if "ssd" in tier.split("+")]
+    ssd = [i for i, tiers in enumerate(plan.table_tiers()) if Tier.SSD in tiers]
     if not ssd:
         return None
-    return {"tier": "ssd", "cache_fraction": request.cache_fraction, "policy": request.cache_policy,
-            "ssd_tables": ssd, "table_tiers": tiers, "tier_plan": plan["fingerprint"]}
+    return {"tier": Tier.SSD.value, "cache_fraction": request.cache_fraction, "policy": request.cache_policy,
+            "ssd_tables": ssd, "table_tiers": table_tiers(plan), "tier_plan": plan.fingerprint}
 
 
-def table_tiers(plan: dict[str, Any]) -> list[str]:
-    """The tier of each table of a plan, in the tables' order ("ddr+ssd" when its shards are on several)."""
-    order = ("hbm", "ddr", "ssd")
-    return ["+".join(t for t in order if t in {s["tier"] for s in table["shards"]}) for table in plan["tables"]]
+def table_tiers(plan: Plan) -> list[str]:
+    """The tier of each table of a plan, in the tables' order, as the logs name it ("ddr+ssd"
+    when its shards are on several)."""
+    return ["+".join(t.value for t in tiers) for tiers in plan.table_tiers()]
 
 
 def _comm_codecs(requested: tuple[tuple[str, str], ...], world_size: int) -> dict[str, str]:
@@ -407,7 +407,7 @@ def _comm_codecs(requested: tuple[tuple[str, str], ...], world_size: int) -> dic
 
 
 def _sharding_plan(spec: BenchmarkSpec, profile: Profile, hyperparameters: dict[str, Any],
-                   comm: dict[str, str], request: RunSetRequest, precision: Precision) -> dict[str, Any]:
+                   comm: dict[str, str], request: RunSetRequest, precision: Precision) -> Plan:
     """The plan the run's ranks execute: the planner's, for the (emulated) profile and the global
     batch (with ``--embedding-tier ssd|auto``, its tier settings and SSD caches counted), the
     tables' weights in ``precision``'s bytes."""
@@ -424,7 +424,7 @@ def _sharding_plan(spec: BenchmarkSpec, profile: Profile, hyperparameters: dict[
     constraints = _tier_constraints(request, spec, profile.world_size) or {}
     config = PlannerConfig(batch_size=gbs, comm_precision=slowest, param_bytes_per_element=precision.bytes_per_element,
                            **constraints)
-    return plan_tables(tables_for_benchmark(spec), profile, config).to_dict()
+    return plan_tables(tables_for_benchmark(spec), profile, config)
 
 
 # --------------------------------------------------------------------------- manifest
@@ -782,9 +782,10 @@ def _execute(plan: RunSetPlan, reporter: Reporter, group: NodeGroup | None) -> R
     )
     write_system_description(desc, plan.system_json)
     if plan.sharding_plan is not None:  # the plan the ranks execute; its fingerprint is in every log
-        _write_atomic(plan.staging_dir / "sharding_plan.json", json.dumps(plan.sharding_plan, indent=1, sort_keys=True))
+        _write_atomic(plan.staging_dir / "sharding_plan.json",
+                      json.dumps(plan.sharding_plan.to_dict(), indent=1, sort_keys=True))
     if plan.tier_plan is not None:  # where the tables live; its fingerprint is in every log
-        _write_atomic(plan.staging_dir / "tier_plan.json", json.dumps(plan.tier_plan, indent=1, sort_keys=True))
+        _write_atomic(plan.staging_dir / "tier_plan.json", json.dumps(plan.tier_plan.to_dict(), indent=1, sort_keys=True))
     if best_auc is not None:
         reporter.message(
             f"the planted teacher's AUC on the eval split is {best_auc:.5f}: the best any model can expect; "

@@ -39,7 +39,7 @@ import torch.distributed as dist
 from harness.hw_profiles import load_profile
 from harness.reference.data import synthetic
 from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
-from harness.reference.planner import PlannerConfig, ShardingType, plan_tables
+from harness.reference.planner import Plan, PlannerConfig, ShardingType, plan_tables
 from harness.reference.planner.models import tables_for_benchmark
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import SessionHooks
@@ -70,7 +70,7 @@ def run_config(job: dict, world: int, plan: dict | None, comm: dict, tier: dict 
     profile = {"name": "test", "device_type": "cpu", "nodes": job.get("nodes", 1),
                "accelerators_per_node": job.get("per_node", world)}
     return RunConfig.offline(spec.raw, hp, job["seed"], who="test", emulated=True, world_size=world,
-                             sharding_plan=plan, comm=comm, embedding_tier=tier, profile=profile,
+                             sharding_plan=Plan.from_dict(plan) if plan is not None else None, comm=comm, embedding_tier=tier, profile=profile,
                              overlap=overlap, precision=job.get("precision", "fp32"))
 
 

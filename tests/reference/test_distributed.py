@@ -18,7 +18,7 @@ import torch
 from harness.errors import HarnessError
 from harness.reference.distributed.comm_codecs import Codec, wire_bytes
 from harness.reference.distributed.sharded import shardings_from_plan
-from harness.reference.planner.types import ShardingType
+from harness.reference.planner.types import Plan, ShardingType
 from harness.rules.specs import load_benchmark
 
 DRIVER = Path(__file__).with_name("distributed_driver.py")
@@ -320,15 +320,16 @@ def plan_of(tables: list[dict], world: int = 2) -> dict:
     return {"world_size": world, "tables": tables}
 
 
-def table(sharding: str, shards: list[tuple[int, int, int, int, int]], rows: int = 10, dim: int = 4) -> dict:
-    return {"name": "t", "rows": rows, "dim": dim, "sharding_type": sharding,
+def table(sharding: str, shards: list[tuple[int, int, int, int, int]], rows: int = 10, dim: int = 4,
+          name: str = "t") -> dict:
+    return {"name": name, "rows": rows, "dim": dim, "sharding_type": sharding,
             "shards": [dict(zip(("rank", "row_offset", "rows", "col_offset", "cols"), s)) for s in shards]}
 
 
 def test_a_valid_plan_is_read_per_table():
     plan = plan_of([table("row_wise", [(0, 0, 5, 0, 4), (1, 5, 5, 0, 4)]),
-                    table("data_parallel", [(0, 0, 10, 0, 4), (1, 0, 10, 0, 4)])])
-    sh = shardings_from_plan(plan, [10, 10], 4, 2)
+                    table("data_parallel", [(0, 0, 10, 0, 4), (1, 0, 10, 0, 4)], name="u")])
+    sh = shardings_from_plan(Plan.from_dict(plan), [10, 10], 4, 2)
     assert [s.sharding_type for s in sh] == [ShardingType.ROW_WISE, ShardingType.DATA_PARALLEL]
     assert [(s.rank, s.row_offset, s.rows) for s in sh[0].shards] == [(0, 0, 5), (1, 5, 5)]
 
@@ -349,7 +350,7 @@ def test_a_valid_plan_is_read_per_table():
 )
 def test_plans_that_do_not_fit_the_model_or_the_world_are_refused(plan, message):
     with pytest.raises(HarnessError, match=message):
-        shardings_from_plan(plan, [10], 4, 2)
+        shardings_from_plan(Plan.from_dict(plan), [10], 4, 2)
 
 
 def eval_split_jobs(plans: dict) -> dict:

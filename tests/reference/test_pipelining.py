@@ -11,6 +11,7 @@ from harness.reference.distributed.comm import Comm, CommStats
 from harness.reference.distributed.session import pipelined
 from harness.reference.distributed.sharded import InputDist, ShardedEmbeddingCollection, shardings_from_plan
 from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
+from harness.reference.planner import Plan
 from harness.reference.data.synthetic import Batch
 
 ROWS, DIM, POOLING = (7, 30, 5), 4, (1, 3, 2)
@@ -34,7 +35,7 @@ def collection(types: tuple[str, ...]) -> tuple[ShardedEmbeddingCollection, Fuse
         else:
             shards = [{"rank": 0, "row_offset": 0, "rows": rows, "col_offset": 0, "cols": DIM}]
         tables.append({"name": f"t{len(tables)}", "rows": rows, "dim": DIM, "sharding_type": st, "shards": shards})
-    shardings = shardings_from_plan({"world_size": 1, "tables": tables}, ROWS, DIM, 1)
+    shardings = shardings_from_plan(Plan.from_dict({"world_size": 1, "tables": tables}), ROWS, DIM, 1)
     stats = CommStats()
     coll = ShardedEmbeddingCollection(full, shardings, Comm(None, stats), Comm(None, stats), CommConfig())
     return coll, full

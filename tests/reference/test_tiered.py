@@ -259,7 +259,7 @@ def test_the_planner_places_the_tables_that_memory_cannot_hold_on_the_ssd(tmp_pa
     assert ssd and set(tiers) == {"ddr", "ssd"}
     # by heat (lookups per stored byte): the SSD tables are the largest ones
     assert min(rows[i] for i in ssd) >= max(r for i, r in enumerate(rows) if i not in ssd)
-    used = plan.tier_plan["ranks"][0]["storage_bytes"]
+    used = plan.tier_plan.to_dict()["ranks"][0]["storage_bytes"]
     row_bytes = 8 * 4 * 2  # dim 8, float32 weights and Adagrad state
     # each SSD table's cache: 5% of its rows, or all that one batch (1,024 ids) may look up if more
     cache = sum(max(math.ceil(rows[i] * 0.05), min(rows[i], 1024)) * (row_bytes + 26) + 4 * rows[i] for i in ssd)

@@ -57,12 +57,12 @@ class _Losses(SessionHooks):
 def probe_configs(config: RunConfig) -> tuple[RunConfig, RunConfig]:
     """The sharded probe's run config and the single-process one of the same steps."""
     from harness.hw_profiles.profiles import MemoryTier, Profile
-    from harness.reference.planner import PlannerConfig, ShardingType, plan_tables
+    from harness.reference.planner import PlannerConfig, plan_tables
     from harness.reference.planner.models import tables_for_benchmark
     from harness.rules.specs import load_benchmark, spec_from_dict
 
     world = config.world_size
-    plan = config.sharding_plan or {}
+    plan = config.sharding_plan
     raw = copy.deepcopy(config.benchmark)
     rows = [min(int(r), max(PROBE_ROWS, world)) for r in raw["dataset"]["table_rows"]]
     batch = PROBE_BATCH_PER_RANK * world
@@ -73,19 +73,19 @@ def probe_configs(config: RunConfig) -> tuple[RunConfig, RunConfig]:
     raw["dataset"] = {**generator, "table_rows": rows, "pooling": list(raw["dataset"]["pooling"]),
                       "train_samples": batch * (STEPS + 1), "eval_samples": batch}
     spec = spec_from_dict(raw, what="the self-check's probe")
-    types = [t.get("sharding_type") for t in plan.get("tables", [])]
+    types = list(plan.sharding_types) if plan is not None else []
     tables = tables_for_benchmark(spec)
-    if len(types) != len(tables):
+    if plan is None or len(types) != len(tables):
         raise HarnessError("the self-check needs the run's sharding plan", ErrorCategory.BAD_INPUT)
     run_profile = Profile.from_dict(config.profile, what="the run's profile")
     # the probe checks the collectives, not the tiers: its tables in HBM, whatever the capacities
     unbounded = MemoryTier(1 << 50, run_profile.hbm.bandwidth_bytes_per_s or 1)
     profile = dataclasses.replace(run_profile, hbm=unbounded)
-    planned = plan.get("config", {})
+    planned = plan.config
     knobs = {k: planned[k] for k in ("column_block", "column_min_cols") if k in planned}  # the run's splits
     probe_plan = plan_tables(tables, profile, PlannerConfig(
-        batch_size=batch, sharding_types=tuple((t.name, (ShardingType(st),)) for t, st in zip(tables, types)),
-        **knobs)).to_dict()
+        batch_size=batch, sharding_types=tuple((t.name, (st,)) for t, st in zip(tables, types)),
+        **knobs))
     hp = {**config.hyperparameters, "global_batch_size": batch, "opt_base_learning_rate": LEARNING_RATE}
     for key in [k for k in hp if "warmup" in k or "decay_start" in k or "decay_steps" in k]:
         hp.pop(key)  # the probe trains at one rate
@@ -118,7 +118,8 @@ def self_check(config: RunConfig) -> dict[str, Any]:
     one.train(expected, eval_at=[], until=STEPS, stop_at_target=False)
     gaps = [abs(a - b) for a, b in zip(got.losses, expected.losses)]
     gap = max(gaps) if gaps else float("inf")
-    types = sorted({t["sharding_type"] for t in (sharded_config.sharding_plan or {}).get("tables", [])})
+    plan = sharded_config.sharding_plan
+    types = sorted({st.value for st in plan.sharding_types}) if plan is not None else []
     report = {"steps": STEPS, "world_size": world, "sharding_types": types, "max_loss_gap": gap, "bound": BOUND,
               "sharded_losses": got.losses, "one_process_losses": expected.losses, "passed": gap <= BOUND}
     return report

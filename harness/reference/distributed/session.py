@@ -44,6 +44,7 @@ from harness.reference.distributed.sharded import (
     shardings_from_plan,
 )
 from harness.reference.models.dlrm import DLRM
+from harness.reference.planner.types import Plan, Tier
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import (
     EVAL_CACHE_BYTES,
@@ -85,13 +86,13 @@ class ShardedDLRM(nn.Module):
     Args:
         model: the model as built from the seed on every rank, its tables on the ``meta``
             device (this rank makes its shards; the dense modules are reused).
-        plan: the sharding plan (``Plan.to_dict()``).
+        plan: the sharding plan (the planner's :class:`~harness.reference.planner.Plan`).
         comms: the dense (DDP), embedding and input collectives.
         codecs: the codec of each collective.
         device_ids: DDP's device ids (``None`` on the CPU).
     """
 
-    def __init__(self, model: DLRM, plan: dict[str, Any], comms: tuple[Comm, Comm, Comm], codecs: CommConfig,
+    def __init__(self, model: DLRM, plan: Plan, comms: tuple[Comm, Comm, Comm], codecs: CommConfig,
                  device_ids: list[int] | None = None, tiers: dict[str, Any] | None = None, *, device: Any = None,
                  hierarchy: Hierarchy | None = None, overlap: bool = False, bucket_cap_mb: float | None = None):
         super().__init__()
@@ -100,8 +101,8 @@ class ShardedDLRM(nn.Module):
         shardings = shardings_from_plan(plan, emb.table_rows, getattr(emb, "dims", None) or emb.dim,
                                         emb_comm.world_size)
         self.sparse_arch = ShardedEmbeddingCollection(emb, shardings, emb_comm, input_comm, codecs, tiers, device=device,
-                                                      capacity=plan.get("rank_capacity_bytes"),
-                                                      plan_config=plan.get("config"), hierarchy=hierarchy,
+                                                      capacity=plan.rank_capacity,
+                                                      plan_config=plan.config, hierarchy=hierarchy,
                                                       overlap=overlap)
         self.overlap = overlap
         self.dense = DistributedDataParallel(
@@ -218,13 +219,14 @@ class DistributedSession(TrainingSession):
         tier = self.config.embedding_tier or {}
         tiers = {"policy": tier.get("policy", "lru"), "batch": self.global_batch_size,
                  **({"path": f"{tier['path']}.rank{self.rank}"} if tier.get("path") else {})}
-        plan = self.config.sharding_plan or {}
+        plan = self.config.sharding_plan
+        assert plan is not None  # checked in __init__
         model = ShardedDLRM(full, plan, self.comms, self.codecs, device_ids, tiers, device=self.device,
                             hierarchy=self.hierarchy, overlap=self.overlap,
                             bucket_cap_mb=self.config.profile.get("ddp_bucket_cap_mb"))
         self._tiered = None  # the sharded collection keeps its shards' caches itself
         # from the plan, not from this rank's shards: every rank must agree (the report is a collective)
-        self._ssd_shards = any(s.get("tier") == "ssd" for t in plan.get("tables", []) for s in t.get("shards", []))
+        self._ssd_shards = any(s.tier is Tier.SSD for s in plan.shards)
         return model, self._dense_optimizer(dense_params)
 
     def ranks_per_node(self) -> int:
@@ -379,7 +381,8 @@ class DistributedSession(TrainingSession):
 
         links = self.config.profile.get("interconnect") or {}
         dense = sum(p.numel() for p in self.model.dense.module.parameters())
-        return project_traffic(self.config.sharding_plan or {}, ranks_per_node=self.ranks_per_node(),
+        plan = self.config.sharding_plan
+        return project_traffic(plan.to_dict() if plan is not None else {}, ranks_per_node=self.ranks_per_node(),
                                # what the pooled vectors cross in: the tables' type where the codec is fp32
                                codecs={**self.codecs.to_names(), "forward": self.embeddings.forward_codec.value,
                                        "backward": self.embeddings.backward_codec.value}, dense_values=dense,
@@ -419,17 +422,17 @@ class DistributedSession(TrainingSession):
         tables = self.model.sparse_arch
         stats, rows, slots = tables.cache_stats()
         fields = [f.name for f in dataclasses.fields(CacheStats)]
-        ahead = sum(c.read_ahead_batches for c in tables.cached.values() if c.store.tier == "ssd")
+        ahead = sum(c.read_ahead_batches for c in tables.cached.values() if c.store.tier is Tier.SSD)
         local = torch.tensor([getattr(stats, f) for f in fields] + [rows, slots, ahead], dtype=torch.float64)
         dist.all_reduce(local)
         total = CacheStats(**{f: int(v) for f, v in zip(fields, local.tolist())})
         ssd_rows, cache_rows, read_ahead = int(local[-3]), int(local[-2]), int(local[-1])
         steps = max(self.step_count, 1)
         tier = self.config.embedding_tier or {}
-        on_ssd = {s.table for shards in tables.shards_of for s in shards if s.tier == "ssd"}
+        on_ssd = {s.table for shards in tables.shards_of for s in shards if s.tier is Tier.SSD}
         memory = [t for t in range(len(tables.table_rows)) if t not in on_ssd]
         return {
-            **total.to_dict("ssd"), "batches": self.step_count,
+            **total.to_dict(Tier.SSD), "batches": self.step_count,
             "ssd_bytes_read_per_step": round(total.bytes_read / steps, 1),
             "ssd_bytes_written_per_step": round(total.bytes_written / steps, 1),
             # rows of the SSD shards of every rank (a column-sharded table's rows once per shard)
@@ -444,13 +447,14 @@ class DistributedSession(TrainingSession):
         tier capacities enforced, and the process's peak RSS (a collective)."""
         from harness.reference.tiered.ledger import peak_rss_bytes, rss_now
 
-        plan = self.config.sharding_plan or {}
-        planned = next((r["storage_bytes"] for r in plan.get("ranks", []) if r.get("rank") == self.rank), None)
+        plan = self.config.sharding_plan
+        planned = (plan.rank_storage[self.rank].to_dict()
+                   if plan is not None and self.rank < len(plan.rank_storage) else None)
         caches = {}
-        for tier in ("ddr", "ssd"):
+        for tier in (Tier.DDR, Tier.SSD):
             stats, rows, slots = self.embeddings.cache_stats(tier)
             if rows:
-                caches[tier] = {"rows": rows, "slots": slots, "hit_rate": round(stats.hit_rate, 6),
+                caches[tier.value] = {"rows": rows, "slots": slots, "hit_rate": round(stats.hit_rate, 6),
                                 "lookups": stats.lookups, "bytes_read": stats.bytes_read}
         mine = {"rank": self.rank, "planned": planned, **self.embeddings.ledger.report(),
                 "peak_rss_bytes": peak_rss_bytes(), **rss_now(), **({"caches": caches} if caches else {})}

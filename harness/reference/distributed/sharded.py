@@ -1,7 +1,8 @@
 """The embedding tables of the DLRM sharded over ranks as a sharding plan says, and trained there.
 
-A plan (``harness plan``'s JSON, :meth:`harness.reference.planner.Plan.to_dict`) gives every
-table a sharding type and its shards: rows ``[row_offset, row_offset + rows)`` and columns
+A plan (the planner's :class:`~harness.reference.planner.Plan`, read from ``harness plan``'s
+JSON by ``Plan.from_dict`` where it crosses into a worker process) gives every table a sharding
+type and its shards: rows ``[row_offset, row_offset + rows)`` and columns
 ``[col_offset, col_offset + cols)`` on one rank. Every type but data-parallel runs through
 one mechanism, as in torchrec's ``ShardedEmbeddingBagCollection``:
 
@@ -105,28 +106,52 @@ from harness.reference.models.embeddings import (
 from harness.reference.models.hugepages import empty_table
 from harness.reference.models.numerics import TableLayout
 from harness.reference.planner.estimators import cache_rows
-from harness.reference.planner.types import ShardingType
+from harness.reference.planner.types import Plan, Shard, ShardingType, Storage, Tier, TIERS
 from harness.reference.tiered import CachedShard, CachePolicy, CacheStats
-from harness.reference.tiered.ledger import TIER_NAMES, TierLedger
+from harness.reference.tiered.ledger import TierLedger
 from harness.reference.tiered.store import row_bytes
 
 
 @dataclass(frozen=True)
 class ShardSpec:
-    """One shard of table ``table`` (its index in the model) on ``rank``."""
+    """The planner's :class:`~harness.reference.planner.Shard` of table ``table`` (its index in
+    the model, which the executor addresses its tables by)."""
 
     table: int
-    rank: int
-    row_offset: int
-    rows: int
-    col_offset: int
-    cols: int
-    tier: str = "hbm"  # the planner's: "hbm", "ddr" or "ssd"
+    placed: Shard
+
+    @property
+    def rank(self) -> int:
+        return self.placed.rank
+
+    @property
+    def row_offset(self) -> int:
+        return self.placed.row_offset
+
+    @property
+    def rows(self) -> int:
+        return self.placed.rows
+
+    @property
+    def col_offset(self) -> int:
+        return self.placed.col_offset
+
+    @property
+    def cols(self) -> int:
+        return self.placed.cols
+
+    @property
+    def tier(self) -> Tier:
+        return self.placed.tier
 
     @property
     def key(self) -> tuple[int, int, int]:
         """The ids a shard needs: those of ``table`` in its row range."""
         return (self.table, self.row_offset, self.rows)
+
+    def __str__(self) -> str:  # as errors have always named a shard
+        return (f"ShardSpec(table={self.table}, rank={self.rank}, row_offset={self.row_offset}, rows={self.rows}, "
+                f"col_offset={self.col_offset}, cols={self.cols}, tier={self.tier.value!r})")
 
 
 @dataclass(frozen=True)
@@ -136,46 +161,34 @@ class TableSharding:
 
 
 def shardings_from_plan(
-    plan: dict[str, Any], table_rows: Sequence[int], dim: int | Sequence[int], world_size: int
+    plan: Plan, table_rows: Sequence[int], dim: int | Sequence[int], world_size: int
 ) -> list[TableSharding]:
     """The plan's sharding of each table, checked against the model and the world size.
 
     Every table of a non-data-parallel type must be tiled exactly by its shards; a
     data-parallel table needs one full replica per rank.
     """
-    tables = plan.get("tables")
-    if not isinstance(tables, list) or len(tables) != len(table_rows):
+    if len(plan.tables) != len(table_rows):
         raise HarnessError(
-            f"the sharding plan has {len(tables) if isinstance(tables, list) else 'no'} tables; "
-            f"the model has {len(table_rows)}",
+            f"the sharding plan has {len(plan.tables)} tables; the model has {len(table_rows)}",
             ErrorCategory.BAD_INPUT,
         )
-    if plan.get("world_size") != world_size:
+    if plan.world_size != world_size:
         raise HarnessError(
-            f"the sharding plan is for {plan.get('world_size')} ranks; this run has {world_size}",
+            f"the sharding plan is for {plan.world_size} ranks; this run has {world_size}",
             ErrorCategory.BAD_INPUT,
         )
     dims = [dim] * len(table_rows) if isinstance(dim, int) else list(dim)
     out = []
-    for t, (entry, rows, dim) in enumerate(zip(tables, table_rows, dims)):
-        name = entry.get("name", t)
-        if entry.get("rows") != rows or entry.get("dim") != dim:
+    for t, (table, st, placed, rows, dim) in enumerate(
+            zip(plan.tables, plan.sharding_types, plan.table_shards(), table_rows, dims)):
+        name = table.name
+        if table.rows != rows or table.dim != dim:
             raise HarnessError(
-                f"plan table {name}: {entry.get('rows')} x {entry.get('dim')}, but the model's is {rows} x {dim}",
+                f"plan table {name}: {table.rows} x {table.dim}, but the model's is {rows} x {dim}",
                 ErrorCategory.BAD_INPUT,
             )
-        try:
-            st = ShardingType(entry["sharding_type"])
-        except (KeyError, ValueError):
-            raise HarnessError(f"plan table {name}: unknown sharding type {entry.get('sharding_type')!r}") from None
-        shards = tuple(
-            sorted(
-                (ShardSpec(t, int(s["rank"]), int(s["row_offset"]), int(s["rows"]), int(s["col_offset"]), int(s["cols"]),
-                           str(s.get("tier", "hbm")))
-                 for s in entry.get("shards", [])),
-                key=lambda s: (s.rank, s.row_offset, s.col_offset),
-            )
-        )
+        shards = tuple(sorted((ShardSpec(t, s) for s in placed), key=lambda s: (s.rank, s.row_offset, s.col_offset)))
         if any(not 0 <= s.rank < world_size for s in shards):
             raise HarnessError(f"plan table {name}: a shard is on a rank outside 0..{world_size - 1}")
         if st is ShardingType.DATA_PARALLEL:
@@ -343,7 +356,7 @@ class ShardedEmbeddingCollection(nn.Module):
         codecs: the codec of each collective.
         tiers: ``{"path": prefix of this rank's shard files, "policy", "batch": the global
             batch}``.
-        capacity: this rank's bytes per tier (the plan's ``rank_capacity_bytes``); None: unbounded.
+        capacity: this rank's bytes per tier (the plan's ``rank_capacity``); None: unbounded.
         plan_config: the plan's ``config`` (its cache fractions).
 
     **Tiers, as planned.** Every shard is allocated in the tier the plan gives it, through this
@@ -359,7 +372,7 @@ class ShardedEmbeddingCollection(nn.Module):
 
     def __init__(self, full: FusedEmbeddingCollection, shardings: Sequence[TableSharding], comm: Comm,
                  input_comm: Comm, codecs: CommConfig, tiers: dict[str, Any] | None = None, *, device: Any = None,
-                 capacity: dict[str, int] | None = None, plan_config: dict[str, Any] | None = None,
+                 capacity: Storage | None = None, plan_config: dict[str, Any] | None = None,
                  hierarchy: Hierarchy | None = None, overlap: bool = False):
         super().__init__()
         self.hier = hierarchy if hierarchy is not None and hierarchy.nodes > 1 else None
@@ -400,10 +413,11 @@ class ShardedEmbeddingCollection(nn.Module):
         self.seed = full.seed
         device = torch.device(device) if device is not None else torch.device("cpu")
         config = plan_config or {}
-        self.ledger = TierLedger(capacity or dict.fromkeys(TIER_NAMES, 1 << 62), rank=self.rank)
+        self.ledger = TierLedger(capacity.by_tier() if capacity is not None else dict.fromkeys(TIERS, 1 << 62),
+                                 rank=self.rank)
         self.tiers = dict(tiers or {})
-        self._cache_fraction = {"ddr": float(config.get("ddr_cache_fraction", 0.0)),
-                                "ssd": float(config.get("ssd_cache_fraction", 0.0))}
+        self._cache_fraction = {Tier.DDR: float(config.get("ddr_cache_fraction", 0.0)),
+                                Tier.SSD: float(config.get("ssd_cache_fraction", 0.0))}
         self._weights: list[torch.Tensor | None] = []
         self._states: list[torch.Tensor | None] = []
         self.cached: dict[int, CachedShard] = {}  # local shard index -> its rows in a slower tier, behind a cache
@@ -488,11 +502,11 @@ class ShardedEmbeddingCollection(nn.Module):
             ]
         return self._rows_of_local[key]
 
-    def _replica_tier(self, shardings: Sequence[TableSharding], table: int) -> str:
+    def _replica_tier(self, shardings: Sequence[TableSharding], table: int) -> Tier:
         """The tier this rank's replica of ``table`` lives in: the plan's (replicas are resident
         there, uncached: they are small, and every rank updates every row that any rank touched)."""
         tier = next((s.tier for s in shardings[table].shards if s.rank == self.rank), self.ledger.fastest())
-        if tier == "ssd":
+        if tier is Tier.SSD:
             raise HarnessError("a data-parallel table on the SSD tier: replicas are kept in memory; plan it "
                                "another way", ErrorCategory.NOT_IMPLEMENTED)
         return tier
@@ -504,7 +518,7 @@ class ShardedEmbeddingCollection(nn.Module):
         row -> slot map) in the fastest tier above it, as the planner counted them."""
         fast = self.ledger.faster_than(s.tier)
         fraction = self._cache_fraction.get(s.tier, 0.0)
-        if fast is None or (s.tier == "ddr" and fraction <= 0):
+        if fast is None or (s.tier is Tier.DDR and fraction <= 0):
             return None
         if fraction <= 0:
             raise HarnessError(f"shard {i} (table {s.table}) is on the SSD tier without a cache: plan SSD shards "
@@ -518,7 +532,7 @@ class ShardedEmbeddingCollection(nn.Module):
         policy = CachePolicy(self.tiers.get("policy", "lru"))
         if self._io is None:
             self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-shard-io")
-        if s.tier == "ssd":
+        if s.tier is Tier.SSD:
             if "path" not in self.tiers:
                 raise HarnessError("the plan puts shards on the SSD tier, but the run gave them no file path",
                                    ErrorCategory.BAD_INPUT)
@@ -714,10 +728,10 @@ class ShardedEmbeddingCollection(nn.Module):
                                f"({cached.cache.free_capacity})", ErrorCategory.BAD_INPUT)
         return cached.current_rows(ids)
 
-    def cache_stats(self, tier: str = "ssd") -> tuple[CacheStats, int, int]:
+    def cache_stats(self, tier: Tier = Tier.SSD) -> tuple[CacheStats, int, int]:
         """This rank's shards in ``tier`` behind caches: their caches' statistics summed, their
         rows, and their slots."""
-        caches = [c for c in self.cached.values() if c.store.tier == tier]
+        caches = [c for c in self.cached.values() if c.store.tier is tier]
         return (sum((c.cache.stats for c in caches), CacheStats()), sum(c.store.rows for c in caches),
                 sum(c.cache.free_capacity for c in caches))
 

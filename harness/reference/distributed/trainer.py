@@ -39,11 +39,10 @@ class DistributedTrainer(Trainer):
 
     def _log_init_start(self) -> None:
         super()._log_init_start()
-        plan = self.config.sharding_plan or {}
-        types: dict[str, int] = {}
-        for t in plan.get("tables", []):
-            types[t["sharding_type"]] = types.get(t["sharding_type"], 0) + 1
-        self.log.event(keys.HARNESS_SHARDING_PLAN, {"fingerprint": plan.get("fingerprint", ""), "sharding_types": types})
+        plan = self.config.sharding_plan
+        types = {st.value: n for st, n in plan.sharding_type_counts().items()} if plan is not None else {}
+        self.log.event(keys.HARNESS_SHARDING_PLAN, {"fingerprint": plan.fingerprint if plan is not None else "",
+                                                    "sharding_types": types})
         self.log.event(keys.HARNESS_COMM_CODECS, self.codecs.to_names())
         self.log.event(keys.HARNESS_COMM_OVERLAP, bool(self.config.overlap))
 

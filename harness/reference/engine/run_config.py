@@ -1,13 +1,17 @@
 """Everything one training run depends on, as plain JSON: it crosses the process boundary from
 the run set (``harness run``) to the worker processes (torch-free, so the run set's side can
-build it without the training stack)."""
+build it without the training stack). The sharding plan travels typed (the planner's
+:class:`~harness.reference.planner.Plan`) and is JSON only in the job file: :meth:`RunConfig.to_json`
+writes ``Plan.to_dict()``, :meth:`RunConfig.from_json` reads it back with ``Plan.from_dict``."""
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from harness.reference.planner.types import Plan
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,7 @@ class RunConfig:
     threads: int | None = None
     extra_log: dict[str, Any] = field(default_factory=dict)
     world_size: int = 1
-    sharding_plan: dict[str, Any] | None = None  # Plan.to_dict(), for world_size > 1
+    sharding_plan: Plan | None = None  # for world_size > 1, or one rank with its tables placed on tiers
     comm: dict[str, str] = field(default_factory=dict)  # codec per collective: forward, backward, allreduce
     # the tables' tier: {"tier": "ssd", "path": file, "cache_fraction": 0.05, "policy": "lru", "ssd_tables": [..]
     # or None (all), "rows_in_file": True when the file already holds the rows}; None: memory
@@ -49,12 +53,23 @@ class RunConfig:
     # type, the tables' storage type and the pooled embeddings' type on the wire
     precision: str = "fp32"
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON: the plan as ``Plan.to_dict()``."""
+        plan = self.sharding_plan
+        return {**asdict(replace(self, sharding_plan=None)), "sharding_plan": plan.to_dict() if plan else None}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        """The inverse of :meth:`to_dict` (the plan read with ``Plan.from_dict``)."""
+        plan = data.get("sharding_plan")
+        return cls(**{**data, "sharding_plan": Plan.from_dict(plan) if plan is not None else None})
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1, sort_keys=True)
+        return json.dumps(self.to_dict(), indent=1, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> RunConfig:
-        return cls(**json.loads(text))
+        return cls.from_dict(json.loads(text))
 
     @classmethod
     def offline(cls, benchmark: dict[str, Any], hyperparameters: dict[str, Any], seed: int, *,

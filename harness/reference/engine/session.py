@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.hw_profiles.tiers import Tier
 from harness.reference.data.batches import Batch
 from harness.reference.data import open_dataset
 from harness.reference.data.datasets import Dataset, check_epoch
@@ -269,7 +270,7 @@ class TrainingSession:
         from harness.reference.planner.estimators import cache_rows
         from harness.reference.tiered import CachePolicy, SsdRows, TieredEmbeddingCollection, state_columns
 
-        if tier.get("tier") != "ssd" or self.device.type != "cpu":
+        if tier.get("tier") != Tier.SSD.value or self.device.type != "cpu":
             raise HarnessError(
                 f"embedding tier {tier.get('tier')!r} on {self.device.type}: only the SSD tier behind a host-memory "
                 "cache is implemented", ErrorCategory.NOT_IMPLEMENTED,
@@ -561,10 +562,10 @@ class TrainingSession:
         if self._tiered is not None:
             cache = self._tiered.cache
             tier = self._tiered.store.tier
-            held = {"ddr": cache.nbytes, tier: self._tiered.store.rows * self._tiered.store.row_bytes}
+            held = {Tier.DDR.value: cache.nbytes, tier.value: self._tiered.store.rows * self._tiered.store.row_bytes}
         else:
             nbytes = sum(t.numel() * t.element_size() for t in (*emb.parameters(), *emb.buffers()))
-            held = {"hbm" if self.device.type == "cuda" else "ddr": nbytes}
+            held = {(Tier.HBM if self.device.type == "cuda" else Tier.DDR).value: nbytes}
         tier_plan = self.config.embedding_tier or {}
         return {"ranks": [{"rank": 0, "held": held, "peak": held, "peak_rss_bytes": peak_rss_bytes(), **rss_now(),
                            **({"tier_plan": tier_plan["tier_plan"]} if "tier_plan" in tier_plan else {})}]}

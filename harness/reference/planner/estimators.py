@@ -111,7 +111,7 @@ class Topology:
         per_node = max(profile.accelerators_per_node, 1)
 
         def share(tier: Tier) -> tuple[int, float]:
-            t = profile.tiers[tier.value]
+            t = profile.tiers[tier]
             if t.capacity_bytes <= 0 or t.bandwidth_bytes_per_s <= 0:
                 return 0, 0.0
             if tier is Tier.HBM:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.hw_profiles.tiers import TIERS, Tier  # re-exported: the planner's tiers are the profiles'
 
 
 class ShardingType(enum.Enum):
@@ -40,17 +41,6 @@ PLACEMENT: dict[ShardingType, Placement] = {
     ShardingType.TABLE_ROW_WISE: Placement.NODE,
     ShardingType.TABLE_COLUMN_WISE: Placement.NODE,
 }
-
-
-class Tier(enum.Enum):
-    """Memory tiers, fastest first: HBM per device, DDR and SSD per node."""
-
-    HBM = "hbm"
-    DDR = "ddr"
-    SSD = "ssd"
-
-
-TIERS: tuple[Tier, ...] = (Tier.HBM, Tier.DDR, Tier.SSD)
 
 
 class CommPrecision(enum.Enum):
@@ -138,8 +128,19 @@ class Storage:
     def total(self) -> int:
         return self.hbm + self.ddr + self.ssd
 
+    def __mul__(self, n: int) -> Storage:
+        return Storage(self.hbm * n, self.ddr * n, self.ssd * n)
+
+    def by_tier(self) -> dict[Tier, int]:
+        return {t: self.get(t) for t in TIERS}
+
     def to_dict(self) -> dict[str, int]:
-        return {"hbm": self.hbm, "ddr": self.ddr, "ssd": self.ssd}
+        return {t.value: n for t, n in self.by_tier().items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Storage:
+        """The inverse of :meth:`to_dict` (a tier it does not name holds nothing)."""
+        return cls(**{t.value: data.get(t.value, 0) for t in TIERS})
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,19 @@ class Shard:
         }
 
 
+@dataclass(frozen=True)
+class TierSummary:
+    """Where a plan's tables live: how many wholly in each tier and how many split over several,
+    and the bytes used and available per tier over all ranks (:meth:`Plan.tier_summary`)."""
+
+    tables: int
+    whole: dict[Tier, int]  # tables whose shards are all in one tier (tiers with none left out)
+    split: int  # tables whose shards are in several tiers
+    ranks: int
+    used: Storage  # over all ranks
+    capacity: Storage  # over all ranks
+
+
 def imbalance(costs: list[float]) -> float:
     """Max over mean of per-rank costs: 1.0 is perfect balance (and so is no cost at all)."""
     mean = sum(costs) / len(costs)
@@ -284,6 +298,33 @@ class Plan:
             total = total + s
         return total
 
+    def table_shards(self) -> list[tuple[Shard, ...]]:
+        """Each table's shards, in the tables' order (and, within a table, the plan's)."""
+        by_table: dict[str, list[Shard]] = {t.name: [] for t in self.tables}
+        for shard in self.shards:
+            by_table[shard.table].append(shard)
+        return [tuple(by_table[t.name]) for t in self.tables]
+
+    def table_tiers(self) -> list[tuple[Tier, ...]]:
+        """The tiers of each table's shards, fastest first, in the tables' order (several when
+        its shards are split across tiers)."""
+        return [tuple(t for t in TIERS if any(s.tier is t for s in shards)) for shards in self.table_shards()]
+
+    def sharding_type_counts(self) -> dict[ShardingType, int]:
+        """How many tables of each sharding type (in the order they first appear)."""
+        counts: dict[ShardingType, int] = {}
+        for st in self.sharding_types:
+            counts[st] = counts.get(st, 0) + 1
+        return counts
+
+    def tier_summary(self) -> TierSummary:
+        """How the plan's tables are spread over the tiers, and the bytes per tier it uses over all ranks."""
+        tiers = self.table_tiers()
+        whole = {t: n for t in TIERS if (n := tiers.count((t,)))}
+        ranks = len(self.rank_storage)
+        return TierSummary(tables=len(tiers), whole=whole, split=sum(len(t) > 1 for t in tiers), ranks=ranks,
+                           used=self.total_storage, capacity=self.rank_capacity * ranks)
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON (validates against ``sharding_plan.schema.json``), with its fingerprint."""
         body = self._body()
@@ -296,6 +337,17 @@ class Plan:
         from harness.rules.fingerprint import fingerprint
 
         return fingerprint(self._body())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        """The plan of :meth:`to_dict`'s JSON (read where it crosses a process boundary):
+        ``Plan.from_dict(plan.to_dict()).to_dict() == plan.to_dict()``. The derived figures
+        (``summary``, ``fingerprint``) are computed again, not read; a shard keeps its total cost
+        (``cost_s``, all the JSON has of its breakdown). A hand-written plan may leave out what
+        only describes it (profile, batch size, precision, config, capacities, per-rank figures,
+        a shard's bytes and cost, a table's pooling); a shard without a tier is in HBM. A plan
+        that is not one is refused in one line (BAD_INPUT)."""
+        return _plan_from_dict(data)
 
     def _body(self) -> dict[str, Any]:
         by_table: dict[str, list[dict[str, Any]]] = {t.name: [] for t in self.tables}
@@ -332,6 +384,70 @@ class Plan:
                 "samples_per_s": samples if samples != float("inf") else None,
             },
         }
+
+
+def _bad_plan(message: str) -> HarnessError:
+    return HarnessError(message, ErrorCategory.BAD_INPUT)
+
+
+def _plan_from_dict(data: dict[str, Any]) -> Plan:
+    if not isinstance(data, dict):
+        raise _bad_plan(f"the sharding plan must be a JSON object, not {type(data).__name__}")
+    tables_in = data.get("tables")
+    if not isinstance(tables_in, list):
+        raise _bad_plan("the sharding plan has no tables")
+    if "world_size" not in data:
+        raise _bad_plan("the sharding plan has no world_size")
+    world_size = data["world_size"]
+    tables: list[TableSpec] = []
+    types: list[ShardingType] = []
+    shards: list[Shard] = []
+    for t, entry in enumerate(tables_in):
+        name = entry.get("name", t)
+        try:
+            st = ShardingType(entry["sharding_type"])
+        except (KeyError, ValueError):
+            raise _bad_plan(f"plan table {name}: unknown sharding type {entry.get('sharding_type')!r}") from None
+        try:
+            table = TableSpec(str(name), int(entry["rows"]), int(entry["dim"]), entry.get("pooling", 1.0),
+                              entry.get("optimizer_state_factor", 0.0))
+        except (KeyError, TypeError, ValueError, PlannerError) as err:
+            raise _bad_plan(f"plan table {name}: rows and dim must be given as positive integers ({err})") from None
+        if any(table.name == other.name for other in tables):
+            raise _bad_plan(f"plan table {name}: two tables have that name")
+        for s in entry.get("shards", []):
+            try:
+                shards.append(Shard(table.name, int(s["rank"]), Tier(s.get("tier", Tier.HBM.value)),
+                                    int(s["row_offset"]), int(s["rows"]), int(s["col_offset"]), int(s["cols"]),
+                                    s.get("storage_bytes", 0), Perf(fwd_compute=s.get("cost_s", 0.0))))
+            except (KeyError, TypeError, ValueError) as err:
+                raise _bad_plan(f"plan table {name}: a shard needs rank, row_offset, rows, col_offset, cols "
+                                f"and a tier of {', '.join(t.value for t in TIERS)} ({err!r})") from None
+        tables.append(table)
+        types.append(st)
+    ranks = data.get("ranks") or [{}] * (world_size if isinstance(world_size, int) else 0)
+    try:
+        precision = CommPrecision(data.get("comm_precision", CommPrecision.FP32.value))
+    except ValueError:
+        raise _bad_plan(f"the sharding plan has an unknown comm_precision {data.get('comm_precision')!r}") from None
+    return Plan(
+        profile=data.get("profile", ""),
+        world_size=world_size,
+        batch_size=data.get("batch_size", 0),
+        comm_precision=precision,
+        tables=tuple(tables),
+        sharding_types=tuple(types),
+        shards=tuple(shards),
+        rank_storage=tuple(Storage.from_dict(r.get("storage_bytes", {})) for r in ranks),
+        rank_perf=tuple(_perf_from_dict(r.get("perf", {})) for r in ranks),
+        rank_capacity=Storage.from_dict(data.get("rank_capacity_bytes", {})),
+        config=dict(data.get("config", {})),
+    )
+
+
+def _perf_from_dict(data: dict[str, float]) -> Perf:
+    return Perf(data.get("fwd_compute_s", 0.0), data.get("fwd_comm_s", 0.0), data.get("bwd_compute_s", 0.0),
+                data.get("bwd_comm_s", 0.0))
 
 
 # -- the roles of the pipeline (one module each: enumerators, proposers, partitioners) -----------

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.hw_profiles.tiers import Tier
 from harness.reference.tiered.store import RowStore
 
 
@@ -68,10 +69,12 @@ class CacheStats:
     def __add__(self, other: CacheStats) -> CacheStats:
         return CacheStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(CacheStats)})
 
-    def to_dict(self, tier: str) -> dict[str, float]:
+    def to_dict(self, tier: Tier) -> dict[str, float]:
+        """The counters as JSON (the logs' ``harness_embedding_cache``), the bytes named by ``tier``."""
         per_batch = max(self.batches, 1)
+        name = tier.value
         return {
-            "tier": tier,
+            "tier": name,
             "batches": self.batches,
             "hit_rate": round(self.hit_rate, 6),
             "unique_hit_rate": round(self.unique_hit_rate, 6),
@@ -79,10 +82,10 @@ class CacheStats:
             "hits": self.hits,
             "unique_lookups": self.unique_lookups,
             "unique_hits": self.unique_hits,
-            f"{tier}_bytes_read": self.bytes_read,
-            f"{tier}_bytes_written": self.bytes_written,
-            f"{tier}_bytes_read_per_step": round(self.bytes_read / per_batch, 1),
-            f"{tier}_bytes_written_per_step": round(self.bytes_written / per_batch, 1),
+            f"{name}_bytes_read": self.bytes_read,
+            f"{name}_bytes_written": self.bytes_written,
+            f"{name}_bytes_read_per_step": round(self.bytes_read / per_batch, 1),
+            f"{name}_bytes_written_per_step": round(self.bytes_written / per_batch, 1),
         }
 
 

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.hw_profiles.tiers import Tier
 from harness.reference.models.embeddings import (
     FusedEmbeddingCollection,
     SparseOptimizerConfig,
@@ -230,7 +231,7 @@ class CachedShard:
     def in_ddr(cls, rows: int, cols: int, state_cols: int, initial: Callable[[int, int], torch.Tensor],
                cache_rows: int, policy: CachePolicy = CachePolicy.LRU,
                io: ThreadPoolExecutor | None = None, dtype: torch.dtype = torch.float32) -> CachedShard:
-        return cls(MemoryRows(rows, cols, state_cols, tier="ddr", dtype=dtype), initial, cache_rows, policy, io)
+        return cls(MemoryRows(rows, cols, state_cols, tier=Tier.DDR, dtype=dtype), initial, cache_rows, policy, io)
 
     @property
     def store_bytes(self) -> int:

@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.errors import ErrorCategory, HarnessError
-
-TIER_NAMES = ("hbm", "ddr", "ssd")
+from harness.hw_profiles.tiers import TIERS, Tier
 
 
 def _fmt(n: int) -> str:
@@ -29,32 +28,32 @@ def _fmt(n: int) -> str:
 class TierLedger:
     """Bytes held per tier by one rank. ``capacity``: bytes per tier (0: the rank has no such tier)."""
 
-    capacity: dict[str, int]
+    capacity: dict[Tier, int]
     rank: int = 0
-    held: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIER_NAMES, 0))
-    peak: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIER_NAMES, 0))
+    held: dict[Tier, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
+    peak: dict[Tier, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
 
     def __post_init__(self) -> None:
-        self.capacity = {t: int(self.capacity.get(t, 0)) for t in TIER_NAMES}
+        self.capacity = {t: int(self.capacity.get(t, 0)) for t in TIERS}
 
-    def has(self, tier: str) -> bool:
+    def has(self, tier: Tier) -> bool:
         return self.capacity[tier] > 0
 
-    def fastest(self) -> str:
+    def fastest(self) -> Tier:
         """The fastest tier this rank has (where caches of slower tiers live)."""
-        return next((t for t in TIER_NAMES if self.has(t)), "ddr")
+        return next((t for t in TIERS if self.has(t)), Tier.DDR)
 
-    def faster_than(self, tier: str) -> str | None:
+    def faster_than(self, tier: Tier) -> Tier | None:
         """The fastest tier above ``tier`` that this rank has, or None when ``tier`` is its fastest."""
-        above = TIER_NAMES[: TIER_NAMES.index(tier)]
+        above = TIERS[: TIERS.index(tier)]
         return next((t for t in above if self.has(t)), None)
 
-    def allocate(self, tier: str, nbytes: int, what: str) -> None:
+    def allocate(self, tier: Tier, nbytes: int, what: str) -> None:
         """Hold ``nbytes`` more in ``tier`` for ``what``; refuse if the tier's capacity would be exceeded."""
         after = self.held[tier] + int(nbytes)
         if after > self.capacity[tier]:
             raise HarnessError(
-                f"rank {self.rank}: {what} needs {_fmt(nbytes)} of {tier.upper()}, but only "
+                f"rank {self.rank}: {what} needs {_fmt(nbytes)} of {tier.value.upper()}, but only "
                 f"{_fmt(self.capacity[tier] - self.held[tier])} of its {_fmt(self.capacity[tier])} are left; the plan "
                 "and the executor disagree on a size (a bug), or the profile changed since the plan was made",
                 ErrorCategory.HARDWARE,
@@ -62,11 +61,13 @@ class TierLedger:
         self.held[tier] = after
         self.peak[tier] = max(self.peak[tier], after)
 
-    def release(self, tier: str, nbytes: int) -> None:
+    def release(self, tier: Tier, nbytes: int) -> None:
         self.held[tier] -= int(nbytes)
 
     def report(self) -> dict[str, Any]:
-        return {"capacity": dict(self.capacity), "held": dict(self.held), "peak": dict(self.peak)}
+        """Capacity, held and peak bytes per tier, keyed by the tiers' names (JSON for the logs)."""
+        return {name: {t.value: n for t, n in figures.items()}
+                for name, figures in (("capacity", self.capacity), ("held", self.held), ("peak", self.peak))}
 
 
 def peak_rss_bytes() -> int:

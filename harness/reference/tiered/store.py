@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.hw_profiles.tiers import Tier
 
 
 def weight_words(cols: int, dtype: torch.dtype = torch.float32) -> int:
@@ -38,7 +39,7 @@ class RowStore:
     """``rows`` rows of ``cols`` weights (stored as ``dtype``) and ``state_cols`` optimizer-state
     values (fp32) each."""
 
-    tier = "ddr"
+    tier = Tier.DDR
 
     def __init__(self, rows: int, cols: int, state_cols: int, dtype: torch.dtype = torch.float32):
         self.rows, self.cols, self.state_cols = int(rows), int(cols), int(state_cols)
@@ -95,7 +96,7 @@ class RowStore:
 class MemoryRows(RowStore):
     """Rows in a tensor in memory."""
 
-    def __init__(self, rows: int, cols: int, state_cols: int, tier: str = "ddr", dtype: torch.dtype = torch.float32):
+    def __init__(self, rows: int, cols: int, state_cols: int, tier: Tier = Tier.DDR, dtype: torch.dtype = torch.float32):
         super().__init__(rows, cols, state_cols, dtype)
         self.tier = tier
         self.data = torch.zeros(rows, self.width)
@@ -130,7 +131,7 @@ class SsdRows(RowStore):
             allocated at once (zero-filled), so a full disk is an error here, not a SIGBUS later.
     """
 
-    tier = "ssd"
+    tier = Tier.SSD
 
     def __init__(self, path: Path, rows: int, cols: int, state_cols: int, *, create: bool,
                  dtype: torch.dtype = torch.float32):
