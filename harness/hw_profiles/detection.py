@@ -264,7 +264,16 @@ def _sysconf_memory_bytes() -> int:
         return 0
 
 
+# the device nodes a GPU driver makes (NVIDIA; ROCm's kfd; WSL's dxg): without any, torch sees no
+# GPU, and detection need not import torch (1-2 s of a command's start-up) to learn so
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+
+
 def _cuda_devices() -> tuple[tuple[CudaDevice, ...], str | None, str]:
+    if not any(os.path.exists(node) for node in GPU_DEVICE_NODES):
+        from importlib.metadata import version
+
+        return (), None, version("torch")
     import torch
 
     if not torch.cuda.is_available():
