@@ -16,7 +16,7 @@ from harness.mllog.reader import ParsedLog, parse_log
 from harness.errors import HarnessError
 from harness.mllog import keys
 
-BATCH_SIZE = "global_batch_size"
+BATCH_SIZE = keys.GLOBAL_BATCH_SIZE  # the one logged hyperparameter a borrower may change
 _MAX_CANDIDATES = 2000
 
 
@@ -56,7 +56,7 @@ def verify_borrow(claim: dict[str, Any], logs: list[ParsedLog], *, lenders: list
         if cand.resolve() == mine_dir:
             continue
         sample = parse_log(sorted(cand.glob("result_*.txt"))[0])
-        if f"{sample.first('submission_org')}/{sample.first('submission_platform')}" != lender:
+        if f"{sample.first(keys.SUBMISSION_ORG)}/{sample.first(keys.SUBMISSION_PLATFORM)}" != lender:
             continue
         try:
             _bench, _lender, fp, lent = lender_from_logs(cand)

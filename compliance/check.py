@@ -349,7 +349,7 @@ def _set_rules(report: RunSetReport, logs: list[ParsedLog], lenders: list[Path],
         add("runs", f"a closed {benchmark} run set has exactly {rules['runs']} result logs; this one has {n}")
     elif n < rules["runs"]:
         add("runs", f"a {benchmark} run set has at least {rules['runs']} result logs; this one has {n}")
-    seeds = [log.first("seed") for log in logs]
+    seeds = [log.first(keys.SEED) for log in logs]
     if rules.get("seeds_required"):
         missing = [log.path.name for log, s in zip(logs, seeds) if s is None]
         if missing:
@@ -460,7 +460,7 @@ def _seed_checker(report: RunSetReport, logs: list[ParsedLog], log_division: Any
             add("readable", f"cannot read the seeds of {log.path.name}: {why}", log.path,
                 log.problems[0].lineno if log.problems else None)
             continue
-        records = [r for r in log.records if r.key == "seed"]
+        records = [r for r in log.records if r.key == keys.SEED]
         seeds = []
         try:
             for r in records:

@@ -392,8 +392,8 @@ class _Level:
             best = max(numbers, key=lambda r: r.value)
             parts.append(f"the best is {best.value:.5g} at line {best.lineno} ({len(numbers)} logged)")
         stop = next((r for r in self.log.records if r.key == keys.RUN_STOP), None)
-        status = stop.metadata.get("status") if stop is not None and isinstance(stop.metadata, dict) else None
-        if stop is not None and status != "success":
+        status = stop.metadata.get(keys.STATUS) if stop is not None and isinstance(stop.metadata, dict) else None
+        if stop is not None and status != keys.SUCCESS:
             parts.append(f"the run ended run_stop status={status} at line {stop.lineno}")
         return f": {'; '.join(parts)}" if parts else ""
 

@@ -305,18 +305,18 @@ def _submission_epochs(files: list[Path]) -> tuple[Any, list[float] | None]:
             n = line.lineno
             if text is None:
                 continue
-            if "global_batch_size" in text:
+            if keys.GLOBAL_BATCH_SIZE in text:
                 run_bs = record(n, text)["value"]
             if keys.SUBMISSION_BENCHMARK in text:
                 run_benchmark = record(n, text)["value"]
             if run_benchmark in OTHER_EPOCH_BENCHMARKS and (keys.EVAL_ERROR in text or keys.EVAL_ACCURACY in text):
                 raise ValueError(f"the epochs to converge of {run_benchmark} are not reproduced here")
             elif run_benchmark in SAMPLES_COUNT_BENCHMARKS and (keys.EVAL_ERROR in text or keys.EVAL_ACCURACY in text):
-                conv_epoch = record(n, text)["metadata"]["samples_count"]
+                conv_epoch = record(n, text)["metadata"][keys.SAMPLES_COUNT]
             elif keys.EVAL_ERROR in text or keys.EVAL_ACCURACY in text:
-                conv_epoch = round(record(n, text)["metadata"]["epoch_num"], 3)
+                conv_epoch = round(record(n, text)["metadata"][keys.EPOCH_NUM], 3)
             if keys.RUN_STOP in text and record(n, text)["key"] == keys.RUN_STOP:
-                if record(n, text)["metadata"]["status"] == "success":
+                if record(n, text)["metadata"][keys.STATUS] == keys.SUCCESS:
                     if conv_epoch is None:  # there: an unbound local, so the whole step fails
                         raise ValueError(f"{path.name}: run_stop success before any eval_accuracy")
                     run_failed, run_epochs = 0, conv_epoch

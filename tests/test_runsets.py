@@ -428,12 +428,38 @@ def test_a_set_asked_to_be_short_is_incomplete_not_failed(tmp_path, capsys):
     from harness.cli.run import _compliance
 
     short = _reference_set(tmp_path / "short" / "dlrm_synthetic", runs=2)
-    assert _compliance(short, short_by_request=True) is True
+    assert _compliance(short, short_by_request=True).acceptable is True
     assert "run set incomplete (fewer runs than the benchmark requires, as asked)" in capsys.readouterr().out
-    assert _compliance(short, short_by_request=False) is False  # not asked: a set that fails
+    assert _compliance(short, short_by_request=False).acceptable is False  # not asked: a set that fails
     assert "run set FAIL" in capsys.readouterr().out
     full = _reference_set(tmp_path / "full" / "dlrm_synthetic", runs=5)
-    assert _compliance(full, short_by_request=False) is True
+    assert _compliance(full, short_by_request=False).acceptable is True
+
+
+def test_harness_run_exits_1_when_the_set_fails_its_check_or_has_runs_enough_and_no_score(tmp_path):
+    from harness.runsets.runset import RunOutcome, RunSetOutcome
+    from harness.runsets.verdict import ComplianceVerdict, SetVerdict, compliance_verdict, run_set_fails
+    from harness.rules.scoring import Score
+    from harness.rules.seeds import Seed, SeedSource
+
+    short = _reference_set(tmp_path / "short" / "dlrm_synthetic", runs=2)
+    v = compliance_verdict(short, short_by_request=True)
+    assert (v.verdict, v.passing_logs, v.logs) == (SetVerdict.INCOMPLETE, 2, 2) and "run set" in v.first_error
+    assert compliance_verdict(short, short_by_request=False).verdict is SetVerdict.FAIL
+    assert compliance_verdict(tmp_path / "nothing here", short_by_request=False).verdict is SetVerdict.NOT_CHECKED
+
+    def outcome(runs: int, scored: bool) -> RunSetOutcome:
+        return RunSetOutcome(runs=[RunOutcome(i, Seed(i, SeedSource.USER), tmp_path, 1.0, True, 0.8)
+                                   for i in range(runs)],
+                             score=Score(1.0, (1.0,), runs, 0) if scored else None)
+
+    for verdict in (SetVerdict.PASS, SetVerdict.INCOMPLETE, SetVerdict.NOT_CHECKED):
+        ok = ComplianceVerdict(verdict)
+        assert not run_set_fails(outcome(5, True), ok)
+        assert not run_set_fails(outcome(2, False), ok)  # too few runs for an olympic mean: no score, as expected
+        assert run_set_fails(outcome(3, False), ok)  # runs enough, and still no score
+    failed = ComplianceVerdict(SetVerdict.FAIL)
+    assert run_set_fails(outcome(5, True), failed) and run_set_fails(outcome(1, False), failed)
 
 
 def test_ctrl_c_before_any_run_finished_points_to_no_missing_folder(tmp_path):

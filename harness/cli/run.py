@@ -24,6 +24,13 @@ from harness.runsets.runset import (
     plan_run_set,
     run_name,
 )
+from harness.runsets.verdict import (
+    ComplianceVerdict,
+    SetVerdict,
+    compliance_verdict,
+    run_set_fails,
+    short_by_request,
+)
 
 DEFAULT_BENCHMARK = "dlrm_synthetic"
 CODECS = [c.value for c in Codec]
@@ -177,12 +184,13 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
         reporter.close()
     click.echo(f"system description: {outcome.system_json}")
     click.echo(f"result logs:        {outcome.results_dir}")
-    compliant = _compliance(outcome.results_dir, short_by_request=runs is not None and runs < plan.spec.required_runs)
+    compliance = _compliance(outcome.results_dir, short_by_request=short_by_request(plan))
+    fails = run_set_fails(outcome, compliance)
     hint = f"leaderboard: harness leaderboard {results_dir} -o site   (then open site/index.html)"
     if outcome.score is None:
         click.echo(f"score: none ({outcome.score_error})")
         click.echo(hint)
-        if len(outcome.runs) >= 3 or not compliant:
+        if fails:
             raise click.exceptions.Exit(1)
         return
     s = outcome.score
@@ -198,7 +206,7 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
             f"[{st.bootstrap_95[0]:.6f}, {st.bootstrap_95[1]:.6f}] min"
         )
     click.echo(hint)
-    if not compliant:
+    if fails:
         raise click.exceptions.Exit(1)  # the set's verdict, as `harness check` gives it
 
 
@@ -266,26 +274,22 @@ def _short(fingerprint: str) -> str:
     return fingerprint.split(":", 1)[-1][:12]
 
 
-def _compliance(results_dir: Path, *, short_by_request: bool) -> bool:
-    """Print what ``harness check`` says about the set just written; False when it fails.
-
-    A set the user asked to be short (``--runs`` below the benchmark's requirement) is
-    ``incomplete``, not failed, when its only error is the run count: it exits 0, and
-    ``harness check`` on it still says FAIL until the set is completed (``--resume``)."""
-    from compliance.check import check_run_set
-    from harness.errors import HarnessError
-
-    try:
-        rs = check_run_set(results_dir)
-    except HarnessError as err:
-        click.echo(f"compliance: not checked ({err})")
-        return True
-    passing = sum(r.passed for r in rs.runs)
-    errors = [f for r in rs.runs for f in r.check.errors] + [f for f in rs.findings if f.is_error]
-    incomplete = short_by_request and bool(errors) and all(f.rule.endswith("run_set:runs") for f in errors)
-    verdict = "pass" if rs.passed else ("incomplete (fewer runs than the benchmark requires, as asked)"
-                                        if incomplete else "FAIL")
-    first = f": {errors[0].message}" if errors else ""
-    click.echo(f"compliance ({rs.ruleset}): {passing}/{len(rs.runs)} logs pass; run set {verdict}"
+def _compliance(results_dir: Path, *, short_by_request: bool) -> ComplianceVerdict:
+    """Print what ``harness check`` says about the set just written, and return that verdict
+    (:func:`harness.runsets.verdict.compliance_verdict` judges it)."""
+    v = compliance_verdict(results_dir, short_by_request=short_by_request)
+    if v.verdict is SetVerdict.NOT_CHECKED:
+        click.echo(f"compliance: not checked ({v.why_not_checked})")
+        return v
+    word = _VERDICT_WORDS[v.verdict]
+    first = f": {v.first_error}" if v.first_error is not None else ""
+    click.echo(f"compliance ({v.ruleset}): {v.passing_logs}/{v.logs} logs pass; run set {word}"
                f"{first}   (details: harness check {results_dir})")
-    return rs.passed or incomplete
+    return v
+
+
+_VERDICT_WORDS = {
+    SetVerdict.PASS: "pass",
+    SetVerdict.INCOMPLETE: "incomplete (fewer runs than the benchmark requires, as asked)",
+    SetVerdict.FAIL: "FAIL",
+}

@@ -42,6 +42,9 @@ SUCCESS = "success"
 DATA_PARALLELISM = "data_parallelism"
 EVAL_ERROR = "eval_error"  # the quality metric of benchmarks scored by an error, not an accuracy
 TRACKED_STATS = "tracked_stats"
+# the seconds of one training step, which some submitters log (on its own or in tracked_stats)
+# instead of a throughput
+TRAIN_STEP_TIME = "train_step_time"
 
 # ---- the harness's own records (the checker ignores unknown keys; ours start harness_)
 HARNESS_BORROWED_FROM = "harness_borrowed_from"
@@ -64,5 +67,5 @@ HARNESS_SHARDING_PLAN = "harness_sharding_plan"
 HARNESS_TEACHER_BEST_AUC = "harness_teacher_best_auc"
 
 #: MLPerf's names above that ``mlperf_logging.mllog.constants`` does not have.
-NOT_IN_MLPERF_CONSTANTS = frozenset({"DATA_PARALLELISM", "EVAL_ERROR", "TRACKED_STATS"})
+NOT_IN_MLPERF_CONSTANTS = frozenset({"DATA_PARALLELISM", "EVAL_ERROR", "TRACKED_STATS", "TRAIN_STEP_TIME"})
 HARNESS_KEYS = frozenset(v for k, v in dict(globals()).items() if k.startswith("HARNESS_") and isinstance(v, str))

@@ -312,14 +312,14 @@ def submission_epochs(run: RunLog, target: float | None) -> float:
     ``samples_count`` of the last evaluation before ``run_stop``, unrounded.
     """
     if run.benchmark in SAMPLES_BENCHMARKS:
-        if run.status != "success":
+        if run.status != keys.SUCCESS:
             return NOT_CONVERGED
         samples = run.stop_samples_count
         if isinstance(samples, bool) or not isinstance(samples, (int, float)):
             raise HarnessError(f"{run.path}: no samples_count on the last eval_accuracy before run_stop "
                                f"({run.benchmark} converges in samples)")
         return float(samples)
-    if run.status != "success" or not run.eval_accuracies:
+    if run.status != keys.SUCCESS or not run.eval_accuracies:
         return NOT_CONVERGED
     reached = reference_epochs(run, target) if target is not None else None
     return reached if reached is not None else round(run.eval_accuracies[-1][0], EPOCH_DECIMALS)
@@ -343,7 +343,7 @@ def _one_value(paths: list[Path], values: list[dict[str, Any]], key: str) -> Any
 
 
 def _batch_size(paths: list[Path], values: list[dict[str, Any]]) -> int:
-    found = _one_value(paths, values, "global_batch_size")
+    found = _one_value(paths, values, keys.GLOBAL_BATCH_SIZE)
     if isinstance(found, bool) or not isinstance(found, (int, float)) or not math.isfinite(found) \
             or found != int(found) or found < 1:
         raise HarnessError(f"{paths[0].parent}: global_batch_size {found!r} is not a positive integer")

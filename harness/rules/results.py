@@ -52,7 +52,7 @@ class RunLog:
 
     def converged(self, target: float | None) -> bool:
         """Ended ``status=success`` (and, when the target is known, some eval reached it)."""
-        if self.run_start_ms is None or self.run_stop_ms is None or self.status != "success":
+        if self.run_start_ms is None or self.run_stop_ms is None or self.status != keys.SUCCESS:
             return False
         return target is None or any(v >= target for _, v in self.eval_accuracies)
 
@@ -76,28 +76,28 @@ def read_run_log(path: Path) -> RunLog:
         key, value, meta = record.get("key"), record.get("value"), record.get("metadata") or {}
         values[key] = value
         if key == keys.EVAL_ACCURACY and stop is None:
-            last_samples = meta.get("samples_count") if isinstance(meta, dict) else None
+            last_samples = meta.get(keys.SAMPLES_COUNT) if isinstance(meta, dict) else None
         if key == keys.SUBMISSION_BENCHMARK:
             benchmark = str(value)
         elif key == keys.RUN_START and start is None:
             start = float(record["time_ms"])
         elif key == keys.RUN_STOP and stop is None:
             stop = float(record["time_ms"])
-            status = meta.get("status") if isinstance(meta, dict) else None
+            status = meta.get(keys.STATUS) if isinstance(meta, dict) else None
             stop_samples = last_samples
         elif key == keys.EVAL_ACCURACY and _is_number(value):
-            epoch = meta.get("epoch_num", meta.get("samples_count", 0)) if isinstance(meta, dict) else 0
+            epoch = meta.get(keys.EPOCH_NUM, meta.get(keys.SAMPLES_COUNT, 0)) if isinstance(meta, dict) else 0
             evals.append((float(epoch) if _is_number(epoch) else 0.0, float(value)))
             eval_times.append(float(record["time_ms"]) if _is_number(record.get("time_ms")) else 0.0)
         elif key == keys.TRACKED_STATS and isinstance(value, dict) and _is_number(value.get("throughput")):
             throughput = float(value["throughput"])
-        elif key == keys.TRACKED_STATS and isinstance(value, dict) and _is_number(value.get("train_step_time")):
-            step_time = float(value["train_step_time"])
-        elif key == "train_step_time" and _is_number(value):
+        elif key == keys.TRACKED_STATS and isinstance(value, dict) and _is_number(value.get(keys.TRAIN_STEP_TIME)):
+            step_time = float(value[keys.TRAIN_STEP_TIME])
+        elif key == keys.TRAIN_STEP_TIME and _is_number(value):
             step_time = float(value)
-    if throughput is None and step_time and step_time > 0 and _is_number(values.get("global_batch_size")):
+    if throughput is None and step_time and step_time > 0 and _is_number(values.get(keys.GLOBAL_BATCH_SIZE)):
         # some submitters log only the time of a training step (seconds): samples/s is the batch over it
-        throughput = float(values["global_batch_size"]) / step_time
+        throughput = float(values[keys.GLOBAL_BATCH_SIZE]) / step_time
     return RunLog(path, benchmark, start, stop, status, tuple(evals), throughput, tuple(eval_times), values,
                   stop_samples_count=stop_samples)
 

@@ -47,7 +47,7 @@ def lender_from_logs(run_set_dir: Path) -> tuple[str, str, str, dict[str, Any]]:
         benchmark = str(values.get(keys.SUBMISSION_BENCHMARK, ""))
         spec = load_benchmark(benchmark)
         hp = {k: values[k] for k in _hyperparameter_keys(spec) if k in values}
-        lender = f"{values.get('submission_org', '?')}/{values.get('submission_platform', '?')}"
+        lender = f"{values.get(keys.SUBMISSION_ORG, '?')}/{values.get(keys.SUBMISSION_PLATFORM, '?')}"
         seen.append((benchmark, lender, values.get(keys.HARNESS_FINGERPRINT), hp))
     benchmark, lender, fp, hp = seen[0]
     for other in seen[1:]:

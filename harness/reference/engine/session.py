@@ -46,6 +46,7 @@ from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.schedules import LearningRatePolicy
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import BenchmarkSpec, spec_from_dict
+from harness.mllog import keys
 
 # The eval split is kept in memory after its first evaluation when it is at most this large
 # (the synthetic benchmarks' are tens of MB); a larger one (Criteo 1TB's 89M samples) is read
@@ -463,7 +464,7 @@ class TrainingSession:
         last = self.step_limit() if until is None else min(until, self.step_limit())
         evals = {s for s in (self.eval_steps() if eval_at is None else eval_at) if self._step < s <= last}
         reason = "epoch limit reached without reaching the target" if until is None else f"{last} steps taken"
-        outcome = TrainOutcome("aborted", reason, self._step)
+        outcome = TrainOutcome(keys.ABORTED, reason, self._step)
         if self._step >= last:
             return outcome
         feed = self.batches(until=last)
@@ -480,7 +481,7 @@ class TrainingSession:
                     outcome.eval_accuracies.append((self.epoch_num, auc))
                     stop = hooks.after_eval(self, auc)
                     if stop_at_target and auc >= self.spec.target_auc:
-                        outcome.status = "success"
+                        outcome.status = keys.SUCCESS
                         outcome.reason = f"AUC {auc:.5f} reached the target {self.spec.target_auc}"
                         break
                     if stop:

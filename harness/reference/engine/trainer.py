@@ -161,22 +161,22 @@ class Trainer:
 
     def _log_run_start(self) -> None:
         self.log.start(keys.RUN_START)
-        self.log.start(keys.EPOCH_START, metadata={"epoch_num": 0})
+        self.log.start(keys.EPOCH_START, metadata={keys.EPOCH_NUM: 0})
 
     def _log_epoch_boundary(self, finished_epoch: int) -> None:
-        self.log.end(keys.EPOCH_STOP, metadata={"epoch_num": finished_epoch + 1})
-        self.log.start(keys.EPOCH_START, metadata={"epoch_num": finished_epoch + 1})
+        self.log.end(keys.EPOCH_STOP, metadata={keys.EPOCH_NUM: finished_epoch + 1})
+        self.log.start(keys.EPOCH_START, metadata={keys.EPOCH_NUM: finished_epoch + 1})
 
     def _log_eval_start(self, epoch_num: float) -> None:
-        self.log.start(keys.EVAL_START, metadata={"epoch_num": epoch_num})
+        self.log.start(keys.EVAL_START, metadata={keys.EPOCH_NUM: epoch_num})
 
     def _log_eval(self, epoch_num: float, auc: float) -> None:
-        self.log.event(keys.EVAL_ACCURACY, auc, {"epoch_num": epoch_num})
-        self.log.end(keys.EVAL_STOP, metadata={"epoch_num": epoch_num})
+        self.log.event(keys.EVAL_ACCURACY, auc, {keys.EPOCH_NUM: epoch_num})
+        self.log.end(keys.EVAL_STOP, metadata={keys.EPOCH_NUM: epoch_num})
 
     def _log_run_stop(self, result: RunResult, epoch_num: float) -> None:
-        self.log.end(keys.RUN_STOP, metadata={"status": result.status, "epoch_num": epoch_num, "reason": result.reason})
-        self.log.end(keys.EPOCH_STOP, metadata={"epoch_num": epoch_num})
+        self.log.end(keys.RUN_STOP, metadata={keys.STATUS: result.status, keys.EPOCH_NUM: epoch_num, "reason": result.reason})
+        self.log.end(keys.EPOCH_STOP, metadata={keys.EPOCH_NUM: epoch_num})
         self.log.event(keys.TRACKED_STATS, {"throughput": result.train_samples_per_s}, {"step": epoch_num})
         session = self.session
         if session is not None and result.reason_is_final():  # the sharded reports are collectives
@@ -206,7 +206,7 @@ class Trainer:
 
         self._log_run_start()
         hooks = _RunHooks(self)
-        result = RunResult("aborted", "epoch limit reached without reaching the target", [], 0.0)
+        result = RunResult(keys.ABORTED, "epoch limit reached without reaching the target", [], 0.0)
         try:
             outcome = session.train(hooks)
             result.status, result.reason = outcome.status, outcome.reason
