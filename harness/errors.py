@@ -6,9 +6,13 @@ and a non-zero exit code. The library never calls ``sys.exit``.
 
 from __future__ import annotations
 
+import atexit
 import enum
 import errno
+import os
 import signal
+import sys
+import threading
 from pathlib import Path
 
 
@@ -91,6 +95,26 @@ def stop_on_signals(*signums: int) -> None:
 
     for s in signums:
         signal.signal(s, handler)
+
+
+def exit_now(code: int) -> None:
+    """End the process with ``code`` without tearing down every module first.
+
+    A process that has loaded torch, scikit-learn and torch._dynamo spends about 1.3 s of CPU
+    at a normal exit freeing modules nobody will use again: seconds a run set pays per run, and
+    per rank on emulated ranks that share the CPU. Everything the process wrote is closed or
+    flushed by now; the exit handlers still run (logging's flush, finalizers), the standard
+    streams are flushed, and a process with other threads still alive exits normally, joining
+    them."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed stream, or a full disk under a redirected one
+            pass
+    if threading.active_count() > 1:
+        sys.exit(code)
+    os._exit(code)
 
 
 _IO_ADVICE = {

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 import click
 
-from harness.errors import ErrorCategory, HarnessError, interrupt_reason, io_fault, signal_of, stop_on_signals
+from harness.errors import ErrorCategory, HarnessError, exit_now, interrupt_reason, io_fault, signal_of, stop_on_signals
 
 #: name -> ("module:attribute" of the click command, the one-line help ``harness --help`` shows)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -127,9 +127,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
 
 
 def entry() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
+    """Console-script entry point (``python -m harness`` too): the process ends at once when
+    the command is done (:func:`harness.errors.exit_now`)."""
+    exit_now(main())

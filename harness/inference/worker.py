@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.errors import ErrorCategory, HarnessError, io_fault
+from harness.errors import ErrorCategory, HarnessError, exit_now, io_fault
 from harness.files import write_atomic
 
 _STOP = object()
@@ -250,4 +250,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_now(main(sys.argv[1:]))

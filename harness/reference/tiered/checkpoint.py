@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from harness.errors import ErrorCategory, HarnessError
+from harness.errors import ErrorCategory, HarnessError, exit_now
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import SessionHooks, TrainingSession
 
@@ -176,7 +176,8 @@ def main(job_path: str) -> int:
 
 if __name__ == "__main__":
     try:
-        sys.exit(main(sys.argv[1]))
+        code = main(sys.argv[1])
     except HarnessError as err:
         print(f"harness checkpoint: error: {err}", file=sys.stderr)
-        sys.exit(err.exit_code)
+        code = err.exit_code
+    exit_now(code)
