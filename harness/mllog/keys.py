@@ -45,6 +45,11 @@ TRACKED_STATS = "tracked_stats"
 # the seconds of one training step, which some submitters log (on its own or in tracked_stats)
 # instead of a throughput
 TRAIN_STEP_TIME = "train_step_time"
+# the fields of tracked_stats (its value's throughput, its metadata's step), and the reason a
+# run_stop's metadata may give, as MLPerf's reference implementations write them
+THROUGHPUT = "throughput"
+STEP = "step"
+REASON = "reason"
 
 # ---- the harness's own records (the checker ignores unknown keys; ours start harness_)
 HARNESS_BORROWED_FROM = "harness_borrowed_from"
@@ -67,5 +72,6 @@ HARNESS_SHARDING_PLAN = "harness_sharding_plan"
 HARNESS_TEACHER_BEST_AUC = "harness_teacher_best_auc"
 
 #: MLPerf's names above that ``mlperf_logging.mllog.constants`` does not have.
-NOT_IN_MLPERF_CONSTANTS = frozenset({"DATA_PARALLELISM", "EVAL_ERROR", "TRACKED_STATS", "TRAIN_STEP_TIME"})
+NOT_IN_MLPERF_CONSTANTS = frozenset({"DATA_PARALLELISM", "EVAL_ERROR", "TRACKED_STATS", "TRAIN_STEP_TIME", "THROUGHPUT",
+                                     "STEP", "REASON"})
 HARNESS_KEYS = frozenset(v for k, v in dict(globals()).items() if k.startswith("HARNESS_") and isinstance(v, str))

@@ -89,8 +89,8 @@ def read_run_log(path: Path) -> RunLog:
             epoch = meta.get(keys.EPOCH_NUM, meta.get(keys.SAMPLES_COUNT, 0)) if isinstance(meta, dict) else 0
             evals.append((float(epoch) if _is_number(epoch) else 0.0, float(value)))
             eval_times.append(float(record["time_ms"]) if _is_number(record.get("time_ms")) else 0.0)
-        elif key == keys.TRACKED_STATS and isinstance(value, dict) and _is_number(value.get("throughput")):
-            throughput = float(value["throughput"])
+        elif key == keys.TRACKED_STATS and isinstance(value, dict) and _is_number(value.get(keys.THROUGHPUT)):
+            throughput = float(value[keys.THROUGHPUT])
         elif key == keys.TRACKED_STATS and isinstance(value, dict) and _is_number(value.get(keys.TRAIN_STEP_TIME)):
             step_time = float(value[keys.TRAIN_STEP_TIME])
         elif key == keys.TRAIN_STEP_TIME and _is_number(value):

@@ -537,7 +537,7 @@ def _ensure_aborted(log_path: Path, reason: str) -> None:
                 f.write(b"\n")
     log = MLPerfLog(log_path)
     try:
-        log.end(keys.RUN_STOP, metadata={keys.STATUS: keys.ABORTED, "reason": reason})
+        log.end(keys.RUN_STOP, metadata={keys.STATUS: keys.ABORTED, keys.REASON: reason})
     finally:
         log.close()
 

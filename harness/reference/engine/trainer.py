@@ -175,9 +175,9 @@ class Trainer:
         self.log.end(keys.EVAL_STOP, metadata={keys.EPOCH_NUM: epoch_num})
 
     def _log_run_stop(self, result: RunResult, epoch_num: float) -> None:
-        self.log.end(keys.RUN_STOP, metadata={keys.STATUS: result.status, keys.EPOCH_NUM: epoch_num, "reason": result.reason})
+        self.log.end(keys.RUN_STOP, metadata={keys.STATUS: result.status, keys.EPOCH_NUM: epoch_num, keys.REASON: result.reason})
         self.log.end(keys.EPOCH_STOP, metadata={keys.EPOCH_NUM: epoch_num})
-        self.log.event(keys.TRACKED_STATS, {"throughput": result.train_samples_per_s}, {"step": epoch_num})
+        self.log.event(keys.TRACKED_STATS, {keys.THROUGHPUT: result.train_samples_per_s}, {keys.STEP: epoch_num})
         session = self.session
         if session is not None and result.reason_is_final():  # the sharded reports are collectives
             report = session.cache_report()
