@@ -15,7 +15,9 @@ import pytest
 from compliance.schemas import schema_errors
 from harness.errors import HarnessError
 from harness.hw_profiles import Tier, detect, emulated_profile, load_profile
-from harness.runsets.runset import RunSetRequest, plan_run_set, worker_command
+from harness.reference.planner.codecs import CommConfig
+from harness.reference.planner.types import CommPrecision
+from harness.runsets.runset import EmbeddingTierChoice, RunSetRequest, plan_run_set, worker_command
 from tests.test_runsets import FIXTURE, harness, records, start_harness, wait_for_run_start
 
 
@@ -84,10 +86,10 @@ def test_emulation_keeps_the_topology_and_scales_every_tier_by_one_factor():
 
 def test_an_emulated_plan_has_a_sharding_plan_and_an_emulated_system(tmp_path):
     request = RunSetRequest(benchmark=str(FIXTURE), profile="zionex-8gpu", results_dir=tmp_path, emulate=True,
-                            comm=(("forward", "fp16"), ("backward", "bf16")))
+                            comm=CommConfig(forward=CommPrecision.FP16, backward=CommPrecision.BF16))
     plan = plan_run_set(request)
     assert plan.emulated and plan.world_size == 8 and plan.system == "zionex-8gpu-emulated"
-    assert plan.comm == {"forward": "fp16", "backward": "bf16", "allreduce": "fp32"}
+    assert plan.comm.to_names() == {"forward": "fp16", "backward": "bf16", "allreduce": "fp32"}
     assert plan.sharding_plan is not None and plan.sharding_plan.to_dict()["world_size"] == 8
     assert schema_errors(plan.sharding_plan.to_dict(), "sharding_plan") == []
     # the codecs are part of what the run set's results depend on
@@ -177,10 +179,10 @@ def test_sharded_plans_with_the_ssd_tier_place_the_set_tables_there_and_never_as
         return plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile="zionex-8gpu", results_dir=tmp_path,
                                           emulate=True, **kw))
 
-    auto = plan(embedding_tier="auto")  # the emulated node's memory holds the tiny tables: nothing on the SSD
+    auto = plan(embedding_tier=EmbeddingTierChoice.AUTO)  # the emulated node's memory holds the tiny tables: nothing on the SSD
     assert auto.embedding_tier is None and "ssd" not in {
         s["tier"] for t in auto.sharding_plan.to_dict()["tables"] for s in t["shards"]}
-    forced = plan(embedding_tier="auto", ssd_tables=(0, 5))  # table 0 (10 rows) would be data-parallel
+    forced = plan(embedding_tier=EmbeddingTierChoice.AUTO, ssd_tables=(0, 5))  # table 0 (10 rows) would be data-parallel
     tables = forced.sharding_plan.to_dict()["tables"]
     for i in (0, 5):
         assert tables[i]["sharding_type"] != "data_parallel" and {s["tier"] for s in tables[i]["shards"]} == {"ssd"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -280,6 +281,50 @@ def test_a_set_begun_before_precision_was_kept_resumes_only_in_fp32():
         _check_resume_settings(began, {"division": "closed", "threads": None, "precision": "bf16"})
 
 
+def test_a_manifest_written_with_names_resumes_a_set_planned_with_enums(tmp_path):
+    """The request's closed choices are enums; the manifest keeps their names (as every set began
+    before they were enums did), so a set's settings read back compare equal, and a changed one is
+    still named. A name where an enum belongs is refused in one line."""
+    from harness.errors import HarnessError
+    from harness.reference.planner.codecs import CommConfig
+    from harness.reference.planner.types import CachePolicy, CommPrecision
+    from harness.rules.precision import Precision
+    from harness.runsets.runset import (
+        EmbeddingTierChoice,
+        RunSetRequest,
+        _check_resume_settings,
+        plan_run_set,
+        set_settings,
+    )
+
+    written = {  # a manifest's settings, as JSON kept them before the request held enums
+        "communication codecs": {"allreduce": "fp32", "backward": "fp32", "forward": "fp32"}, "division": "closed",
+        "embedding tier": {"cache_fraction": 0.05, "cache_policy": "lfu", "ssd_tables": [0, 3], "tier": "ssd"},
+        "emulate": False, "overlap": True, "precision": "fp16", "seeds": "drawn",
+        "status": "Research, Development, or Internal (RDI)", "submitter": "reference", "threads": None}
+    request = RunSetRequest(benchmark=str(FIXTURE), profile="local", results_dir=tmp_path / "r",
+                            embedding_tier=EmbeddingTierChoice.SSD, ssd_tables=(0, 3), cache_policy=CachePolicy.LFU,
+                            precision=Precision.FP16)
+    now = set_settings(plan_run_set(request))
+    assert now == written and json.loads(json.dumps(now)) == now
+    _check_resume_settings(json.loads(json.dumps(written)), now)
+    lru = set_settings(plan_run_set(dataclasses.replace(request, cache_policy=CachePolicy.LRU)))
+    with pytest.raises(HarnessError, match=r"^--resume: the set began with embedding tier .*cache_policy lfu.*, "
+                                           r"this command has .*cache_policy lru"):
+        _check_resume_settings(written, lru)
+    codecs = CommConfig(forward=CommPrecision.FP16, backward=CommPrecision.INT8, allreduce=CommPrecision.BF16)
+    sharded = set_settings(plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile="zionex-8gpu", emulate=True,
+                                                      results_dir=tmp_path / "r", comm=codecs)))
+    assert sharded["communication codecs"] == {"forward": "fp16", "backward": "int8", "allreduce": "bf16"}
+    assert sharded["embedding tier"]["tier"] == "memory" and sharded["embedding tier"]["cache_policy"] == "lru"
+    for slip in ({"embedding_tier": "ssd"}, {"cache_policy": "lfu"}, {"precision": "bf16"},
+                 {"comm": (("forward", "fp16"),)}):
+        with pytest.raises(HarnessError, match=f"^RunSetRequest.{next(iter(slip))} must be a ") as info:
+            plan_run_set(dataclasses.replace(request, **slip))
+        assert "\n" not in str(info.value)
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.fixture
 def submitters(tmp_path, monkeypatch):
     """A folder of submitter configs in place of the shipped one; write(org, precision) adds one."""
@@ -315,7 +360,7 @@ def test_the_precision_is_the_option_else_the_submitters_choice_for_the_system_e
     emulated = plan(submitter="acme", profile="zionex-8gpu", emulate=True)
     assert (emulated.precision, emulated.precision_reason) == (
         Precision.FP32, "acme's choice for every system in acme/tiny_synthetic.yaml")
-    explicit = plan(submitter="acme", precision="bf16")
+    explicit = plan(submitter="acme", precision=Precision.BF16)
     assert (explicit.precision, explicit.precision_reason) == (Precision.BF16, "--precision")
     detected = detect()
     native = plan()  # the reference submitter has no config
@@ -324,18 +369,18 @@ def test_the_precision_is_the_option_else_the_submitters_choice_for_the_system_e
     for p in (chosen, emulated, explicit, native):
         config = _worker_config(p, 0, Seed(1, SeedSource.USER), tmp_path / "log.txt", None)
         assert config.precision == set_settings(p)["precision"] == p.precision.value
-    assert len({chosen.fingerprint, explicit.fingerprint, plan(precision="fp32").fingerprint}) == 3
+    assert len({chosen.fingerprint, explicit.fingerprint, plan(precision=Precision.FP32).fingerprint}) == 3
 
 
 def test_16_bit_tables_behind_caches_keep_their_precision_and_the_plans_count_their_bytes(tmp_path):
     """Tables on the SSD tier (one rank) and DDR shards behind HBM caches (sharded) run in the
     precision asked, and the plans count their weights in its bytes (half of fp32's)."""
     from harness.rules.precision import Precision
-    from harness.runsets.runset import RunSetRequest, plan_run_set
+    from harness.runsets.runset import EmbeddingTierChoice, RunSetRequest, plan_run_set
 
     def ssd(**request):
         return plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile="local", results_dir=tmp_path / "r",
-                                          embedding_tier="ssd", ssd_tables=(0, 3), **request))
+                                          embedding_tier=EmbeddingTierChoice.SSD, ssd_tables=(0, 3), **request))
 
     def small_hbm(**request):  # its HBM cannot hold the default benchmark: DDR shards behind caches
         return plan_run_set(RunSetRequest(benchmark="dlrm_synthetic", profile=str(FIXTURE.parent / "small_hbm_4gpu.yaml"),
@@ -349,7 +394,7 @@ def test_16_bit_tables_behind_caches_keep_their_precision_and_the_plans_count_th
         return {s["tier"] for t in (plan.tier_plan or plan.sharding_plan).to_dict()["tables"] for s in t["shards"]}
 
     for make, slow in ((ssd, "ssd"), (small_hbm, "ddr")):
-        full, half = make(precision="fp32"), make(precision="fp16")
+        full, half = make(precision=Precision.FP32), make(precision=Precision.FP16)
         assert (full.precision, half.precision) == (Precision.FP32, Precision.FP16)
         assert slow in tiers(full) and slow in tiers(half)
         # Adagrad: 2 + 4 bytes per value (fp16 weights, fp32 state) against 4 + 4

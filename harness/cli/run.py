@@ -9,12 +9,14 @@ import click
 from tqdm import tqdm
 
 from harness.hw_profiles import DEFAULT_PROFILE
-from harness.reference.planner.types import CommPrecision as Codec  # torch-free, as comm_codecs is not
+from harness.reference.planner.codecs import CommConfig  # torch-free, as comm_codecs is not
+from harness.reference.planner.types import CachePolicy, CommPrecision as Codec
 from harness.rules.precision import Precision
 from harness.rules.seeds import Seed, SeedSource
 from harness.runsets.runset import (
     DEFAULT_STATUS,
     DEFAULT_SUBMITTER,
+    EmbeddingTierChoice,
     Reporter,
     RunOutcome,
     RunSetPlan,
@@ -106,12 +108,13 @@ class TerminalReporter(Reporter):
               help="Codec of the backward embedding all-to-all (their gradients).")
 @click.option("--comm-allreduce", type=click.Choice(CODECS), default="fp32", show_default=True,
               help="Codec of the dense (and data-parallel table) gradient all-reduce.")
-@click.option("--embedding-tier", type=click.Choice(["memory", "ssd", "auto"]), default="memory", show_default=True,
+@click.option("--embedding-tier", type=click.Choice([t.value for t in EmbeddingTierChoice]), default="memory",
+              show_default=True,
               help="Where the embedding rows live: in memory; in a file on local disk (the SSD tier) behind a "
                    "row cache; or auto: the planner places each table within the profile's capacities.")
 @click.option("--cache-fraction", type=click.FloatRange(min=0, max=1, min_open=True), default=0.05,
               show_default=True, help="With --embedding-tier ssd or auto: the cache's share of the SSD tables' rows.")
-@click.option("--cache-policy", type=click.Choice(["lru", "lfu"]), default="lru", show_default=True,
+@click.option("--cache-policy", type=click.Choice([p.value for p in CachePolicy]), default="lru", show_default=True,
               help="With --embedding-tier ssd or auto: which row the cache evicts.")
 @click.option("--ssd-tables", default=None, metavar="I,J,...",
               help="Set these tables (indices) to the SSD tier. With --embedding-tier ssd the others stay in "
@@ -153,9 +156,11 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
     plan = plan_run_set(RunSetRequest(
         benchmark=benchmark, profile=profile, submitter=submitter, runs=runs, results_dir=results_dir,
         seeds=seeds, resume=resume, division=division, status=status, threads=threads, emulate=emulate,
-        comm=(("forward", comm_forward), ("backward", comm_backward), ("allreduce", comm_allreduce)),
-        embedding_tier=embedding_tier, cache_fraction=cache_fraction, cache_policy=cache_policy,
-        ssd_tables=_indices(ssd_tables), data=data, nodes=nodes, overlap=overlap, precision=precision,
+        # the options' names become the run set's enums here, at the edge
+        comm=CommConfig(forward=Codec(comm_forward), backward=Codec(comm_backward), allreduce=Codec(comm_allreduce)),
+        embedding_tier=EmbeddingTierChoice(embedding_tier), cache_fraction=cache_fraction,
+        cache_policy=CachePolicy(cache_policy), ssd_tables=_indices(ssd_tables), data=data, nodes=nodes,
+        overlap=overlap, precision=Precision(precision) if precision is not None else None,
     ), progress=lambda message: click.echo(f"  {message}"))
     click.echo(
         f"{plan.spec.name} on {plan.system}: {plan.runs} run(s) to AUC {plan.spec.target_auc} "
@@ -167,7 +172,8 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
         _describe_dataset(plan)
     if plan.sharding_plan is not None:
         _describe_sharding(plan)
-    if plan.tier_plan is not None or (plan.sharding_plan is not None and plan.request.embedding_tier != "memory"):
+    if plan.tier_plan is not None or (plan.sharding_plan is not None
+                                      and plan.request.embedding_tier is not EmbeddingTierChoice.MEMORY):
         _describe_tiers(plan)
     reporter = TerminalReporter()
     if nodes.multi and nodes.rank != 0:
@@ -247,7 +253,7 @@ def _describe_sharding(plan: RunSetPlan) -> None:
         f"{plan.world_size} ranks ({how}); sharding plan {_short(sp.fingerprint)}: "
         + ", ".join(f"{n} {t}" for t, n in sorted(types.items()))
         + f"; imbalance {sp.imbalance:.3f}; communication "
-        + ", ".join(f"{k} {v}" for k, v in plan.comm.items())
+        + ", ".join(f"{k} {v}" for k, v in plan.comm.to_names().items())
     )
 
 
@@ -262,7 +268,7 @@ def _describe_tiers(plan: RunSetPlan) -> None:
     on_ssd = s.whole.get(Tier.SSD, 0)
     if on_ssd or s.split:
         where.append(f"{on_ssd} on the SSD tier" + (f", {s.split} split across tiers" if s.split else "")
-                     + f" (SSD shards behind an {plan.request.cache_policy.upper()} cache of "
+                     + f" (SSD shards behind an {plan.request.cache_policy.value.upper()} cache of "
                      f"{plan.request.cache_fraction:g} of their rows)")
     room = ", ".join(f"{t.value.upper()} {format_bytes(s.used.get(t))} of {format_bytes(s.capacity.get(t))}"
                      for t in TIERS if s.capacity.get(t))

@@ -17,6 +17,7 @@ An interrupted run's log ends with ``run_stop status=aborted`` and stays in stag
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import os
 import signal
@@ -52,7 +53,8 @@ from harness.hw_profiles import (
 from harness.runsets.launch import NodeGroup, Nodes, worker_command, worker_env
 from harness.reference.engine.mlperf_log import MLPerfLog, parse_records
 from harness.reference.engine.run_config import RunConfig
-from harness.reference.planner.types import Plan, Tier
+from harness.reference.planner.codecs import CommConfig
+from harness.reference.planner.types import CachePolicy, Plan, Tier
 from harness.rules.fingerprint import fingerprint
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.results import RunSetStats, read_run_log, run_set_stats
@@ -75,6 +77,14 @@ FAILED_DONE_TIMEOUT_S = 5.0  # after a failed run, how long node 0 waits for its
 _PROGRESS = "HARNESS_PROGRESS "
 
 
+class EmbeddingTierChoice(enum.Enum):
+    """Where the user asks the embedding rows to live (``--embedding-tier``)."""
+
+    MEMORY = "memory"  # HBM or DDR (on a sharded profile, the planner's choice between them)
+    SSD = "ssd"  # the tables set to the SSD tier (all unless --ssd-tables) in a file, behind a cache in memory
+    AUTO = "auto"  # the planner places each table within the profile's capacities (SSD ones behind the cache)
+
+
 @dataclass(frozen=True)
 class RunSetRequest:
     """What the user asked for (the options of ``harness run``)."""
@@ -90,18 +100,16 @@ class RunSetRequest:
     status: str = DEFAULT_STATUS
     threads: int | None = None
     emulate: bool = False
-    comm: tuple[tuple[str, str], ...] = ()  # (collective, codec): forward, backward, allreduce
-    # "memory"; "ssd": the tables in a file, behind a cache in memory; "auto": the planner
-    # places each table within the profile's capacities (the SSD ones behind the cache)
-    embedding_tier: str = "memory"
+    comm: CommConfig = CommConfig()  # the codec of each collective: forward, backward, allreduce
+    embedding_tier: EmbeddingTierChoice = EmbeddingTierChoice.MEMORY
     cache_fraction: float = 0.05
-    cache_policy: str = "lru"
-    ssd_tables: tuple[int, ...] | None = None  # set to the SSD tier (indices); with "ssd", None: all
+    cache_policy: CachePolicy = CachePolicy.LRU
+    ssd_tables: tuple[int, ...] | None = None  # set to the SSD tier (indices); with SSD, None: all
     data: Path | None = None  # the dataset's files (--data); None: the benchmark's generator
     overlap: bool = True  # overlap a sharded run's communication with its computation (the same arithmetic)
-    # fp32, bf16 or fp16 (--precision); None: the submitter config's choice for the profile, else the
-    # fastest precision the hardware computes natively
-    precision: str | None = None
+    # --precision; None: the submitter config's choice for the profile, else the fastest precision
+    # the hardware computes natively
+    precision: Precision | None = None
     nodes: Nodes = field(default_factory=Nodes)  # the launchers: this node's rank among them (--nnodes, --node-rank, ...)
 
 
@@ -163,7 +171,7 @@ class RunSetPlan:
     borrowed_from: dict[str, str] | None = None
     world_size: int = 1
     sharding_plan: Plan | None = None  # the plan the ranks execute (typed; JSON in the job file and staging dir)
-    comm: dict[str, str] = field(default_factory=dict)
+    comm: CommConfig = CommConfig()
     emulation_scale: float | None = None
     embedding_tier: dict[str, Any] | None = None  # {"tier", "cache_fraction", "policy", ...} when not in memory
     tier_plan: Plan | None = None  # the planner's placement of a one-rank run's tables on tiers
@@ -205,6 +213,7 @@ def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | No
         raise HarnessError(f"status must be one of {', '.join(map(repr, _LOG_STATUS))}")
     if not request.submitter or "/" in request.submitter or request.submitter.startswith("."):
         raise HarnessError(f"submitter name {request.submitter!r} cannot be a directory name")
+    _check_request_types(request)
     spec = load_benchmark(request.benchmark)
     detected = detect(results_dir=str(request.results_dir))
     profile = load_profile(request.profile, detected=detected)
@@ -247,7 +256,7 @@ def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | No
     fp = fingerprint({
         "benchmark": spec.raw, "hyperparameters": hyperparameters, "profile": _fingerprint_profile(profile),
         **({"emulated": True} if request.emulate else {}),
-        **({"comm": comm, "sharding_plan": sharding_plan.fingerprint} if sharding_plan else {}),
+        **({"comm": comm.to_names(), "sharding_plan": sharding_plan.fingerprint} if sharding_plan else {}),
         **({"embedding_tier": embedding_tier} if embedding_tier else {}),
         **({"data": _data_identity(data)} if data else {}),
         **({"precision": precision.value} if precision.reduced else {}),  # fp32 sets keep their fingerprint
@@ -275,6 +284,21 @@ def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | No
     )
 
 
+_REQUEST_TYPES = {"comm": CommConfig, "embedding_tier": EmbeddingTierChoice, "cache_policy": CachePolicy,
+                  "precision": (Precision, type(None))}
+
+
+def _check_request_types(request: RunSetRequest) -> None:
+    """The request's closed choices are enums (the CLI converts its options): a name where a
+    member belongs is a caller's slip, said in one line rather than compared wrongly later."""
+    for name, types in _REQUEST_TYPES.items():
+        value = getattr(request, name)
+        if not isinstance(value, types):
+            wanted = types.__name__ if isinstance(types, type) else types[0].__name__
+            raise HarnessError(f"RunSetRequest.{name} must be a {wanted}, not {type(value).__name__} {value!r}",
+                               ErrorCategory.BAD_INPUT)
+
+
 def _precision(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile,
                detected: DetectedHardware) -> tuple[Precision, str]:
     """The run set's precision and where it comes from:
@@ -282,7 +306,7 @@ def _precision(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile,
     precision the hardware computes natively (this CPU's for ``--emulate``). The same command
     on the same machine resolves the same, so a plain ``--resume`` keeps the set's precision."""
     if request.precision is not None:
-        return parse_precision(request.precision, what="--precision"), "--precision"
+        return request.precision, "--precision"
     chosen = submitter_precision(request.submitter, spec.name, profile.name)
     if chosen is not None:
         return chosen
@@ -322,7 +346,7 @@ def _tier_constraints(request: RunSetRequest, spec: BenchmarkSpec, world_size: i
     batch looks up) are counted in the fastest tier of their rank above them. One rank trains
     whole tables (table-wise: each table on one tier); a sharded run keeps the SSD tables off
     data-parallel (replicas are not cached)."""
-    if request.embedding_tier == "memory":
+    if request.embedding_tier is EmbeddingTierChoice.MEMORY:
         if request.ssd_tables is not None:
             raise HarnessError("--ssd-tables needs --embedding-tier ssd or auto")
         if world_size == 1:
@@ -333,12 +357,8 @@ def _tier_constraints(request: RunSetRequest, spec: BenchmarkSpec, world_size: i
         # in memory: HBM, and DDR under it behind caches in HBM (the executor runs every placement)
         return {"tiers": tuple((t.name, (Tier.HBM, Tier.DDR)) for t in tables_for_benchmark(spec)),
                 "ddr_cache_fraction": request.cache_fraction, "cache_policy": request.cache_policy}
-    if request.embedding_tier not in ("ssd", "auto"):
-        raise HarnessError(f"embedding tier must be memory, ssd or auto, not {request.embedding_tier!r}")
     if not 0 < request.cache_fraction <= 1:
         raise HarnessError(f"--cache-fraction must be in (0, 1], not {request.cache_fraction}")
-    if request.cache_policy not in ("lru", "lfu"):
-        raise HarnessError(f"--cache-policy must be lru or lfu, not {request.cache_policy!r}")
     from harness.reference.planner import ShardingType, Tier
     from harness.reference.planner.models import tables_for_benchmark
 
@@ -346,8 +366,9 @@ def _tier_constraints(request: RunSetRequest, spec: BenchmarkSpec, world_size: i
     chosen = request.ssd_tables
     if chosen is not None and (not chosen or any(not 0 <= t < len(tables) for t in chosen)):
         raise HarnessError(f"--ssd-tables takes table indices 0..{len(tables) - 1}, not {list(chosen)}")
-    on_ssd = set(range(len(tables)) if chosen is None and request.embedding_tier == "ssd" else chosen or ())
-    pinned_all = request.embedding_tier == "ssd"  # "auto": the tables not set are the planner's
+    on_ssd = set(range(len(tables)) if chosen is None and request.embedding_tier is EmbeddingTierChoice.SSD
+                 else chosen or ())
+    pinned_all = request.embedding_tier is EmbeddingTierChoice.SSD  # AUTO: the tables not set are the planner's
     tiers = tuple(
         (t.name, (Tier.SSD,) if i in on_ssd else (Tier.HBM, Tier.DDR)) for i, t in enumerate(tables)
         if i in on_ssd or pinned_all
@@ -381,12 +402,12 @@ def _tier_plan(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile,
 def _embedding_tier(request: RunSetRequest, plan: Plan | None) -> dict[str, Any] | None:
     """What the run's trainer is told (JSON, in the run config): the tables with shards on the SSD
     tier (per the plan) and their cache; None when every table is in memory."""
-    if plan is None or request.embedding_tier == "memory":
+    if plan is None or request.embedding_tier is EmbeddingTierChoice.MEMORY:
         return None
     ssd = [i for i, tiers in enumerate(plan.table_tiers()) if Tier.SSD in tiers]
     if not ssd:
         return None
-    return {"tier": Tier.SSD.value, "cache_fraction": request.cache_fraction, "policy": request.cache_policy,
+    return {"tier": Tier.SSD.value, "cache_fraction": request.cache_fraction, "policy": request.cache_policy.value,
             "ssd_tables": ssd, "table_tiers": table_tiers(plan), "tier_plan": plan.fingerprint}
 
 
@@ -396,22 +417,18 @@ def table_tiers(plan: Plan) -> list[str]:
     return ["+".join(t.value for t in tiers) for tiers in plan.table_tiers()]
 
 
-def _comm_codecs(requested: tuple[tuple[str, str], ...], world_size: int) -> dict[str, str]:
+def _comm_codecs(requested: CommConfig, world_size: int) -> CommConfig:
     """The codec of each collective (fp32 unless asked); refused for a one-rank run (nothing is sent)."""
-    from harness.reference.distributed.comm_codecs import CommConfig
-
-    codecs = CommConfig.from_names(dict(requested))
-    if world_size == 1 and codecs != CommConfig():
+    if world_size == 1 and requested != CommConfig():
         raise HarnessError("quantized communication needs more than one rank; this profile has one")
-    return codecs.to_names()
+    return requested
 
 
 def _sharding_plan(spec: BenchmarkSpec, profile: Profile, hyperparameters: dict[str, Any],
-                   comm: dict[str, str], request: RunSetRequest, precision: Precision) -> Plan:
+                   comm: CommConfig, request: RunSetRequest, precision: Precision) -> Plan:
     """The plan the run's ranks execute: the planner's, for the (emulated) profile and the global
     batch (with ``--embedding-tier ssd|auto``, its tier settings and SSD caches counted), the
     tables' weights in ``precision``'s bytes."""
-    from harness.reference.distributed.comm_codecs import Codec
     from harness.reference.planner import PlannerConfig, plan_tables
     from harness.reference.planner.models import tables_for_benchmark
 
@@ -420,7 +437,7 @@ def _sharding_plan(spec: BenchmarkSpec, profile: Profile, hyperparameters: dict[
         raise HarnessError(
             f"global_batch_size {gbs} is not divisible by the {profile.world_size} ranks of profile {profile.name}"
         )
-    slowest = max((Codec(comm["forward"]), Codec(comm["backward"])), key=lambda c: c.bytes_per_element)
+    slowest = max((comm.forward, comm.backward), key=lambda c: c.bytes_per_element)
     constraints = _tier_constraints(request, spec, profile.world_size) or {}
     config = PlannerConfig(batch_size=gbs, comm_precision=slowest, param_bytes_per_element=precision.bytes_per_element,
                            **constraints)
@@ -487,9 +504,9 @@ def set_settings(plan: RunSetPlan) -> dict[str, Any]:
         "status": r.status,
         "submitter": r.submitter,
         "seeds": list(r.seeds) if r.seeds else "drawn",
-        "communication codecs": dict(plan.comm),
-        "embedding tier": {"tier": r.embedding_tier, "cache_fraction": r.cache_fraction,
-                           "cache_policy": r.cache_policy,
+        "communication codecs": plan.comm.to_names(),
+        "embedding tier": {"tier": r.embedding_tier.value, "cache_fraction": r.cache_fraction,
+                           "cache_policy": r.cache_policy.value,
                            "ssd_tables": list(r.ssd_tables) if r.ssd_tables is not None else None},
         "threads": r.threads,
         "overlap": r.overlap,
@@ -579,7 +596,7 @@ def _worker_config(plan: RunSetPlan, index: int, seed: Seed, log_path: Path, bes
         world_size=plan.world_size,
         # one rank with its tables placed on tiers: the sharded collection runs that plan (one code path)
         sharding_plan=plan.sharding_plan if plan.world_size > 1 else plan.tier_plan,
-        comm=plan.comm,
+        comm=plan.comm.to_names(),
         embedding_tier=(
             {**plan.embedding_tier, "path": str((plan.staging_dir / f"result_{index}.tables.bin").resolve())}
             if plan.embedding_tier else None

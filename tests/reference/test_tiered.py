@@ -244,13 +244,14 @@ def small_memory_profile(tmp_path: Path, ddr_bytes: int) -> Path:
 
 
 def test_the_planner_places_the_tables_that_memory_cannot_hold_on_the_ssd(tmp_path):
-    from harness.runsets.runset import RunSetRequest, plan_run_set, table_tiers
+    from harness.rules.precision import Precision
+    from harness.runsets.runset import EmbeddingTierChoice, RunSetRequest, plan_run_set, table_tiers
 
     profile = small_memory_profile(tmp_path, 500_000)
 
     def planned(**kw):
         return plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile=str(profile), results_dir=tmp_path / "r",
-                                          embedding_tier="auto", precision="fp32", **kw))
+                                          embedding_tier=EmbeddingTierChoice.AUTO, precision=Precision.FP32, **kw))
 
     plan = planned()
     tiers = table_tiers(plan.tier_plan)
@@ -270,7 +271,8 @@ def test_the_planner_places_the_tables_that_memory_cannot_hold_on_the_ssd(tmp_pa
     assert table_tiers(forced.tier_plan)[0] == "ssd" and set(forced.embedding_tier["ssd_tables"]) == {0, *ssd}
     # where memory holds every table, auto keeps them all there
     roomy = plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile=str(small_memory_profile(tmp_path, 10**9)),
-                                       results_dir=tmp_path / "r", embedding_tier="auto", precision="fp32"))
+                                       results_dir=tmp_path / "r", embedding_tier=EmbeddingTierChoice.AUTO,
+                                       precision=Precision.FP32))
     assert set(table_tiers(roomy.tier_plan)) == {"ddr"} and roomy.embedding_tier is None
 
 

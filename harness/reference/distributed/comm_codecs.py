@@ -15,69 +15,28 @@ every backend can move it (gloo has no fp8 type: fp8 travels as its bytes).
 Encoding is deterministic (round-half-to-even, no stochastic rounding), so a run with
 quantized communication is as reproducible as one without. The codecs are the planner's
 :class:`~harness.reference.planner.types.CommPrecision` values, so a plan's cost model and
-the collectives speak of the same precisions.
+the collectives speak of the same precisions. Their torch-free half (:class:`CommConfig`, MLPerf's
+names, the bytes on the wire) is :mod:`harness.reference.planner.codecs`, re-exported here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from harness.errors import ErrorCategory, HarnessError
-from harness.reference.planner.traffic import ROW_OVERHEAD
+from harness.reference.planner.codecs import (  # noqa: F401  (re-exported: the codecs' torch-free half)
+    ROW_OVERHEAD,
+    CommConfig,
+    is_scaled,
+    mlperf_precision,
+    wire_bytes,
+)
 from harness.reference.planner.types import CommPrecision as Codec
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
-_MLPERF_NAME = {Codec.BF16: "bfloat16"}  # MLPerf's spelling; the others are the same
-_ROW_OVERHEAD = ROW_OVERHEAD  # fp32 scale (+ fp32 bias) per row: fp8 4 bytes, int8 8 (the planner's traffic model's)
-
-
-def mlperf_precision(codec: Codec) -> str:
-    """The name MLPerf's ``lowest_numerical_precision_in_comm`` uses for ``codec``."""
-    return _MLPERF_NAME.get(codec, codec.value)
-
-
-@dataclass(frozen=True)
-class CommConfig:
-    """Which codec each collective uses."""
-
-    forward: Codec = Codec.FP32
-    backward: Codec = Codec.FP32
-    allreduce: Codec = Codec.FP32
-
-    @classmethod
-    def from_names(cls, names: dict[str, str] | None) -> CommConfig:
-        """From ``{"forward": "fp16", ...}`` (a run config's ``comm``); unnamed collectives are fp32."""
-        names = names or {}
-        known = {c.value for c in Codec}
-        for collective, codec in names.items():
-            if collective not in ("forward", "backward", "allreduce") or codec not in known:
-                raise HarnessError(
-                    f"unknown codec {collective}={codec}; codecs: {', '.join(sorted(known))}", ErrorCategory.BAD_INPUT
-                )
-        return cls(**{k: Codec(v) for k, v in names.items()})
-
-    def to_names(self) -> dict[str, str]:
-        return {"forward": self.forward.value, "backward": self.backward.value, "allreduce": self.allreduce.value}
-
-    def lowest_precision(self) -> str:
-        lowest = min((self.forward, self.backward, self.allreduce), key=lambda c: c.bytes_per_element)
-        return mlperf_precision(lowest)
 
 
 def _as_bytes(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.uint8).reshape(-1)
-
-
-def is_scaled(codec: Codec) -> bool:
-    """Whether ``codec`` sends a scale per row (fp8, int8): its rows must be whole rows of values."""
-    return codec in _ROW_OVERHEAD
-
-
-def wire_bytes(codec: Codec, rows: int, cols: int) -> int:
-    """Bytes on the wire for a ``rows x cols`` float32 tensor."""
-    return rows * (cols * codec.bytes_per_element + _ROW_OVERHEAD.get(codec, 0))
 
 
 def encode(x: torch.Tensor, codec: Codec) -> torch.Tensor:

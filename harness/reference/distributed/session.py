@@ -382,11 +382,12 @@ class DistributedSession(TrainingSession):
         links = self.config.profile.get("interconnect") or {}
         dense = sum(p.numel() for p in self.model.dense.module.parameters())
         plan = self.config.sharding_plan
-        return project_traffic(plan.to_dict() if plan is not None else {}, ranks_per_node=self.ranks_per_node(),
+        assert plan is not None  # checked in __init__
+        return project_traffic(plan, ranks_per_node=self.ranks_per_node(),
                                # what the pooled vectors cross in: the tables' type where the codec is fp32
-                               codecs={**self.codecs.to_names(), "forward": self.embeddings.forward_codec.value,
-                                       "backward": self.embeddings.backward_codec.value}, dense_values=dense,
-                               intra_bw_bytes_per_s=float(links.get("intra_node_bw_bytes_per_s", 0)) / 2,
+                               codecs=dataclasses.replace(self.codecs, forward=self.embeddings.forward_codec,
+                                                          backward=self.embeddings.backward_codec),
+                               dense_values=dense, intra_bw_bytes_per_s=float(links.get("intra_node_bw_bytes_per_s", 0)) / 2,
                                scale_out_bw_bytes_per_s=float(links.get("scale_out_bw_bytes_per_s", 0)) / 2)
 
     def measured_per_step(self, report: dict[str, Any]) -> dict[str, Any]:

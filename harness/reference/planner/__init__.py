@@ -4,6 +4,7 @@ from harness.reference.planner.estimators import PlannerConfig, ShardEstimator, 
 from harness.reference.planner.planners import EmbeddingShardingPlanner, plan_tables
 from harness.reference.planner.proposers import BalancingProposer, CheapestFitProposer
 from harness.reference.planner.types import (
+    CachePolicy,
     CommPrecision,
     Perf,
     Plan,
@@ -19,6 +20,7 @@ from harness.reference.planner.types import (
 
 __all__ = [
     "BalancingProposer",
+    "CachePolicy",
     "CheapestFitProposer",
     "CommPrecision",
     "EmbeddingShardingPlanner",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from harness.hw_profiles.profiles import Profile
 from harness.reference.planner.types import (
     TIERS,
+    CachePolicy,
     CommPrecision,
     Perf,
     ShardingOption,
@@ -57,7 +58,7 @@ class PlannerConfig:
     # HBM (Neo's HBM cache over host memory, FBGEMM's UVM caching); 0: DDR shards are read where
     # they are. Data-parallel replicas are never cached
     ddr_cache_fraction: float = 0.0
-    cache_policy: str = "lru"  # "lfu" keeps a use count per row too (cache_nbytes)
+    cache_policy: CachePolicy = CachePolicy.LRU  # LFU keeps a use count per row too (cache_nbytes)
     # balancing (planners.py): while the max/mean rank cost is above ``imbalance_target``, switch
     # the options of the tables that load the slowest rank most (or split the coarsest shards
     # finer), trying at most ``balance_max_steps`` partitions (a count, not a time: plans stay
@@ -86,7 +87,7 @@ class PlannerConfig:
             **({"tiers": {name: [t.value for t in tiers] for name, tiers in self.tiers}} if self.tiers else {}),
             **({"ssd_cache_fraction": self.ssd_cache_fraction} if self.ssd_cache_fraction else {}),
             **({"ddr_cache_fraction": self.ddr_cache_fraction} if self.ddr_cache_fraction else {}),
-            **({"cache_policy": self.cache_policy} if self.cache_policy != "lru" else {}),
+            **({"cache_policy": self.cache_policy.value} if self.cache_policy is not CachePolicy.LRU else {}),
         }
 
     def cache_fraction(self, tier: Tier) -> float:
@@ -244,7 +245,7 @@ class ShardEstimator:
             return 0
         slots = cache_rows(load.rows, self.config.cache_fraction(tier), load.ids_per_step)
         row_bytes = math.ceil(load.storage_bytes / load.rows)
-        return cache_nbytes(load.rows, slots, row_bytes, lfu=self.config.cache_policy == "lfu")
+        return cache_nbytes(load.rows, slots, row_bytes, lfu=self.config.cache_policy is CachePolicy.LFU)
 
     def perf(self, load: ShardLoad, tier: Tier) -> Perf:
         """The shard's seconds per step when it lives on ``tier``. A cached shard reads at the

@@ -26,36 +26,39 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.reference.planner.types import CommPrecision, ShardingType
+from harness.errors import ErrorCategory, HarnessError
+from harness.reference.planner.codecs import ROW_OVERHEAD, CommConfig, wire_bytes  # noqa: F401  (re-exported)
+from harness.reference.planner.types import Plan, Shard, ShardingType
 
 INPUT, FORWARD, BACKWARD, DENSE, REPLICA = (
     "input_all_to_all", "forward_all_to_all", "backward_all_to_all", "dense_all_reduce", "replica_all_reduce")
 KINDS = (INPUT, FORWARD, BACKWARD, DENSE, REPLICA)
 INTRA, INTER = "intra_node", "inter_node"
 ID_BYTES = 8  # ids and lengths travel as int64
-ROW_OVERHEAD = {CommPrecision.FP8: 4, CommPrecision.INT8: 8}  # a row's fp32 scale (+ bias)
 ALL_REDUCE_ROW = 256  # values per row of a scaled codec in the all-reduce
-TWO_STAGE = (ShardingType.TABLE_ROW_WISE.value, ShardingType.TABLE_COLUMN_WISE.value)
+TWO_STAGE = (ShardingType.TABLE_ROW_WISE, ShardingType.TABLE_COLUMN_WISE)
 
 
-def wire_bytes(codec: CommPrecision, rows: int, cols: int) -> int:
-    """Bytes on the wire for ``rows x cols`` float32 values sent as ``codec`` (the codecs' rule)."""
-    return rows * (cols * codec.bytes_per_element + ROW_OVERHEAD.get(codec, 0))
-
-
-def project_traffic(plan: Mapping[str, Any], *, ranks_per_node: int, codecs: Mapping[str, str],
+def project_traffic(plan: Plan, *, ranks_per_node: int, codecs: CommConfig,
                     dense_values: int, intra_bw_bytes_per_s: float = 0.0,
                     scale_out_bw_bytes_per_s: float = 0.0) -> dict[str, Any]:
-    """Bytes per link class and kind of one training step of ``plan`` (``Plan.to_dict()``), over
-    every rank, and the seconds of the busiest rank at the given one-way link bandwidths.
+    """Bytes per link class and kind of one training step of ``plan`` (the planner's
+    :class:`~harness.reference.planner.types.Plan`), over every rank, and the seconds of the
+    busiest rank at the given one-way link bandwidths; ``codecs``: what each collective sends.
 
     ``dense_values``: the dense part's parameter count (DDP all-reduces their gradients).
     """
-    w = int(plan["world_size"])
+    if not isinstance(plan, Plan):
+        raise HarnessError(f"project_traffic takes the planner's Plan (Plan.from_dict reads its JSON), "
+                           f"not {type(plan).__name__}", ErrorCategory.BAD_INPUT)
+    if not isinstance(codecs, CommConfig):
+        raise HarnessError(f"project_traffic takes the codecs as a CommConfig (CommConfig.from_names reads "
+                           f"their names), not {type(codecs).__name__}", ErrorCategory.BAD_INPUT)
+    w = int(plan.world_size)
     per_node = ranks_per_node if w % ranks_per_node == 0 else w
     nodes = w // per_node
-    b = int(plan["batch_size"]) // w
-    fwd, bwd, red = (CommPrecision(codecs.get(k, "fp32")) for k in ("forward", "backward", "allreduce"))
+    b = int(plan.batch_size) // w
+    fwd, bwd, red = codecs.forward, codecs.backward, codecs.allreduce
     two_stage_on = nodes > 1 and per_node > 1
 
     def node(r: int) -> int:
@@ -71,47 +74,47 @@ def project_traffic(plan: Mapping[str, Any], *, ranks_per_node: int, codecs: Map
         sent[kind][link] += nbytes
         by_rank[src][link] += nbytes
 
-    flat: list[list[dict[str, Any]]] = [[] for _ in range(w)]
-    hier: list[list[dict[str, Any]]] = [[] for _ in range(w)]
+    flat: list[list[Shard]] = [[] for _ in range(w)]
+    hier: list[list[Shard]] = [[] for _ in range(w)]
     keys: list[set[tuple[int, int, int]]] = [set() for _ in range(w)]
-    tables = plan["tables"]
+    tables = plan.tables
     node_tables: list[list[int]] = [[] for _ in range(nodes)]
     replica_values = 0
     exact_ids = True
-    for t, table in enumerate(tables):
-        if table["sharding_type"] == ShardingType.DATA_PARALLEL.value:
-            replica_values += int(table["rows"]) * int(table["dim"])
+    for t, (table, sharding, shards) in enumerate(zip(tables, plan.sharding_types, plan.table_shards())):
+        if sharding is ShardingType.DATA_PARALLEL:
+            replica_values += int(table.rows) * int(table.dim)
             continue
-        two_stage = two_stage_on and table["sharding_type"] in TWO_STAGE
+        two_stage = two_stage_on and sharding in TWO_STAGE
         partial_nodes = set()
-        for s in table["shards"]:
-            r = int(s["rank"])
-            (hier if two_stage else flat)[r].append({**s, "table": t})
-            keys[r].add((t, int(s["row_offset"]), int(s["rows"])))
-            if int(s["rows"]) != int(table["rows"]):
+        for s in shards:
+            r = int(s.rank)
+            (hier if two_stage else flat)[r].append(s)
+            keys[r].add((t, int(s.row_offset), int(s.rows)))
+            if int(s.rows) != int(table.rows):
                 partial_nodes.add(node(r))
         if two_stage:
-            node_tables[node(int(table["shards"][0]["rank"]))].append(t)
+            node_tables[node(int(shards[0].rank))].append(t)
         exact_ids &= len(partial_nodes) <= 1
 
     for src in range(w):
         for dst in range(w):
             # input: lengths of every key of dst, then the ids of src's samples in each key's rows
             send(INPUT, src, dst, len(keys[dst]) * b * ID_BYTES)
-            send(INPUT, src, dst, sum(b * tables[t]["pooling"] * rows / tables[t]["rows"]
+            send(INPUT, src, dst, sum(b * tables[t].pooling * rows / tables[t].rows
                                       for t, _, rows in keys[dst]) * ID_BYTES)
             # flat pooled vectors: src's shards' vectors of dst's samples, and back
-            send(FORWARD, src, dst, sum(wire_bytes(fwd, b, int(s["cols"])) for s in flat[src]))
-            send(BACKWARD, src, dst, sum(wire_bytes(bwd, b, int(s["cols"])) for s in flat[dst]))
+            send(FORWARD, src, dst, sum(wire_bytes(fwd, b, int(s.cols)) for s in flat[src]))
+            send(BACKWARD, src, dst, sum(wire_bytes(bwd, b, int(s.cols)) for s in flat[dst]))
             if not two_stage_on or not any(node_tables):
                 continue
             if node(src) == node(dst):  # stage one: the samples of dst's local index, nodes times b
-                send(FORWARD, src, dst, sum(wire_bytes(fwd, nodes * b, int(s["cols"])) for s in hier[src]))
-                send(BACKWARD, src, dst, sum(wire_bytes(bwd, nodes * b, int(s["cols"])) for s in hier[dst]))
+                send(FORWARD, src, dst, sum(wire_bytes(fwd, nodes * b, int(s.cols)) for s in hier[src]))
+                send(BACKWARD, src, dst, sum(wire_bytes(bwd, nodes * b, int(s.cols)) for s in hier[dst]))
             elif src % per_node == dst % per_node:  # stage two: one local index, across nodes
-                dims = [int(tables[t]["dim"]) for t in node_tables[node(src)]]
+                dims = [int(tables[t].dim) for t in node_tables[node(src)]]
                 send(FORWARD, src, dst, sum(wire_bytes(fwd, b, d) for d in dims))
-                dims = [int(tables[t]["dim"]) for t in node_tables[node(dst)]]
+                dims = [int(tables[t].dim) for t in node_tables[node(dst)]]
                 send(BACKWARD, src, dst, sum(wire_bytes(bwd, b, d) for d in dims))
 
     # the all-reduces: reduce-scatter then all-gather of chunks; over the ranks, each chunk goes

@@ -57,6 +57,15 @@ class CommPrecision(enum.Enum):
         return {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}[self.value]
 
 
+class CachePolicy(enum.Enum):
+    """Which row a software-managed cache evicts (:mod:`harness.reference.tiered.cache`): the one
+    used longest ago, or the one looked up the fewest times. Here, torch-free, because the planner
+    counts an LFU cache's use counts in its bytes and the run set names the policy."""
+
+    LRU = "lru"
+    LFU = "lfu"
+
+
 class PlannerErrorType(enum.Enum):
     """Why the planner found no plan."""
 

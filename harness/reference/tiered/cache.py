@@ -23,7 +23,6 @@ the store's copy of a non-resident row cannot change while it is being read.
 
 from __future__ import annotations
 
-import enum
 from collections import deque
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, fields
@@ -33,12 +32,8 @@ import torch
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.hw_profiles.tiers import Tier
+from harness.reference.planner.types import CachePolicy  # re-exported: torch-free, the planner counts it
 from harness.reference.tiered.store import RowStore
-
-
-class CachePolicy(enum.Enum):
-    LRU = "lru"
-    LFU = "lfu"
 
 
 @dataclass
