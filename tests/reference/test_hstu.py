@@ -1,0 +1,174 @@
+"""The HSTU ranker: its config from a spec, shapes, the masked loss, training on a learnable signal,
+determinism, the fused tables' sparse updates, and the two attention paths agreeing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.errors import HarnessError
+from harness.reference.data.event_batch import UNKNOWN_ACTION, EventBatch
+from harness.reference.models.embeddings import SparseOptimizerConfig
+from harness.reference.models.hstu import HSTUConfig, HSTURanker, sparse_optimizer
+from harness.rules.specs import EmbeddingOptimizer
+
+MODEL = {"family": "hstu", "embedding_dim": 8, "num_layers": 2, "num_heads": 2, "attention_dim": 4,
+         "linear_dim": 4, "max_sequence_length": 32, "input_dropout": 0.0, "linear_dropout": 0.0,
+         "time_buckets": 16, "contextual": ["uid"], "embedding_optimizer": "rowwise_adagrad",
+         "preprocessor_hidden_dim": 8, "head_hidden_dim": 8}
+DATASET = {"item_rows": 40, "artist_rows": 10, "album_rows": 20, "users": 12, "actions": 4}
+
+
+def _config(**overrides) -> HSTUConfig:
+    return HSTUConfig.from_spec({**MODEL, **overrides}, DATASET)
+
+
+def make_batch(seed: int, users: int = 4, max_history: int = 8) -> EventBatch:
+    """Users' histories then 1-3 candidates; a candidate is listened when its item is even (the signal)."""
+    g = torch.Generator().manual_seed(seed)
+    history = torch.randint(0, max_history + 1, (users,), generator=g)
+    candidates = torch.randint(1, 4, (users,), generator=g)
+    n = int((history + candidates).sum())
+    item = torch.randint(0, DATASET["item_rows"], (n,), generator=g)
+    batch = EventBatch(uid=torch.randint(0, DATASET["users"], (users,), generator=g), history_lengths=history,
+                       candidate_lengths=candidates, item=item, artist=item % DATASET["artist_rows"],
+                       album=item % DATASET["album_rows"], action=torch.zeros(n, dtype=torch.int64),
+                       timestamp=torch.zeros(n, dtype=torch.int64), labels=torch.zeros(0), label_mask=torch.zeros(0))
+    is_candidate = batch.is_candidate()
+    action = torch.randint(1, DATASET["actions"], (n,), generator=g).masked_fill(is_candidate, UNKNOWN_ACTION)
+    step = torch.randint(0, 4000, (n,), generator=g)
+    timestamp = torch.cat([torch.cumsum(step[s:e], 0) for s, e in zip(batch.offsets()[:-1], batch.offsets()[1:])])
+    labels = (item[is_candidate] % 2 == 0).float()
+    mask = torch.rand(labels.shape, generator=g) < 0.8
+    mask[0] = True
+    out = EventBatch(**{**batch.__dict__, "action": action, "timestamp": timestamp, "labels": labels,
+                        "label_mask": mask})
+    out.check()
+    return out
+
+
+def _model(seed: int = 0, lr: float = 0.05, **kwargs) -> HSTURanker:
+    config = _config()
+    return HSTURanker(config, sparse_optimizer(config, lr), seed=seed, **kwargs)
+
+
+def test_config_from_spec_reads_every_key_and_refuses_unknown_ones():
+    config = _config()
+    assert (config.embedding_dim, config.num_layers, config.num_heads, config.attention_dim, config.linear_dim) == (
+        8, 2, 2, 4, 4)
+    assert config.contextual == ("uid",) and config.embedding_optimizer is EmbeddingOptimizer.ROWWISE_ADAGRAD
+    assert (config.item_rows, config.users, config.actions) == (40, 12, 4)
+    with pytest.raises(HarnessError, match="unknown keys"):
+        HSTUConfig.from_spec({**MODEL, "softmax": True}, DATASET)
+    with pytest.raises(HarnessError, match="lacks"):
+        HSTUConfig.from_spec(MODEL, {k: v for k, v in DATASET.items() if k != "actions"})
+    with pytest.raises(HarnessError, match="family"):
+        HSTUConfig.from_spec({**MODEL, "family": "dlrm"}, DATASET)
+
+
+@pytest.mark.parametrize("contextual", [[], ["uid"]])
+def test_forward_gives_one_logit_per_candidate(contextual):
+    config = _config(contextual=contextual)
+    model = HSTURanker(config, sparse_optimizer(config, 0.01))
+    batch = make_batch(1)
+    logits = model(batch)
+    assert logits.shape == (int(batch.candidate_lengths.sum()),) and logits.dtype == torch.float32
+    assert torch.isfinite(logits).all()
+
+
+def test_a_candidate_logit_depends_on_its_own_user_only():
+    model = _model().eval()
+    batch = make_batch(2)
+    base = model(batch)
+    item = batch.item.clone()
+    item[: int(batch.lengths[0])] = (item[: int(batch.lengths[0])] + 1) % DATASET["item_rows"]  # user 0's events
+    moved = model(EventBatch(**{**batch.__dict__, "item": item}))
+    first = int(batch.candidate_lengths[0])
+    assert not torch.equal(moved[:first], base[:first])
+    assert torch.equal(moved[first:], base[first:])
+
+
+def test_loss_ignores_unlabelled_candidates():
+    model = _model()
+    batch = make_batch(3)
+    logits = model(batch)
+    flipped = EventBatch(**{**batch.__dict__, "labels": torch.where(batch.label_mask, batch.labels, 1 - batch.labels)})
+    assert torch.equal(model.loss(batch, logits), model.loss(flipped, logits))
+    m = batch.label_mask
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(logits[m], batch.labels[m])
+    torch.testing.assert_close(model.loss(batch, logits), expected)
+    none = EventBatch(**{**batch.__dict__, "label_mask": torch.zeros_like(m)})
+    assert float(model.loss(none, logits).detach()) == 0.0
+
+
+def test_training_lowers_the_loss():
+    torch.manual_seed(0)
+    model = _model(lr=0.1)
+    adam = torch.optim.Adam(model.dense_parameters(), lr=3e-3)
+    batch = make_batch(4, users=6)
+    losses = []
+    for step in range(6):
+        model.set_step(step)
+        loss = model.loss(batch, model(batch))
+        adam.zero_grad()
+        loss.backward()
+        adam.step()
+        losses.append(float(loss.detach()))
+    assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_same_seed_same_logits_bit_for_bit():
+    batch = make_batch(5)
+    assert torch.equal(_model(seed=7).eval()(batch), _model(seed=7).eval()(batch))
+    assert not torch.equal(_model(seed=7).eval()(batch), _model(seed=8).eval()(batch))
+    state = torch.random.get_rng_state()
+    _model(seed=7)
+    assert torch.equal(torch.random.get_rng_state(), state), "building the model drew from torch's global generator"
+
+
+def test_only_the_rows_a_batch_touches_are_updated():
+    model = _model()
+    batch = make_batch(6)
+    # every candidate labelled: an unlabelled candidate's item gets a zero gradient (and so no change)
+    batch = EventBatch(**{**batch.__dict__, "label_mask": torch.ones_like(batch.label_mask)})
+    before = [t.weight.detach().clone() for t in model.tables()]
+    model.loss(batch, model(batch)).backward()
+    rows = model.embeddings.table_rows
+    touched = [torch.cat([batch.item, batch.artist + rows[0], batch.album + rows[0] + rows[1]]), batch.uid]
+    for table, old, ids in zip(model.tables(), before, touched):
+        changed = (table.weight.detach() != old).any(dim=1)
+        expected = torch.zeros_like(changed)
+        expected[ids] = True
+        assert torch.equal(changed, expected)
+        assert table.weight.grad is None
+    assert all(p.grad is not None for p in model.dense_parameters())
+
+
+def test_set_learning_rate_reaches_both_tables():
+    model = _model()
+    model.set_learning_rate(0.5)
+    assert all(t.optimizer.learning_rate == 0.5 for t in model.tables())
+    assert not {id(p) for p in model.dense_parameters()} & {id(p) for p in model.tables().parameters()}
+
+
+@pytest.mark.parametrize("contextual_attention", ["causal", "full"])
+def test_plain_and_jagged_attention_give_the_same_logits(contextual_attention):
+    config = _config(contextual_attention=contextual_attention)
+    batch = make_batch(7)
+    jagged = HSTURanker(config, sparse_optimizer(config, 0.01), attention="jagged").eval()(batch)
+    plain = HSTURanker(config, sparse_optimizer(config, 0.01), attention="plain").eval()(batch)
+    torch.testing.assert_close(jagged, plain, atol=1e-5, rtol=0)
+
+
+def test_bf16_tables_train():
+    config = _config()
+    model = HSTURanker(config, SparseOptimizerConfig(kind=config.embedding_optimizer, learning_rate=0.05),
+                       dtype=torch.bfloat16)
+    batch = make_batch(8)
+    before = model.embeddings.weight.detach().clone()
+    model.set_step(0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(batch)
+    model.loss(batch, logits).backward()
+    assert model.embeddings.weight.dtype == torch.bfloat16
+    assert not torch.equal(model.embeddings.weight.detach(), before)
