@@ -121,7 +121,8 @@ def test_a_history_is_the_latest_events_of_the_users_own_stream_and_shows_the_la
         before = int((ts < b.timestamp[cand][0]).sum())
         n = hist.stop - hist.start
         assert n == min(before, ds.max_sequence_length - ds.candidates)
-        assert torch.equal(b.item[hist], item[before - n:before]) and torch.equal(b.action[hist], action[before - n:before])
+        assert torch.equal(b.item[hist], item[before - n:before])
+        assert torch.equal(b.action[hist], action[before - n:before])
         # the candidate is the stream's next event, and its label what the stream shows it was (played > 50%)
         assert int(item[before]) == int(b.item[cand][0])
         assert (int(action[before]) == Action.LISTEN_PLUS) == bool(b.labels[label][0])

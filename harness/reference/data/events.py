@@ -217,7 +217,7 @@ class EventStreamSpec:
         need(self.users >= 1 and self.artist_rows >= 1, "users and artist_rows must be >= 1")
         need(self.item_rows >= self.album_rows >= self.artist_rows,
              "every artist needs an album and every album a track: item_rows >= album_rows >= artist_rows")
-        need(self.actions >= len(Action), f"actions must be >= {len(Action)} (the action ids {[a.name for a in Action]})")
+        need(self.actions >= len(Action), f"actions must be >= {len(Action)}: the ids {[a.name for a in Action]}")
         need(self.train_windows >= 1 and self.warmup_windows >= 0, "train_windows >= 1, warmup_windows >= 0")
         need(self.candidates >= 1 and self.max_sequence_length > self.candidates,
              "candidates >= 1 and max_sequence_length > candidates (room for a history)")
@@ -320,8 +320,8 @@ class SyntheticEventStreams:
         s, t = self.spec, self.spec.teacher
         self.catalogue = Catalogue(s.seed, artist_rows=s.artist_rows, album_rows=s.album_rows,
                                    item_rows=s.item_rows, quality_std=t.item_quality_std)
-        self.users, self.item_rows, self.artist_rows, self.album_rows = s.users, s.item_rows, s.artist_rows, s.album_rows
-        self.actions = s.actions
+        self.users, self.item_rows, self.artist_rows = s.users, s.item_rows, s.artist_rows
+        self.album_rows, self.actions = s.album_rows, s.actions
         self.candidates, self.max_sequence_length = s.candidates, s.max_sequence_length
         self._keys = {stream: rng.key(s.seed, stream) for stream in range(_S, _S + 19)}
         everyone = np.arange(s.users, dtype=np.int64)
@@ -462,7 +462,7 @@ class SyntheticEventStreams:
             recency += (t.recency_decay ** (d - 1)) * (valid & (artist[back] == artist))
             seen |= valid & (item[back] == item)
         is_favourite = (favourites == artist[None, :]).any(axis=0)
-        user_bias = t.user_bias_std * rng.normal(self._keys[_S_USER_BIAS], uid)
+        user_bias = np.repeat(t.user_bias_std * rng.normal(self._keys[_S_USER_BIAS], uids), per_user.sum(axis=1))
         logit = (t.bias + t.favourite_weight * is_favourite + t.artist_recency_weight * recency
                  + t.repeat_weight * seen + cat.quality[item] + user_bias)
         probability = 1.0 / (1.0 + np.exp(-logit))
