@@ -33,7 +33,7 @@ split is every user's samples in the eval window. Nothing of the eval window is 
 sample, and with a holdout nothing of an eval user is either (the tests check both).
 
 **Where it follows the reference** (``mlcommons/training``, ``recommendation_v4``,
-``dlrm_v3/datasets/yambda.py`` and the streaming loop of ``dlrm_v3/train/utils.py``): a sample is
+``dlrm_v3/datasets/yambda.py`` and ``streaming_train_eval_loop`` under ``dlrm_v3/train/``): a sample is
 an anchor listen labelled ``listen_plus``; the history is causal (the user's events strictly before
 the anchor, across windows), truncated to its most recent events so that history and candidates fit
 ``max_sequence_length``; fixed-length windows trained in time order; a fixed eval set of held-out
@@ -46,9 +46,12 @@ keeps "forward in time" literal. (3) The reference keeps up to ``history_length 
 of three pools (listen-plus, like, skip) interleaved; we keep the most recent events whatever their
 kind (the action says which), no cross features, no ``is_organic``. (4) The reference requires a
 minimum number of earlier events for an anchor; here the warm-up windows give every user a history,
-and an empty one is allowed. (5) Counts are what the generator draws: ``train_samples`` and
-``eval_samples`` must not exceed what the windows hold (:meth:`SyntheticEventStreams.describe`
-says how many they hold).
+and an empty one is allowed. (5) The reference deals a window's anchors to the ranks round-robin;
+we give rank ``r`` the ``r``-th slice of each global batch (the harness's rule; the same union).
+(6) The reference's threshold is ``played_ratio_pct >= 50``; ours is ``> 50`` as Yambda's
+``listen_plus`` is defined (the generator never draws exactly 50). (7) Counts are what the
+generator draws: ``train_samples`` and ``eval_samples`` must not exceed what the windows hold
+(:meth:`SyntheticEventStreams.describe` says how many they hold).
 
 **The teacher.** A listen's item comes from one of three moves: repeat a recent listen (its
 distance geometric), a track of one of the user's ``favourites`` artists, or exploration (artists by
