@@ -151,7 +151,12 @@ def run_job(job: dict, world: int) -> None:
 def run_plans(job: dict, world: int, out: Path) -> None:
     rank = dist.get_rank() if world > 1 else 0
     for name, entry in job["plans"].items():
-        plan = make_plan(job, entry.get("types", {}), world) if world > 1 else None
+        plan = None
+        if world > 1:  # rank 0 plans, as the run set's parent does; the ranks take its plan (planning
+            # the 12t-shaped model's 1,000 tables takes seconds: four ranks doing it took four times the CPU)
+            made = [make_plan(job, entry.get("types", {}), world) if rank == 0 else None]
+            dist.broadcast_object_list(made, src=0)
+            plan = made[0]
         tier = None
         if entry.get("ssd") and plan is not None:
             plan, tier = on_ssd(plan, entry["ssd"], out / f"{name}.tables.bin")

@@ -92,7 +92,13 @@ class PlannerConfig:
 
     def cache_fraction(self, tier: Tier) -> float:
         """The share of a shard's rows its cache holds when the shard lives on ``tier`` (0: none)."""
-        return {Tier.DDR: self.ddr_cache_fraction, Tier.SSD: self.ssd_cache_fraction}.get(tier, 0.0)
+        # compared by identity, not looked up in a dict: the partitioner asks millions of times for a
+        # large model, and hashing an Enum member runs Python code
+        if tier is Tier.SSD:
+            return self.ssd_cache_fraction
+        if tier is Tier.DDR:
+            return self.ddr_cache_fraction
+        return 0.0
 
 
 @dataclass(frozen=True)
@@ -188,6 +194,11 @@ class ShardEstimator:
     def __init__(self, topology: Topology, config: PlannerConfig):
         self.topology = topology
         self.config = config
+        # where the cache of a shard on each tier lives (see cache_tier), worked out once
+        self._cache_tiers = tuple(self._fastest_above(t) if config.cache_fraction(t) > 0 else None for t in TIERS)
+
+    def _fastest_above(self, tier: Tier) -> Tier | None:
+        return next((t for t in TIERS[: TIERS.index(tier)] if self.topology.capacity.get(t) > 0), None)
 
     def storage_bytes(self, table: TableSpec, rows: int, cols: int) -> int:
         """Weights and optimizer state of ``rows x cols`` of ``table``. The state is
@@ -232,9 +243,9 @@ class ShardEstimator:
     def cache_tier(self, load: ShardLoad, tier: Tier) -> Tier | None:
         """Where the cache of a shard on ``tier`` lives: the fastest tier above ``tier`` that the
         rank has, when the plan caches that tier (and the shard is not a replica); else None."""
-        if load.replica or self.config.cache_fraction(tier) <= 0:
+        if load.replica:
             return None
-        return next((t for t in TIERS[: TIERS.index(tier)] if self.topology.capacity.get(t) > 0), None)
+        return self._cache_tiers[TIERS.index(tier)]
 
     def cache_bytes(self, load: ShardLoad, tier: Tier = Tier.SSD) -> int:
         """Bytes in a faster tier of the cache of a shard on ``tier`` (0: it has none): slots for

@@ -92,6 +92,7 @@ class GreedyLptPartitioner:
     def partition(self, options: list[ShardingOption]) -> Partition:
         topo = self.estimator.topology
         self._capacity = [topo.capacity.get(t) for t in TIERS]
+        self._allowed_memo: dict[tuple[str, ShardingType | None], list[int]] = {}
         self._used = [[0, 0, 0] for _ in range(topo.world_size)]
         self._load = [0.0] * topo.world_size
         self._singles: list[list[_Placed]] = [[] for _ in range(topo.world_size)]
@@ -106,11 +107,17 @@ class GreedyLptPartitioner:
         """The tiers (indices) that ``table``'s shards may live on: those with capacity, and
         of those the ones its tier setting names. With an SSD cache, data-parallel replicas
         are never on the SSD (as torchrec keeps them dense, uncached)."""
+        key = (table, sharding_type)
+        known = self._allowed_memo.get(key)
+        if known is not None:  # the improvement passes ask for every pair of shards they try
+            return known
         config = self.estimator.config
         tiers = config.allowed_tiers(table)
         no_ssd = config.ssd_cache_fraction > 0 and sharding_type is ShardingType.DATA_PARALLEL
-        return [i for i, c in enumerate(self._capacity)
-                if c > 0 and (tiers is None or TIERS[i] in tiers) and not (no_ssd and TIERS[i] is Tier.SSD)]
+        allowed = [i for i, c in enumerate(self._capacity)
+                   if c > 0 and (tiers is None or TIERS[i] in tiers) and not (no_ssd and TIERS[i] is Tier.SSD)]
+        self._allowed_memo[key] = allowed
+        return allowed
 
     def _target_tiers(self, options: list[ShardingOption]) -> dict[int, Tier]:
         """The fastest tier with room left in total, hottest options first."""
