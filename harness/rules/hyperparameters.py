@@ -133,7 +133,7 @@ def check_hyperparameters(hp: Mapping[str, Any], *, what: str) -> None:
         if problem:
             raise HarnessError(f"{what}: {key} = {hp[key]!r}: {problem}", ErrorCategory.BAD_INPUT)
         if entry.optimizer is not None and hp.get("opt_name") != entry.optimizer:
-            raise HarnessError(f"{what}: {key} applies to opt_name {entry.optimizer!r}, but opt_name is "
+            raise HarnessError(f"{what}: {key} applies to {entry.optimizer.capitalize()}, but opt_name is "
                                f"{hp.get('opt_name')!r}", ErrorCategory.BAD_INPUT)
     if hp.get("opt_name") == "adam" and "opt_sparse_name" not in hp:
         raise HarnessError(f"{what}: opt_name 'adam' is the dense parameters' optimizer; name the embedding tables' "
