@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -28,6 +29,13 @@ class Interaction(enum.Enum):
 
     DOT = "dot"
     DCN = "dcn"
+
+
+class ModelFamily(enum.Enum):
+    """The benchmark's model: a tabular DLRM on samples, or the HSTU ranker on users' event streams."""
+
+    DLRM = "dlrm"
+    HSTU = "hstu"
 
 
 class EmbeddingOptimizer(enum.Enum):
@@ -116,6 +124,11 @@ class BenchmarkSpec:
         return self.raw.get("compliance_ruleset") or f"training_{self.ruleset}"
 
     @property
+    def family(self) -> ModelFamily:
+        """The model family (``dlrm`` when the spec does not say)."""
+        return ModelFamily(self.raw["model"].get("family", ModelFamily.DLRM.value))
+
+    @property
     def dataset(self) -> dict[str, Any]:
         return self.raw["dataset"]
 
@@ -130,8 +143,32 @@ class BenchmarkSpec:
         return float(self.raw["quality"]["target"])
 
     @property
+    def eval_in_samples(self) -> bool:
+        """Whether the eval cadence is a grid of samples (dlrmv4's rules), not epoch fractions; such a
+        benchmark's logs state ``samples_count`` on every evaluation."""
+        return "every_data_fraction" in self.raw["eval"]
+
+    @property
     def eval_every_epoch_fraction(self) -> float:
         return float(self.raw["eval"]["every_epoch_fraction"])
+
+    @property
+    def eval_every_data_fraction(self) -> float:
+        """The samples-based cadence: an evaluation every this fraction of ``train_samples``, rounded
+        up to whole global batches (MLPerf's ``eval_every_data_pct``)."""
+        return float(self.raw["eval"]["every_data_fraction"])
+
+    def eval_interval_samples(self, global_batch_size: int) -> int:
+        """The samples between evaluations: ``max(1, ceil(fraction * train_samples / GBS)) * GBS``, as
+        closed_dlrmv4.yaml derives ``eval_interval_samples``."""
+        batches = math.ceil(self.eval_every_data_fraction * int(self.dataset["train_samples"]) / global_batch_size)
+        return max(1, batches) * global_batch_size
+
+    def first_eval_samples(self, global_batch_size: int) -> int:
+        """The first evaluation: the first grid point at or after ``eval.first_samples`` (the grid's
+        first point when the spec does not say)."""
+        interval = self.eval_interval_samples(global_batch_size)
+        return max(1, math.ceil(int(self.raw["eval"].get("first_samples", 0)) / interval)) * interval
 
     @property
     def eval_batch_size(self) -> int:
@@ -159,8 +196,17 @@ class BenchmarkSpec:
 
     @functools.cached_property
     def model(self) -> ModelSpec:
-        """The model as data (``harness.reference.models.from_spec.dlrm_config`` builds the reference's config)."""
+        """The DLRM as data (``harness.reference.models.from_spec.dlrm_config`` builds the reference's
+        config); an HSTU spec's model is ``raw["model"]``, read by ``HSTUConfig.from_spec``."""
+        if self.family is not ModelFamily.DLRM:
+            raise HarnessError(f"benchmark {self.name}: a {self.family.value} model is not a DLRM", ErrorCategory.BAD_INPUT)
         return ModelSpec.from_raw(self.raw["model"], self.dataset)
+
+    @property
+    def embedding_optimizer(self) -> EmbeddingOptimizer:
+        """The optimizer fused into the tables' backward (Adagrad for a DLRM, row-wise for HSTU, unless said)."""
+        default = EmbeddingOptimizer.ADAGRAD if self.family is ModelFamily.DLRM else EmbeddingOptimizer.ROWWISE_ADAGRAD
+        return EmbeddingOptimizer(self.raw["model"].get("embedding_optimizer", default.value))
 
 
 def benchmark_names() -> list[str]:
@@ -172,9 +218,20 @@ def spec_from_dict(raw: Any, *, what: str) -> BenchmarkSpec:
     """Validate ``raw`` against the benchmark schema and the model's own constraints."""
     validate(raw, "benchmark", what=what)
     spec = BenchmarkSpec(raw=raw)
-    _ = spec.model  # raises a HarnessError for an inconsistent architecture
+    if spec.family is ModelFamily.DLRM:
+        _ = spec.model  # raises a HarnessError for an inconsistent architecture
+    # (an HSTU architecture is checked by the reference's HSTUConfig.from_spec, when the run set is planned)
     check_hyperparameters(spec.reference_hyperparameters, what=what)
+    check_sparse_optimizer(spec, spec.reference_hyperparameters, what=what)
     return spec
+
+
+def check_sparse_optimizer(spec: BenchmarkSpec, hp: dict[str, Any], *, what: str) -> None:
+    """Refuse an ``opt_sparse_name`` that is not the tables' optimizer the model names."""
+    named = {"RowWiseAdagrad": EmbeddingOptimizer.ROWWISE_ADAGRAD}.get(hp.get("opt_sparse_name", ""))
+    if "opt_sparse_name" in hp and named is not spec.embedding_optimizer:
+        raise HarnessError(f"{what}: opt_sparse_name {hp['opt_sparse_name']!r} is not the model's embedding_optimizer "
+                           f"{spec.embedding_optimizer.value!r}", ErrorCategory.BAD_INPUT)
 
 
 @functools.cache

@@ -60,7 +60,7 @@ from harness.rules.precision import Precision, parse_precision
 from harness.rules.results import RunSetStats, read_run_log, run_set_stats
 from harness.rules.scoring import RunTime, Score
 from harness.rules.seeds import Seed, SeedSource, seeds_for_runs
-from harness.rules.specs import BenchmarkSpec, load_benchmark
+from harness.rules.specs import BenchmarkSpec, ModelFamily, load_benchmark
 from harness.submitters import borrowing_provenance, effective_hyperparameters, submitter_precision
 from harness.mllog import keys
 
@@ -241,6 +241,7 @@ def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | No
     # project's CI (no GPUs there); what makes it safe to run is the self-check at init
     # (harness.reference.distributed.self_check): the sharded probe trains on the real NCCL
     # groups and in one process, and the run stops in one line unless they agree.
+    _check_family(request, spec, profile)
     comm = _comm_codecs(request.comm, profile.world_size)
     hyperparameters = effective_hyperparameters(spec, request.submitter, request.division)
     precision, precision_reason = _precision(request, spec, profile, detected)
@@ -282,6 +283,24 @@ def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | No
         precision=precision,
         precision_reason=precision_reason,
     )
+
+
+def _check_family(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile) -> None:
+    """An HSTU benchmark runs in one process, its tables in memory, on its generator (sharding, tiers
+    and a Yambda reader come later): anything else is refused in one line; its architecture is
+    checked here, before anything is written."""
+    if spec.family is not ModelFamily.HSTU:
+        return
+    from harness.reference.models.from_spec import hstu_config
+
+    asked = [what for what, yes in (
+        (f"profile {profile.name}'s {profile.world_size} ranks", profile.world_size > 1),
+        (f"--embedding-tier {request.embedding_tier.value}", request.embedding_tier is not EmbeddingTierChoice.MEMORY),
+        ("--data", request.data is not None)) if yes]
+    if asked:
+        raise HarnessError(f"benchmark {spec.name} (an HSTU model) runs on one rank with its tables in memory on its "
+                           f"own generator for now; not with {', '.join(asked)}", ErrorCategory.BAD_INPUT)
+    hstu_config(spec)
 
 
 _REQUEST_TYPES = {"comm": CommConfig, "embedding_tier": EmbeddingTierChoice, "cache_policy": CachePolicy,
@@ -745,7 +764,12 @@ def run_time_from_log(path: Path, target_auc: float) -> tuple[RunTime, float | N
 
 
 def teacher_best_auc(spec: BenchmarkSpec) -> float | None:
-    """The synthetic data's best achievable eval AUC, computed here, outside any timed run."""
+    """The synthetic data's best achievable eval AUC (samples or event streams), computed here,
+    outside any timed run."""
+    if spec.dataset["kind"] == "event_streams":
+        from harness.reference.data.events import open_event_streams
+
+        return open_event_streams(spec.dataset).best_auc()
     if spec.dataset["kind"] != "synthetic":
         return None
     from harness.reference.data.datasets import SyntheticDataset

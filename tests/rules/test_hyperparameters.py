@@ -68,7 +68,8 @@ def test_adagrad_settings_are_refused_with_sgd():
 def test_both_naming_families_give_the_same_schedule():
     dlrm = schedule_values(load_benchmark("dlrm").reference_hyperparameters)
     assert dlrm == {"base_learning_rate": 24.0, "warmup_steps": 2750, "decay_start_step": 49315,
-                    "decay_steps": 27772, "decay_power": 2.0, "adagrad_lr_decay": 0.0}
+                    "decay_steps": 27772, "decay_power": 2.0, "adagrad_lr_decay": 0.0,
+                    "sparse_base_learning_rate": 24.0}
     dcn = schedule_values(load_benchmark("dlrm_dcnv2").reference_hyperparameters)
     assert (dcn["warmup_steps"], dcn["decay_start_step"], dcn["decay_steps"]) == (0, 0, 0)
 

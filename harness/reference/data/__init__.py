@@ -1,5 +1,6 @@
 """Every source of training data behind the :class:`~harness.reference.data.datasets.Dataset`
-protocol: the synthetic generator, Criteo TSV and MLPerf npy files, export and inspection.
+protocol: the synthetic generator, Criteo TSV and MLPerf npy files, users' event streams, export
+and inspection.
 :func:`open_dataset`, at the package's level, chooses the source (no source module imports
 another's).
 """
@@ -31,6 +32,13 @@ def open_dataset(spec: BenchmarkSpec, path: Path | str | None = None, *, manifes
     Raises:
         HarnessError: BAD_INPUT or NOT_FOUND, one line naming the file (and line, for TSV).
     """
+    if spec.dataset["kind"] == "event_streams":
+        if path is not None:
+            raise HarnessError(f"benchmark {spec.name} trains on its event-stream generator; --data (a Yambda reader) "
+                               "is not implemented yet", ErrorCategory.NOT_IMPLEMENTED)
+        from harness.reference.data.events import open_event_streams
+
+        return open_event_streams(spec.dataset)
     if path is None:
         if spec.dataset["kind"] != "synthetic":
             raise HarnessError(

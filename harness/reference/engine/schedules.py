@@ -19,6 +19,9 @@ after step 1, in which case its scheduler fails with an ``AttributeError``), thi
 ``base``. A decay that starts before the warmup ends is refused at load time
 (:func:`harness.rules.hyperparameters.check_hyperparameters`), as the reference refuses it.
 
+The tables may have a base rate of their own (``opt_sparse_base_learning_rate``, dlrmv4's recipe, where
+it equals the dense one), on the same schedule.
+
 Adagrad's own ``lr_decay`` (``opt_adagrad_learning_rate_decay``) divides the scheduled rate by
 ``1 + s * lr_decay`` at step ``s``, as ``torch.optim.Adagrad`` does for the dense parameters;
 :meth:`LearningRatePolicy.sparse` applies the same to the fused embedding optimizer.
@@ -43,44 +46,47 @@ class LearningRatePolicy:
     decay_steps: int = 0
     decay_power: float = 2.0
     adagrad_lr_decay: float = 0.0
+    sparse_base: float | None = None  # the tables' base rate (None: ``base``), on the same schedule
 
     @classmethod
     def from_hyperparameters(cls, hp: Mapping[str, Any]) -> LearningRatePolicy:
         v = schedule_values(hp)
         return cls(base=v["base_learning_rate"], warmup_steps=v["warmup_steps"],
                    decay_start_step=v["decay_start_step"], decay_steps=v["decay_steps"],
-                   decay_power=v["decay_power"], adagrad_lr_decay=v["adagrad_lr_decay"])
+                   decay_power=v["decay_power"], adagrad_lr_decay=v["adagrad_lr_decay"],
+                   sparse_base=v["sparse_base_learning_rate"])
 
     @property
     def constant(self) -> bool:
         return self.warmup_steps <= 1 and self.decay_steps == 0
 
-    def _warmup(self, c: int) -> float:
+    def _warmup(self, c: int, base: float) -> float:
         w = self.warmup_steps
-        return self.base * (1.0 - (w - c) / w)
+        return base * (1.0 - (w - c) / w)
 
-    def _decay(self, c: int) -> float:
+    def _decay(self, c: int, base: float) -> float:
         d = self.decay_steps
-        return max(MIN_DECAY_LR, self.base * ((d - (c - self.decay_start_step)) / d) ** self.decay_power)
+        return max(MIN_DECAY_LR, base * ((d - (c - self.decay_start_step)) / d) ** self.decay_power)
 
-    def at(self, step: int) -> float:
-        """The scheduled rate of optimizer step ``step`` (0-based)."""
+    def at(self, step: int, base: float | None = None) -> float:
+        """The scheduled rate of optimizer step ``step`` (0-based), from ``base`` (default: :attr:`base`)."""
+        base = self.base if base is None else base
         c = step + 1
         w, s, d = self.warmup_steps, self.decay_start_step, self.decay_steps
         if c < w:
-            return self._warmup(c)
+            return self._warmup(c, base)
         if s <= c < s + d:
-            return self._decay(c)
+            return self._decay(c, base)
         if d > 0:
             if c >= s + d:
-                return self._decay(s + d - 1)
-            return self._warmup(w - 1) if w >= 2 else self.base
-        return self.base
+                return self._decay(s + d - 1, base)
+            return self._warmup(w - 1, base) if w >= 2 else base
+        return base
 
     def dense(self, step: int) -> float:
         """The rate set on the dense optimizer (torch's Adagrad applies its ``lr_decay`` itself)."""
         return self.at(step)
 
     def sparse(self, step: int) -> float:
-        """The rate of the fused embedding optimizer, Adagrad's ``lr_decay`` included."""
-        return self.at(step) / (1.0 + step * self.adagrad_lr_decay)
+        """The rate of the fused embedding optimizer (from :attr:`sparse_base`), Adagrad's ``lr_decay`` included."""
+        return self.at(step, self.sparse_base) / (1.0 + step * self.adagrad_lr_decay)

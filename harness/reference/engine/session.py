@@ -13,8 +13,17 @@ the session logs nothing.
 
 Every logged hyperparameter is applied here: the learning-rate schedule
 (:mod:`harness.reference.engine.schedules`) sets both optimizers' rates before every step, Adagrad's
-epsilon, initial accumulator and ``lr_decay`` go to both, and what the engine does not implement
-was refused when the spec was loaded (:mod:`harness.rules.hyperparameters`).
+epsilon, initial accumulator and ``lr_decay`` go to both; with ``opt_name: adam`` (dlrmv4's recipe)
+the dense parameters take torch's Adam (``opt_adam_*``) and the tables their fused row-wise
+Adagrad (``opt_sparse_*``); ``opt_gradient_clip_norm`` clips the dense gradients' norm before the
+dense step. What the engine does not implement was refused when the spec was loaded
+(:mod:`harness.rules.hyperparameters`).
+
+The session knows a model only by its loss and its predictions (``batch_loss(batch)``,
+``batch_scores(batch) -> (logits, labels)``), its dense parameters and its fused tables
+(``set_learning_rate``, ``set_step``): a DLRM on tabular samples or the HSTU ranker on users' event
+streams (:func:`harness.reference.models.from_spec.build_model`). Evaluations come every fraction of
+an epoch, or on a grid of samples when the benchmark's rules count samples (dlrmv4).
 
 :class:`harness.reference.distributed.session.DistributedSession` is the same engine for one
 rank of a sharded run.
@@ -40,12 +49,13 @@ from harness.reference.data import open_dataset
 from harness.reference.data.datasets import Dataset, check_epoch
 from harness.reference.models import numerics
 from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig, SparseOptimizerKind
-from harness.reference.models.from_spec import dlrm_config, sparse_optimizer_kind
+from harness.reference.models.from_spec import build_model, sparse_optimizer_kind
 from harness.reference.models.dlrm import DLRM
+from harness.reference.models.hstu import HSTURanker
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.schedules import LearningRatePolicy
 from harness.rules.precision import Precision, parse_precision
-from harness.rules.specs import BenchmarkSpec, spec_from_dict
+from harness.rules.specs import BenchmarkSpec, ModelFamily, spec_from_dict
 from harness.mllog import keys
 
 # The eval split is kept in memory after its first evaluation when it is at most this large
@@ -176,7 +186,7 @@ class Feed:
 
 
 class TrainingSession:
-    """Trains the reference DLRM of one run (one process; see the module docstring).
+    """Trains the reference model of one run, a DLRM or HSTU (one process; see the module docstring).
 
     Args:
         config: the run (benchmark, hyperparameters, seed, profile, data, tier).
@@ -208,6 +218,8 @@ class TrainingSession:
         # the step, and doubled after 2000 clean steps, as torch.amp.GradScaler does)
         self.scaler = torch.amp.GradScaler(self.device.type) if self.precision.loss_scaling else None
         self.model, self.dense_optimizer = self._build()
+        self._clip_norm = (float(self.hyperparameters["opt_gradient_clip_norm"])
+                           if "opt_gradient_clip_norm" in self.hyperparameters else None)
 
     # ------------------------------------------------------------------ building
     def _placement(self) -> tuple[int, int]:
@@ -228,6 +240,8 @@ class TrainingSession:
                 eps=float(hp.get("opt_adagrad_epsilon", 1e-8)),
                 initial_accumulator_value=float(hp.get("opt_adagrad_initial_accumulator_value", 0.0)),
             )
+        if hp["opt_name"] == "adam":  # the tables' optimizer is opt_sparse_name, the model's (checked at load)
+            return SparseOptimizerConfig(kind=sparse_optimizer_kind(self.spec), learning_rate=lr)
         return SparseOptimizerConfig(kind=SparseOptimizerKind.SGD, learning_rate=lr)
 
     def _dense_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -242,9 +256,14 @@ class TrainingSession:
                 # tensors takes six, the same update up to the rounding of its multiply-adds
                 fused=self.device.type in ("cpu", "cuda"),
             )
+        if hp["opt_name"] == "adam":
+            return torch.optim.Adam(
+                params, lr=lr, betas=(float(hp.get("opt_adam_beta_1", 0.9)), float(hp.get("opt_adam_beta_2", 0.999))),
+                eps=float(hp.get("opt_adam_epsilon", 1e-8)), weight_decay=0.0,
+            )
         return torch.optim.SGD(params, lr=lr)
 
-    def _unsharded(self, *, embedding_device: Any = None) -> DLRM:
+    def _unsharded(self, *, embedding_device: Any = None) -> DLRM | HSTURanker:
         """The model as built from the seed (every rank of a sharded run builds the same dense
         part, and describes the tables on ``embedding_device="meta"`` to make only its shards)."""
         torch.manual_seed(self.config.seed)
@@ -254,13 +273,16 @@ class TrainingSession:
             # no TF32 on Ampere and later, whatever torch's defaults
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
-        return DLRM(dlrm_config(self.spec), sparse_optimizer=self._sparse_optimizer(), device=self.device,
-                    seed=self.config.seed, embedding_device=embedding_device, table_dtype=self.table_dtype)
+        return build_model(self.spec, self._sparse_optimizer(), device=self.device, seed=self.config.seed,
+                           embedding_device=embedding_device, table_dtype=self.table_dtype)
 
     def _build(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         model = self._unsharded()
         self._tiered = None
         if self.config.embedding_tier:
+            if self.spec.family is not ModelFamily.DLRM:
+                raise HarnessError(f"embedding tiers for a {self.spec.family.value} model are not implemented yet",
+                                   ErrorCategory.NOT_IMPLEMENTED)
             self._tiered = self._tier_tables(model.sparse_arch.embeddings, self.config.embedding_tier)
             model.sparse_arch.embeddings = self._tiered
         return model, self._dense_optimizer(model.dense_parameters())
@@ -300,6 +322,11 @@ class TrainingSession:
         return self._step * self.global_batch_size / self.dataset.train_samples
 
     @property
+    def samples_count(self) -> int:
+        """Training samples seen, MLPerf's ``samples_count`` (dlrmv4's progress)."""
+        return self._step * self.global_batch_size
+
+    @property
     def learning_rate(self) -> float:
         """The dense optimizer's rate of the last step taken (the schedule's first before any)."""
         return self.schedule.dense(max(self._step - 1, 0))
@@ -309,7 +336,10 @@ class TrainingSession:
         return int(math.floor(self.spec.max_epochs * self.steps_per_epoch + 1e-9))
 
     def eval_steps(self) -> list[int]:
-        """The steps after which to evaluate: every ``fraction`` of an epoch, up to the limit."""
+        """The steps after which to evaluate: every ``fraction`` of an epoch, up to the limit (and at
+        it); or, when the benchmark counts samples, on its grid of samples (:meth:`eval_samples_grid`)."""
+        if self.spec.eval_in_samples:
+            return [n // self.global_batch_size for n in self.eval_samples_grid()]
         fraction, limit = self.spec.eval_every_epoch_fraction, self.spec.max_epochs
         count = int(math.floor(limit / fraction + 1e-9))
         spe = self.steps_per_epoch
@@ -320,10 +350,20 @@ class TrainingSession:
             steps.append(last)
         return steps
 
+    def eval_samples_grid(self) -> list[int]:
+        """The samples counts at which to evaluate (a benchmark that counts samples): from the first
+        eval every ``eval_interval_samples`` (both whole global batches, as dlrmv4's rules derive
+        them), up to the limit; no evaluation off the grid (dlrmv4's rules would refuse it)."""
+        gbs = self.global_batch_size
+        interval, first = self.spec.eval_interval_samples(gbs), self.spec.first_eval_samples(gbs)
+        return list(range(first, self.step_limit() * gbs + 1, interval))
+
     # ------------------------------------------------------------------ data
-    def _on_device(self, batch: Batch) -> Batch:
+    def _on_device(self, batch: Any) -> Any:
         if self.device.type == "cpu":
             return batch
+        if not isinstance(batch, Batch):  # an EventBatch
+            return batch.to(self.device)
         return Batch(
             dense=batch.dense.to(self.device, non_blocking=True),
             sparse=batch.sparse.to(self.device, non_blocking=True),
@@ -378,10 +418,20 @@ class TrainingSession:
         self._rates = rates
 
     def _embeddings(self) -> Any:
+        """What takes the tables' rate and step: a DLRM's fused collection, or the HSTU ranker (two
+        collections, the sequence tables and the contextual one)."""
+        if self.spec.family is ModelFamily.HSTU:
+            return self.model
         return self.model.sparse_arch.embeddings
 
+    def _tables(self) -> list[torch.nn.Module]:
+        """The model's fused tables."""
+        if self.spec.family is ModelFamily.HSTU:
+            return list(self.model.tables())
+        return [self.model.sparse_arch.embeddings]
+
     def _loss(self, item: Any) -> torch.Tensor:
-        return self._loss_fn(self.model(item.dense, item.sparse), item.labels)
+        return self.model.batch_loss(item)
 
     def autocast(self) -> Any:
         """The dense layers' autocast region of the run's precision (none for fp32)."""
@@ -401,14 +451,24 @@ class TrainingSession:
         objective = self._objective(loss)
         if scaler is None:
             objective.backward()
+            self._clip_gradients()
             self.dense_optimizer.step()
         else:
             scaler.scale(objective).backward()
+            if self._clip_norm is not None:
+                scaler.unscale_(self.dense_optimizer)
+            self._clip_gradients()
             scaler.step(self.dense_optimizer)
             scaler.update()
         self._after_backward()
         self._step += 1
         return loss.detach()
+
+    def _clip_gradients(self) -> None:
+        """The dense gradients scaled so that their total L2 norm is at most ``opt_gradient_clip_norm``."""
+        if self._clip_norm is not None:
+            params = [p for group in self.dense_optimizer.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, self._clip_norm)
 
     def _objective(self, loss: torch.Tensor) -> torch.Tensor:
         """What the backward pass differentiates: the loss (one process: the global batch's mean)."""
@@ -420,6 +480,8 @@ class TrainingSession:
 
     # ------------------------------------------------------------------ evaluation
     def _eval_split_bytes(self) -> int:
+        if self.spec.family is ModelFamily.HSTU:  # five int64 per event, at most max_sequence_length events
+            return self.dataset.eval_samples * (8 * 5 * int(self.dataset.max_sequence_length) + 16)
         per_sample = 4 * 13 + 8 * sum(self.dataset.pooling) + 4
         return self.dataset.eval_samples * per_sample
 
@@ -435,17 +497,18 @@ class TrainingSession:
         return self._eval_cache
 
     @torch.no_grad()
-    def evaluate(self, batches: Iterable[Batch] | None = None) -> float:
-        """AUC (scikit-learn's ``roc_auc_score``) over the eval split, or over ``batches``."""
+    def evaluate(self, batches: Iterable[Any] | None = None) -> float:
+        """AUC (scikit-learn's ``roc_auc_score``) over the eval split, or over ``batches``: over what
+        the model scores (every sample; HSTU: the candidates that carry a label)."""
         items = self._eval_items() if batches is None else (self._on_device(b) for b in batches)
         self.model.eval()
         try:
             scores, labels = [], []
             for b in items:
                 with self.autocast():
-                    logits = self.model(b.dense, b.sparse)
+                    logits, truth = self.model.batch_scores(b)
                 scores.append(torch.sigmoid(logits.float()).double().cpu().numpy())
-                labels.append(b.labels.cpu().numpy())
+                labels.append(truth.cpu().numpy())
         finally:
             self.model.train()
         return roc_auc(np.concatenate(labels), np.concatenate(scores))
@@ -559,13 +622,13 @@ class TrainingSession:
         the process's peak RSS (a collective in a sharded run: every rank calls it)."""
         from harness.reference.tiered.ledger import peak_rss_bytes, rss_now
 
-        emb = self.model.sparse_arch.embeddings
+        tables = self._tables()
         if self._tiered is not None:
             cache = self._tiered.cache
             tier = self._tiered.store.tier
             held = {Tier.DDR.value: cache.nbytes, tier.value: self._tiered.store.rows * self._tiered.store.row_bytes}
         else:
-            nbytes = sum(t.numel() * t.element_size() for t in (*emb.parameters(), *emb.buffers()))
+            nbytes = sum(t.numel() * t.element_size() for emb in tables for t in (*emb.parameters(), *emb.buffers()))
             held = {(Tier.HBM if self.device.type == "cuda" else Tier.DDR).value: nbytes}
         tier_plan = self.config.embedding_tier or {}
         return {"ranks": [{"rank": 0, "held": held, "peak": held, "peak_rss_bytes": peak_rss_bytes(), **rss_now(),

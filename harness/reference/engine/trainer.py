@@ -4,7 +4,9 @@ The MLPerf clock runs from ``run_start`` (before the first touch of the training
 ``run_stop``: ``status=success`` at the first evaluation whose AUC reaches the target,
 ``status=aborted`` at the epoch limit, on an interrupt or on an error. Evaluation runs on the
 whole eval split at the benchmark's cadence (every ``1/20`` epoch for DLRM); ``epoch_num``
-is the fraction of the epoch seen so far.
+is the fraction of the epoch seen so far. A benchmark that counts samples (``dlrmv4``) evaluates on its
+grid of samples and states ``samples_count`` on every ``eval_accuracy``, and its log states
+``max_sequence_length`` and ``eval_every_data_pct``.
 
 The training itself is a :class:`~harness.reference.engine.session.TrainingSession`'s (the one
 engine and its one loop); the trainer adds only MLPerf's timing and log around it. Log
@@ -33,6 +35,7 @@ from harness.reference.engine.session import (
     TrainingSession,
     roc_auc,
 )
+from harness.rules.hyperparameters import logged_value
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import BenchmarkSpec, spec_from_dict
 
@@ -83,7 +86,7 @@ class _RunHooks(SessionHooks):
         self.trainer._log_eval_start(session.epoch_num)
 
     def after_eval(self, session: TrainingSession, auc: float) -> bool:
-        self.trainer._log_eval(session.epoch_num, auc)
+        self.trainer._log_eval(session.epoch_num, auc, session.samples_count)
         self.trainer._progress({"samples": session.step_count * session.global_batch_size, "auc": auc,
                                 "epoch_num": session.epoch_num, "samples_per_s": self.samples_per_s(session)})
         self._t0 = time.perf_counter()
@@ -100,7 +103,7 @@ class _RunHooks(SessionHooks):
 
 
 class Trainer:
-    """Trains the reference DLRM once, logging the MLPerf events of the run."""
+    """Trains the reference model (DLRM or HSTU) once, logging the MLPerf events of the run."""
 
     def __init__(self, config: RunConfig, log: MLPerfLog | None = None, *,
                  progress: Callable[[dict], None] | None = None):
@@ -127,7 +130,7 @@ class Trainer:
         self.log.event(keys.SUBMISSION_PLATFORM, c.platform)
         self.log.event(keys.SEED, c.seed, {"seed_source": c.seed_source})
         for key in sorted(hp):
-            self.log.event(key, hp[key])
+            self.log.event(key, logged_value(key, hp[key]))
         self.log.event(keys.LOWEST_NUMERICAL_PRECISION_IN_LINEAR, mlperf_precision(Codec(self.precision.value)))
         self.log.event(keys.LOWEST_NUMERICAL_PRECISION_IN_COMM, self._comm_precision())
         self.log.event(EMBEDDING_PRECISION, embedding_precision(self.precision))
@@ -157,6 +160,10 @@ class Trainer:
         self.log.event(keys.HARNESS_DATASET, session.dataset.describe())
         self.log.event(keys.TRAIN_SAMPLES, session.dataset.train_samples)
         self.log.event(keys.EVAL_SAMPLES, session.dataset.eval_samples)
+        if hasattr(session.dataset, "max_sequence_length"):  # users' event streams
+            self.log.event(keys.MAX_SEQUENCE_LENGTH, int(session.dataset.max_sequence_length))
+        if self.spec.eval_in_samples:
+            self.log.event(keys.EVAL_EVERY_DATA_PCT, self.spec.eval_every_data_fraction)
         self.log.end(keys.INIT_STOP)
 
     def _log_run_start(self) -> None:
@@ -170,8 +177,9 @@ class Trainer:
     def _log_eval_start(self, epoch_num: float) -> None:
         self.log.start(keys.EVAL_START, metadata={keys.EPOCH_NUM: epoch_num})
 
-    def _log_eval(self, epoch_num: float, auc: float) -> None:
-        self.log.event(keys.EVAL_ACCURACY, auc, {keys.EPOCH_NUM: epoch_num})
+    def _log_eval(self, epoch_num: float, auc: float, samples_count: int) -> None:
+        progress = {keys.SAMPLES_COUNT: samples_count} if self.spec.eval_in_samples else {}
+        self.log.event(keys.EVAL_ACCURACY, auc, {keys.EPOCH_NUM: epoch_num, **progress})
         self.log.end(keys.EVAL_STOP, metadata={keys.EPOCH_NUM: epoch_num})
 
     def _log_run_stop(self, result: RunResult, epoch_num: float) -> None:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness.reference.data.batches import NUM_DENSE
+from harness.reference.data.batches import NUM_DENSE, Batch
 from harness.reference.models.embeddings import (
     FusedEmbeddingCollection,
     GroupedEmbeddingCollection,
@@ -266,3 +266,12 @@ class DLRM(nn.Module):
         d = self.dense_arch(dense)
         e = self.sparse_arch(sparse)
         return self.over_arch(self.interaction(d, e))
+
+    # what the training engine asks of any model: its loss and its predictions on a batch
+    def batch_loss(self, batch: Batch) -> torch.Tensor:
+        """Binary cross-entropy with logits over the batch's samples, their mean."""
+        return nn.functional.binary_cross_entropy_with_logits(self(batch.dense, batch.sparse), batch.labels)
+
+    def batch_scores(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(logits, labels)``, ``B`` each: what an AUC is computed over."""
+        return self(batch.dense, batch.sparse), batch.labels

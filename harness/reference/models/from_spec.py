@@ -1,15 +1,23 @@
-"""The reference's model config from a benchmark spec's torch-free model description.
+"""The reference's model from a benchmark spec's torch-free model description.
 
-``harness/rules/`` describes a benchmark's model as data (:class:`harness.rules.specs.ModelSpec`)
-and never imports torch; this is the one place that turns that description into the
-reference's :class:`~harness.reference.models.dlrm.DLRMConfig` and its embeddings' optimizer kind.
+``harness/rules/`` describes a benchmark's model as data (:class:`harness.rules.specs.ModelSpec` for
+a DLRM, the ``model`` section for HSTU) and never imports torch; this is the one place that turns
+that description into the reference's model of either family: a
+:class:`~harness.reference.models.dlrm.DLRM` or an :class:`~harness.reference.models.hstu.HSTURanker`.
 """
 
 from __future__ import annotations
 
-from harness.reference.models.embeddings import SparseOptimizerKind
-from harness.reference.models.dlrm import DLRMConfig
-from harness.rules.specs import BenchmarkSpec, ModelSpec
+from typing import Any
+
+import torch
+
+from harness.errors import ErrorCategory, HarnessError
+from harness.reference.data.events import EventStreamSpec
+from harness.reference.models.embeddings import SparseOptimizerConfig, SparseOptimizerKind
+from harness.reference.models.dlrm import DLRM, DLRMConfig
+from harness.reference.models.hstu import HSTUConfig, HSTURanker
+from harness.rules.specs import BenchmarkSpec, ModelFamily, ModelSpec
 
 
 def _model(spec: BenchmarkSpec | ModelSpec) -> ModelSpec:
@@ -32,6 +40,30 @@ def dlrm_config(spec: BenchmarkSpec | ModelSpec) -> DLRMConfig:
     )
 
 
+def hstu_config(spec: BenchmarkSpec) -> HSTUConfig:
+    """The HSTU ranker's architecture and table sizes of a benchmark spec (checked; one line when not):
+    the tables are the event streams' (their defaults included), and the model's sequences are as
+    long as the data's."""
+    streams = EventStreamSpec.from_section(spec.dataset)
+    model = spec.raw["model"]
+    if int(model.get("max_sequence_length", 0)) != streams.max_sequence_length:
+        raise HarnessError(f"benchmark {spec.name}: the model's max_sequence_length {model.get('max_sequence_length')} "
+                           f"is not the data's {streams.max_sequence_length}", ErrorCategory.BAD_INPUT)
+    tables = {k: getattr(streams, k) for k in ("item_rows", "artist_rows", "album_rows", "users", "actions")}
+    return HSTUConfig.from_spec(model, tables)
+
+
 def sparse_optimizer_kind(spec: BenchmarkSpec | ModelSpec) -> SparseOptimizerKind:
-    """The fused optimizer of the embedding tables the spec names (``adagrad`` unless it says otherwise)."""
-    return _model(spec).embedding_optimizer  # one enum: SparseOptimizerKind is EmbeddingOptimizer
+    """The fused optimizer of the embedding tables the spec names (Adagrad for a DLRM, row-wise
+    Adagrad for HSTU, unless it says otherwise)."""
+    return spec.embedding_optimizer  # one enum: SparseOptimizerKind is EmbeddingOptimizer
+
+
+def build_model(spec: BenchmarkSpec, sparse_optimizer: SparseOptimizerConfig, *, device: torch.device, seed: int,
+                table_dtype: torch.dtype, embedding_device: Any = None) -> DLRM | HSTURanker:
+    """The benchmark's model, of its family, with its tables' fused optimizer (``embedding_device``:
+    where a DLRM's tables are described, ``"meta"`` for a sharded run; HSTU runs in one process)."""
+    if spec.family is ModelFamily.HSTU:
+        return HSTURanker(hstu_config(spec), sparse_optimizer, seed=seed, dtype=table_dtype, device=device)
+    return DLRM(dlrm_config(spec), sparse_optimizer=sparse_optimizer, device=device, seed=seed,
+                embedding_device=embedding_device, table_dtype=table_dtype)

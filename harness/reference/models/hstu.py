@@ -371,6 +371,16 @@ class HSTURanker(nn.Module):
             return logits.float().sum() * 0.0
         return F.binary_cross_entropy_with_logits(logits.float()[mask], batch.labels.float()[mask])
 
+    # what the training engine asks of any model: its loss and its predictions on a batch
+    def batch_loss(self, batch: EventBatch) -> torch.Tensor:
+        """:meth:`loss` of the batch's logits."""
+        return self.loss(batch, self(batch))
+
+    def batch_scores(self, batch: EventBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(logits, labels)`` of the candidates that carry a label: what an AUC is computed over."""
+        mask = batch.label_mask
+        return self(batch)[mask], batch.labels[mask]
+
 
 def sparse_optimizer(config: HSTUConfig, learning_rate: float, eps: float = 1e-8) -> SparseOptimizerConfig:
     """The fused optimizer the config names, at ``learning_rate``."""
