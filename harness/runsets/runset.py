@@ -766,15 +766,11 @@ def run_time_from_log(path: Path, target_auc: float) -> tuple[RunTime, float | N
 def teacher_best_auc(spec: BenchmarkSpec) -> float | None:
     """The synthetic data's best achievable eval AUC (samples or event streams), computed here,
     outside any timed run."""
-    if spec.dataset["kind"] == "event_streams":
-        from harness.reference.data.events import open_event_streams
-
-        return open_event_streams(spec.dataset).best_auc()
-    if spec.dataset["kind"] != "synthetic":
+    if spec.dataset["kind"] not in ("synthetic", "event_streams"):
         return None
-    from harness.reference.data.datasets import SyntheticDataset
+    from harness.reference.data import open_dataset  # the benchmark's generator, whichever kind
 
-    return SyntheticDataset(spec.dataset).best_auc()
+    return open_dataset(spec, None).best_auc()
 
 
 def execute_run_set(plan: RunSetPlan, reporter: Reporter | None = None) -> RunSetOutcome:

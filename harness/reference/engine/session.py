@@ -220,6 +220,7 @@ class TrainingSession:
         self.model, self.dense_optimizer = self._build()
         self._clip_norm = (float(self.hyperparameters["opt_gradient_clip_norm"])
                            if "opt_gradient_clip_norm" in self.hyperparameters else None)
+        self._clipped = [p for group in self.dense_optimizer.param_groups for p in group["params"]]
 
     # ------------------------------------------------------------------ building
     def _placement(self) -> tuple[int, int]:
@@ -467,8 +468,7 @@ class TrainingSession:
     def _clip_gradients(self) -> None:
         """The dense gradients scaled so that their total L2 norm is at most ``opt_gradient_clip_norm``."""
         if self._clip_norm is not None:
-            params = [p for group in self.dense_optimizer.param_groups for p in group["params"]]
-            torch.nn.utils.clip_grad_norm_(params, self._clip_norm)
+            torch.nn.utils.clip_grad_norm_(self._clipped, self._clip_norm)
 
     def _objective(self, loss: torch.Tensor) -> torch.Tensor:
         """What the backward pass differentiates: the loss (one process: the global batch's mean)."""
