@@ -100,7 +100,7 @@ def stop_on_signals(*signums: int) -> None:
 def exit_now(code: int) -> None:
     """End the process with ``code`` without tearing down every module first.
 
-    A process that has loaded torch, scikit-learn and torch._dynamo spends about 1.3 s of CPU
+    A process that has loaded torch and torch._dynamo spends about 1.3 s of CPU
     at a normal exit freeing modules nobody will use again: seconds a run set pays per run, and
     per rank on emulated ranks that share the CPU. Everything the process wrote is closed or
     flushed by now; the exit handlers still run (logging's flush, finalizers), the standard

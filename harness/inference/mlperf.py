@@ -30,7 +30,7 @@ holds hundreds of thousands of samples, not hundreds of millions of rows.
 **Accuracy.** ``mlperf_log_accuracy.json`` (a JSON list of ``{"seq_id", "qsl_idx",
 "data"}``, ``data`` the response's bytes in hex: here, as the reference's post-processing
 writes them, a float32 (prediction, label) pair per row of the user) is decoded and scored by
-scikit-learn's ``roc_auc_score``, as the official ``accuracy-dlrm.py`` does with a log that
+the AUC scikit-learn's ``roc_auc_score`` computes (:func:`harness.rules.auc.roc_auc`), as the official ``accuracy-dlrm.py`` does with a log that
 carries the labels; the labels logged are checked against the eval split's.
 """
 
@@ -47,6 +47,7 @@ import numpy as np
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.mllog.reader import mllog_texts, parse_object
+from harness.rules.auc import roc_auc
 
 MLPERF_CONF = Path(__file__).with_name("mlperf.conf")
 MLPERF_CONF_SHA1 = "68cdba8667e971c3ae8f1617ba67fa56d01065b4"  # loadgen/mlperf.conf at mlcommons-loadgen 6.0.17
@@ -188,9 +189,7 @@ def read_accuracy_log(path: Path) -> tuple[np.ndarray, list[np.ndarray]]:
 
 
 def auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    from sklearn.metrics import roc_auc_score
-
-    return float(roc_auc_score(labels, scores))
+    return roc_auc(labels, scores)
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,7 @@ from harness.errors import ErrorCategory, HarnessError
 from harness.reference.data import counter_rng as rng
 from harness.reference.data.datasets import eval_range, train_ranges
 from harness.reference.data.event_batch import UNKNOWN_ACTION, EventBatch
+from harness.rules.auc import roc_auc
 
 
 class EventFormat(enum.Enum):
@@ -547,14 +548,12 @@ class SyntheticEventStreams:
     def best_auc(self) -> float:
         """AUC on the eval split of ranking its candidates by the teacher's true probability."""
         if self._best_auc is None:
-            from sklearn.metrics import roc_auc_score
-
             labels, probs = [], []
             for a in range(0, self.eval_samples, 4096):
                 batch, p = self._samples(self._eval, np.arange(a, min(a + 4096, self.eval_samples), dtype=np.int64))
                 labels.append(batch.labels.numpy())
                 probs.append(p)
-            self._best_auc = float(roc_auc_score(np.concatenate(labels), np.concatenate(probs)))
+            self._best_auc = roc_auc(np.concatenate(labels), np.concatenate(probs))
         return self._best_auc
 
     def describe(self) -> dict[str, Any]:

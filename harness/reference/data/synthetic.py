@@ -40,6 +40,7 @@ import torch
 from harness.errors import HarnessError
 from harness.reference.data import counter_rng as rng
 from harness.reference.data.batches import NUM_DENSE, NUM_SPARSE, Batch
+from harness.rules.auc import roc_auc
 
 # Scales of the 13 count features, in the spirit of Criteo's integer columns (a few are
 # small counts, a few are heavy-tailed); they shape the data, not the difficulty.
@@ -245,9 +246,7 @@ class SyntheticCriteo:
     @functools.cache
     def best_auc(self) -> float:
         """AUC on the eval split of ranking by the teacher's true probability."""
-        from sklearn.metrics import roc_auc_score
-
         idx = self.eval_indices()
         labels = np.concatenate([self.samples(c).labels.numpy() for c in np.array_split(idx, max(1, idx.size // 65536))])
         probs = np.concatenate([self.probabilities(c) for c in np.array_split(idx, max(1, idx.size // 65536))])
-        return float(roc_auc_score(labels, probs))
+        return roc_auc(labels, probs)

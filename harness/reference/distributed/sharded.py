@@ -924,8 +924,9 @@ class ShardedEmbeddingCollection(nn.Module):
     @torch.no_grad()
     def table_weights(self) -> list[torch.Tensor]:
         """Every whole table, on every rank: for tests and small models only (a run never gathers
-        a whole table; each table is one all-reduce of a mostly-zero tensor, each weight being
-        non-zero on one rank only, so the sum is exact)."""
+        a whole table; the tables are one all-reduce of a mostly-zero tensor, each weight being
+        non-zero on one rank only, so the sum is exact; one, not one per table: a model of 1,000
+        tables would wait for 1,000 collectives)."""
         uncounted = Comm(self.comm.group, CommStats())  # not the training's traffic
         tables = [torch.zeros(r, d, device=self._dummy.device) for r, d in zip(self.table_rows, self.dims)]
         for i, (s, w) in enumerate(zip(self.shards, self._weights)):
@@ -935,7 +936,8 @@ class ShardedEmbeddingCollection(nn.Module):
             for rep, dp in zip(self.replicas, self.replica_tables):
                 for t, weight in zip(dp, rep.table_weights()):
                     tables[t] = weight.float()  # exactly: every 16-bit value is an fp32 one
-        return [uncounted.all_reduce(t.reshape(-1), Codec.FP32, REPLICA, average=False).view_as(t) for t in tables]
+        total = uncounted.all_reduce(torch.cat([t.reshape(-1) for t in tables]), Codec.FP32, REPLICA, average=False)
+        return [part.view_as(t) for part, t in zip(total.split([t.numel() for t in tables]), tables)]
 
     def full_weight(self) -> torch.Tensor:
         """The unsharded ``sum(rows) x D`` weight of tables of one dimension (see :meth:`table_weights`)."""

@@ -54,6 +54,7 @@ from harness.reference.models.dlrm import DLRM
 from harness.reference.models.hstu import HSTURanker
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.schedules import LearningRatePolicy
+from harness.rules.auc import roc_auc
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import BenchmarkSpec, ModelFamily, spec_from_dict
 from harness.mllog import keys
@@ -62,15 +63,6 @@ from harness.mllog import keys
 # (the synthetic benchmarks' are tens of MB); a larger one (Criteo 1TB's 89M samples) is read
 # again at every evaluation.
 EVAL_CACHE_BYTES = 1 << 30
-
-
-def roc_auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    """scikit-learn's ``roc_auc_score``, imported on first use: only the rank that computes the
-    AUC pays for importing scikit-learn (a second per process; :meth:`Trainer.run` imports it
-    during init, outside the timed region)."""
-    from sklearn.metrics import roc_auc_score
-
-    return float(roc_auc_score(labels, scores))
 
 
 class Prefetcher:
@@ -498,7 +490,7 @@ class TrainingSession:
 
     @torch.no_grad()
     def evaluate(self, batches: Iterable[Any] | None = None) -> float:
-        """AUC (scikit-learn's ``roc_auc_score``) over the eval split, or over ``batches``: over what
+        """AUC (:func:`harness.rules.auc.roc_auc`, scikit-learn's ``roc_auc_score`` exactly) over the eval split, or over ``batches``: over what
         the model scores (every sample; HSTU: the candidates that carry a label)."""
         items = self._eval_items() if batches is None else (self._on_device(b) for b in batches)
         self.model.eval()

@@ -207,8 +207,6 @@ class Trainer:
             torch.set_num_threads(self.config.threads)
         self._log_init_start()
         self._init_checks()
-        if self.rank == 0:
-            import sklearn.metrics  # noqa: F401  (now, not at the first evaluation, inside the timed region)
         self.session = session = self.open_session()  # the model; the data opened, no sample made
         self._log_init_stop(session)
 
