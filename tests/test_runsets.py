@@ -422,8 +422,9 @@ def test_unknown_benchmark_is_one_line_and_exit_2(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-def test_a_real_data_benchmark_without_its_data_is_refused_clearly(tmp_path):
-    proc = harness("run", "--benchmark", "dlrm_dcnv2", cwd=tmp_path)
+@pytest.mark.parametrize("benchmark", ["dlrm_dcnv2", "dlrmv4"])
+def test_a_real_data_benchmark_without_its_data_is_refused_clearly(tmp_path, benchmark):
+    proc = harness("run", "--benchmark", benchmark, cwd=tmp_path)
     assert proc.returncode == 2 and "give the dataset's folder with --data PATH" in proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
     assert not (tmp_path / "results").exists()

@@ -165,10 +165,16 @@ class BenchmarkSpec:
         return max(1, batches) * global_batch_size
 
     def first_eval_samples(self, global_batch_size: int) -> int:
-        """The first evaluation: the first grid point at or after ``eval.first_samples`` (the grid's
-        first point when the spec does not say)."""
+        """The first evaluation: the first grid point at or after ``floor((eval.first_samples +
+        eval.first_samples_per_global_batch * GBS) / eval.first_samples_divisor)`` samples (defaults 0,
+        0 and 1: the grid's first point when the spec says nothing). dlrmv4's rules set it at
+        ``floor((4480 * GBS + 135331840) / 3)``, the reference sweep's earliest convergence less two
+        blocks; the integers keep it exact."""
+        ev = self.raw["eval"]
         interval = self.eval_interval_samples(global_batch_size)
-        return max(1, math.ceil(int(self.raw["eval"].get("first_samples", 0)) / interval)) * interval
+        at_least = (int(ev.get("first_samples", 0)) + int(ev.get("first_samples_per_global_batch", 0)) * global_batch_size
+                    ) // int(ev.get("first_samples_divisor", 1))
+        return max(1, -(-at_least // interval)) * interval
 
     @property
     def eval_batch_size(self) -> int:

@@ -291,8 +291,11 @@ def _check_family(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile)
     checked here, before anything is written."""
     if spec.family is not ModelFamily.HSTU:
         return
+    from harness.reference.data import open_dataset
     from harness.reference.models.from_spec import hstu_config
 
+    if spec.dataset["kind"] == "yambda":  # dlrmv4: what it needs, or that its reader is not there yet
+        open_dataset(spec, request.data)
     asked = [what for what, yes in (
         (f"profile {profile.name}'s {profile.world_size} ranks", profile.world_size > 1),
         (f"--embedding-tier {request.embedding_tier.value}", request.embedding_tier is not EmbeddingTierChoice.MEMORY),

@@ -90,3 +90,46 @@ def test_unknown_benchmark_lists_the_known_ones():
     with pytest.raises(HarnessError, match="known: .*dlrm_dcnv2") as err:
         load_benchmark("nope")
     assert err.value.category is ErrorCategory.NOT_FOUND
+
+
+def test_dlrmv4_equals_the_official_rules_of_6_1_0():
+    """Every value closed_dlrmv4.yaml fixes is the spec's, and the eval grid and first eval the spec
+    derives are what the official POST code derives, at the RCPs' batch sizes and others."""
+    import math
+
+    rules_dir = Path(mlperf_logging.__file__).parent / "compliance_checker" / "training_6.1.0"
+    raw_rules = yaml.safe_load((rules_dir / "closed_dlrmv4.yaml").read_text())
+    rules = {r["KEY"]["NAME"]: r["KEY"] for r in raw_rules if "KEY" in r}
+    spec = load_benchmark("dlrmv4")
+    hp = {**spec.reference_hyperparameters, "opt_name": "Adam"}  # logged as MLPerf names it
+    checked = 0
+    for key, rule in rules.items():
+        m = re.fullmatch(r"\s*v\['value'\] == (.+?)\s*", str(rule.get("CHECK", "")))
+        if m is None or key in ("train_samples", "opt_sparse_base_learning_rate"):
+            continue
+        official = _literal(m.group(1))
+        if key == "eval_samples":
+            assert spec.dataset["eval_samples"] == official
+        elif key == "max_sequence_length":
+            assert spec.dataset["max_sequence_length"] == spec.raw["model"]["max_sequence_length"] == official
+        elif key == "eval_every_data_pct":
+            assert spec.eval_every_data_fraction == official
+        else:
+            assert hp[key] == official, key
+        checked += 1
+    assert checked >= 11
+    begin = next(r["BEGIN"]["CODE"] for r in raw_rules if "BEGIN" in r)
+    state: dict = {}
+    exec(begin, {"s": state})  # noqa: S102  (the official rules' own code, from the installed package)
+    assert spec.dataset["train_samples"] == state["train_samples"]
+    assert spec.target_auc == state["target_accuracy"] == 0.75
+    assert hp["opt_sparse_base_learning_rate"] == hp["opt_base_learning_rate"]
+    assert spec.required_runs == 10 and spec.max_epochs == 1
+    for gbs in (8192, 16384, 32768, 1000, 65536):
+        s = dict(state)
+        exec(rules["global_batch_size"]["POST"], {"s": s, "v": {"value": gbs}, "math": math})  # noqa: S102
+        assert spec.eval_interval_samples(gbs) == s["eval_interval_samples"], gbs
+        assert spec.first_eval_samples(gbs) == s["first_eval_samples"], gbs
+    s = dict(state)
+    exec(rules["global_batch_size"]["POST"], {"s": s, "v": {"value": 8192}, "math": math})  # noqa: S102
+    assert s["lr_min"] <= hp["opt_base_learning_rate"] <= s["lr_max"]

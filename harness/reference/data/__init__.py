@@ -32,6 +32,13 @@ def open_dataset(spec: BenchmarkSpec, path: Path | str | None = None, *, manifes
     Raises:
         HarnessError: BAD_INPUT or NOT_FOUND, one line naming the file (and line, for TSV).
     """
+    if spec.dataset["kind"] == "yambda":  # dlrmv4's real data
+        if path is None:
+            raise HarnessError(
+                f"benchmark {spec.name} trains on Yambda-5B's events (Hugging Face yandex/yambda, flat/5b parquet): "
+                "give the dataset's folder with --data PATH", ErrorCategory.BAD_INPUT)
+        raise HarnessError(f"benchmark {spec.name}: reading Yambda's parquet (--data) is not implemented yet; "
+                           "dlrmv4_synthetic runs the same rules on generated event streams", ErrorCategory.NOT_IMPLEMENTED)
     if spec.dataset["kind"] == "event_streams":
         if path is not None:
             raise HarnessError(f"benchmark {spec.name} trains on its event-stream generator; --data (a Yambda reader) "

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.data.events import EventStreamSpec
+from harness.reference.data.events import Action, EventStreamSpec
 from harness.reference.models.embeddings import SparseOptimizerConfig, SparseOptimizerKind
 from harness.reference.models.dlrm import DLRM, DLRMConfig
 from harness.reference.models.hstu import HSTUConfig, HSTURanker
@@ -44,12 +44,16 @@ def hstu_config(spec: BenchmarkSpec) -> HSTUConfig:
     """The HSTU ranker's architecture and table sizes of a benchmark spec (checked; one line when not):
     the tables are the event streams' (their defaults included), and the model's sequences are as
     long as the data's."""
-    streams = EventStreamSpec.from_section(spec.dataset)
     model = spec.raw["model"]
-    if int(model.get("max_sequence_length", 0)) != streams.max_sequence_length:
+    if spec.dataset["kind"] == "yambda":  # the tables as the spec states them (Yambda's own counts)
+        data = {"actions": len(Action), **spec.dataset}
+    else:
+        data = {k: getattr(EventStreamSpec.from_section(spec.dataset), k) for k in
+                ("item_rows", "artist_rows", "album_rows", "users", "actions", "max_sequence_length")}
+    if int(model.get("max_sequence_length", 0)) != int(data["max_sequence_length"]):
         raise HarnessError(f"benchmark {spec.name}: the model's max_sequence_length {model.get('max_sequence_length')} "
-                           f"is not the data's {streams.max_sequence_length}", ErrorCategory.BAD_INPUT)
-    tables = {k: getattr(streams, k) for k in ("item_rows", "artist_rows", "album_rows", "users", "actions")}
+                           f"is not the data's {data['max_sequence_length']}", ErrorCategory.BAD_INPUT)
+    tables = {k: int(data[k]) for k in ("item_rows", "artist_rows", "album_rows", "users", "actions")}
     return HSTUConfig.from_spec(model, tables)
 
 
