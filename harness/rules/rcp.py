@@ -46,8 +46,9 @@ _MAX_NOT_CONVERGED = {"unet3d": 4}  # more non-converged runs than this fail the
 _STAT_KEYS = ("RCP Mean", "RCP Stdev", "Max Speedup", "Min Epochs")
 # Benchmarks whose convergence the checker counts in samples: the samples_count of the last
 # eval_accuracy before run_stop, as logged (not rounded), whatever the target (read_submission_file)
+# (dlrmv4_synthetic is ours: dlrmv4's rules at laptop scale, counted as dlrmv4 is)
 SAMPLES_BENCHMARKS = frozenset({"llama2_70b_lora", "flux1", "llama31_405b", "llama31_8b", "gpt_oss_20b",
-                                "deepseekv3_671b", "qwen35_397b_grpo", "dlrmv4"})
+                                "deepseekv3_671b", "qwen35_397b_grpo", "dlrmv4", "dlrmv4_synthetic"})
 
 
 class Verdict(enum.Enum):
@@ -296,10 +297,18 @@ def rcp_file(benchmark: str, *, version: str | None = None) -> Any:
 
 
 def reference_epochs(run: RunLog, target: float) -> float | None:
-    """Epoch of the first evaluation reaching ``target`` (rounded as the checker rounds), or None."""
-    for epoch, value in run.eval_accuracies:
+    """Epoch of the first evaluation reaching ``target`` (rounded as the checker rounds), or None;
+    for a benchmark counted in samples, that evaluation's ``samples_count``."""
+    samples = run.benchmark in SAMPLES_BENCHMARKS
+    for i, (epoch, value) in enumerate(run.eval_accuracies):
         if value >= target:
-            return round(epoch, EPOCH_DECIMALS)
+            if not samples:
+                return round(epoch, EPOCH_DECIMALS)
+            count = run.eval_samples_counts[i] if i < len(run.eval_samples_counts) else None
+            if isinstance(count, bool) or not isinstance(count, (int, float)):
+                raise HarnessError(f"{run.path}: the eval_accuracy reaching {target} has no samples_count "
+                                   f"({run.benchmark} converges in samples)")
+            return float(count)
     return None
 
 

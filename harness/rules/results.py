@@ -44,6 +44,7 @@ class RunLog:
     values: Mapping[str, Any] = field(default_factory=dict, hash=False)  # last value of each key, as the checker keeps them
     # samples_count of the last eval_accuracy before run_stop: the rcp_checker's convergence for benchmarks counted in samples
     stop_samples_count: Any = None
+    eval_samples_counts: tuple[Any, ...] = ()  # samples_count of each eval_accuracy (None where it has none)
 
     @property
     def eval_points(self) -> list[tuple[float, float, float]]:
@@ -68,6 +69,7 @@ def read_run_log(path: Path) -> RunLog:
     benchmark = start = stop = status = throughput = step_time = None
     evals: list[tuple[float, float]] = []
     eval_times: list[float] = []
+    eval_samples: list[Any] = []
     values: dict[str, Any] = {}
     last_samples = stop_samples = None
     for lineno, record in read_records(path, what="MLLOG record"):
@@ -88,6 +90,7 @@ def read_run_log(path: Path) -> RunLog:
         elif key == keys.EVAL_ACCURACY and _is_number(value):
             epoch = meta.get(keys.EPOCH_NUM, meta.get(keys.SAMPLES_COUNT, 0)) if isinstance(meta, dict) else 0
             evals.append((float(epoch) if _is_number(epoch) else 0.0, float(value)))
+            eval_samples.append(meta.get(keys.SAMPLES_COUNT) if isinstance(meta, dict) else None)
             eval_times.append(float(record["time_ms"]) if _is_number(record.get("time_ms")) else 0.0)
         elif key == keys.TRACKED_STATS and isinstance(value, dict) and _is_number(value.get(keys.THROUGHPUT)):
             throughput = float(value[keys.THROUGHPUT])
@@ -99,7 +102,7 @@ def read_run_log(path: Path) -> RunLog:
         # some submitters log only the time of a training step (seconds): samples/s is the batch over it
         throughput = float(values[keys.GLOBAL_BATCH_SIZE]) / step_time
     return RunLog(path, benchmark, start, stop, status, tuple(evals), throughput, tuple(eval_times), values,
-                  stop_samples_count=stop_samples)
+                  stop_samples_count=stop_samples, eval_samples_counts=tuple(eval_samples))
 
 
 def _is_number(value: Any) -> bool:

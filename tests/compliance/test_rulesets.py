@@ -47,6 +47,7 @@ def test_a_bundled_rule_file_that_was_changed_is_validated_again(tmp_path, monke
 
 @pytest.mark.parametrize("benchmark, ruleset", [
     ("dlrm_synthetic", "harness_1.0.0"), ("dlrm_dcnv2", "training_6.0.0"), ("dlrm", "training_2.1.0"),
+    ("dlrmv4_synthetic", "harness_1.0.0"),
 ])
 def test_benchmark_rules_equal_the_spec(benchmark, ruleset):
     spec = load_benchmark(benchmark)
@@ -57,13 +58,30 @@ def test_benchmark_rules_equal_the_spec(benchmark, ruleset):
     assert rules["run_set"]["max_non_converged"] == spec.max_non_converged_runs
     fixed = {k: c["value"]["equals"] for k, r in rules["keys"].items() for c in r.get("checks", [])
              if "value" in c and "equals" in c["value"]}
+    logged = {"opt_name": {"adam": "Adam"}}  # spec values logged as MLPerf names them
     for key, value in fixed.items():
-        if key == "eval_samples":
-            assert value == spec.dataset["eval_samples"]
-        elif key == "train_samples":
-            assert value == spec.dataset["train_samples"]
+        if key == "opt_sparse_base_learning_rate":  # the one tunable rate drives both channels
+            assert value == {"derived": "opt_base_learning_rate"}
+            assert spec.reference_hyperparameters[key] == spec.reference_hyperparameters["opt_base_learning_rate"]
+            continue
+        if isinstance(value, dict):  # a derived quantity: its initial value
+            value = rules["derive"][value["derived"]]["initial"]
+        if key in ("eval_samples", "train_samples", "max_sequence_length"):
+            assert value == spec.dataset[key], key
+        elif key == "eval_every_data_pct":
+            assert value == spec.eval_every_data_fraction
         else:
-            assert spec.reference_hyperparameters[key] == value, key
+            hp = spec.reference_hyperparameters[key]
+            assert logged.get(key, {}).get(hp, hp) == value, key
+    if spec.eval_in_samples:  # the grid and the learning-rate band the rules derive are the spec's
+        derive = rules["derive"]
+        gbs = spec.reference_hyperparameters["global_batch_size"]
+        assert derive["train_samples"]["initial"] == spec.dataset["train_samples"]
+        lr = spec.reference_hyperparameters["opt_base_learning_rate"]
+        state = engine_derive(rules, gbs)
+        assert state["eval_interval_samples"] == spec.eval_interval_samples(gbs)
+        assert state["first_eval_samples"] == spec.first_eval_samples(gbs)
+        assert state["lr_min"] == pytest.approx(lr / 2) and state["lr_max"] == pytest.approx(1.5 * lr)
     assert fixed  # something is fixed in every closed DLRM division
 
 
@@ -152,3 +170,13 @@ def test_derived_quantities_equal_what_mlperf_post_code_computes(gbs, tmp_path):
     assert repr(level.derived["lr_high"]) == repr(hi * (1 + 1e-9) if hi is not None else None)
     raised = theirs["lr_max"] is None
     assert any(f.rule.endswith("global_batch_size.derive") for f in level.findings) == raised
+
+
+def engine_derive(rules: dict, gbs: int) -> dict:
+    """The quantities a rule file derives after a ``global_batch_size`` record of ``gbs`` (as the
+    engine derives them: in declaration order, from their initial values)."""
+    state = {name: d["initial"] for name, d in rules["derive"].items() if "initial" in d}
+    for name, d in rules["derive"].items():
+        if d.get("from") == "global_batch_size":
+            state[name] = engine.evaluate(d["expr"], gbs, state)
+    return state

@@ -29,19 +29,25 @@ def package_of(shared_logs: Path, rnd: str) -> Path:
     return found
 
 
-def official_seeds(pkg: Path, version: str) -> dict:
-    """What the official package checker says about seeds: ran, bypassed, failed, its error text."""
-    log = pkg.parent / f"{pkg.name}-package_checker.log"
-    run = subprocess.run([sys.executable, "-m", "mlperf_logging.package_checker", pkg.name, "training", version,
-                          "--log_output", str(log)], capture_output=True, text=True, cwd=pkg.parent, timeout=600, check=False)
-    # (for dlrm, and for a log the RCP checker cannot parse, the package checker crashes in its RCP
-    # step, after the seed checker has logged its verdict: that verdict is what is compared)
-    assert log.is_file(), run.stderr[-3000:]
-    text = log.read_text()
-    errors = re.findall(r"Seed checker failed and found the following errors: (.*?)(?=\n(?:INFO|ERROR|WARNING) - )",
-                        text, re.DOTALL)
-    return {"ran": "Running Seed Checker" in text, "bypassed": "Bypassing Seed Checker" in text,
-            "failed": "ERROR - Seed checker failed" in text, "errors": "\n".join(errors)}
+DRIVER = Path(__file__).with_name("official_package_driver.py")
+
+
+def official_seeds_of(packages: list[tuple[Path, str]]) -> list[dict]:
+    """What the official package checker says about seeds, for each (package, ruleset version): ran,
+    bypassed, failed, its error text. One process checks them all (official_package_driver.py)."""
+    jobs = [{"parent": str(pkg.parent), "folder": pkg.name, "ruleset": version,
+             "log": str(pkg.parent / f"{pkg.name}-package_checker.log")} for pkg, version in packages]
+    run = subprocess.run([sys.executable, str(DRIVER)], input="".join(json.dumps(j) + "\n" for j in jobs),
+                         capture_output=True, text=True, timeout=900, check=False)
+    assert run.returncode == 0 and len(run.stdout.splitlines()) == len(jobs), run.stderr[-3000:]
+    out = []
+    for job in jobs:
+        text = Path(job["log"]).read_text()
+        errors = re.findall(r"Seed checker failed and found the following errors: (.*?)(?=\n(?:INFO|ERROR|WARNING) - )",
+                            text, re.DOTALL)
+        out.append({"ran": "Running Seed Checker" in text, "bypassed": "Bypassing Seed Checker" in text,
+                    "failed": "ERROR - Seed checker failed" in text, "errors": "\n".join(errors)})
+    return out
 
 
 def our_seed_findings(pkg: Path):
@@ -97,12 +103,26 @@ def _set(**fields):
     return change
 
 
+@pytest.fixture(scope="module")
+def checked(shared_logs, tmp_path_factory) -> dict[str, tuple[Path, dict]]:
+    """Every real package and every mutated copy the tests below compare (by round, or by mutation
+    name), with the official package checker's seed verdict on it: one checker process for all."""
+    packages: dict[str, Path] = {}
+    for rnd in ROUNDS:
+        packages[rnd] = copy_package(shared_logs, tmp_path_factory.mktemp(rnd), rnd)
+    for name, (rnd, mutate, _) in MUTATIONS.items():
+        packages[name] = copy_package(shared_logs, tmp_path_factory.mktemp(name), rnd)
+        mutate(packages[name])
+    rounds = {**{rnd: rnd for rnd in ROUNDS}, **{name: m[0] for name, m in MUTATIONS.items()}}
+    verdicts = official_seeds_of([(pkg, rounds[key][1:] + ".0") for key, pkg in packages.items()])
+    return {key: (pkg, verdict) for (key, pkg), verdict in zip(packages.items(), verdicts)}
+
+
 # ---- the real packages -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("rnd", ROUNDS)
-def test_real_packages_get_the_official_seed_verdict(shared_logs, tmp_path, rnd):
-    pkg = copy_package(shared_logs, tmp_path, rnd)
-    official = official_seeds(pkg, rnd[1:] + ".0")
+def test_real_packages_get_the_official_seed_verdict(checked, rnd):
+    pkg, official = checked[rnd]
     assert official["ran"] == (rnd != "v0.7")  # 0.7.0 has no seed check; all eight are closed
     findings = our_seed_findings(pkg)
     if rnd in NO_SEED_ROUNDS:
@@ -210,11 +230,9 @@ MUTATIONS = {
 
 
 @pytest.mark.parametrize("name", sorted(MUTATIONS))
-def test_mutations_get_the_official_seed_verdict(shared_logs, tmp_path, name):
-    rnd, mutate, fails = MUTATIONS[name]
-    pkg = copy_package(shared_logs, tmp_path, rnd)
-    mutate(pkg)
-    official = official_seeds(pkg, rnd[1:] + ".0")
+def test_mutations_get_the_official_seed_verdict(checked, name):
+    rnd, _, fails = MUTATIONS[name]
+    pkg, official = checked[name]
     assert official["ran"] is (rnd != "v0.7" and name != "open_division_duplicates")
     assert official["bypassed"] is name.startswith("bypass_in_")
     assert official["failed"] is fails, official  # the mutation does what it is meant to, officially

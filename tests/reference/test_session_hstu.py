@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from harness.errors import HarnessError
 from harness.reference.engine.run_config import RunConfig
@@ -141,24 +140,47 @@ def test_the_run_set_refuses_what_hstu_cannot_do_yet(tmp_path):
 
 
 @pytest.mark.slow
-def test_harness_run_reaches_the_target_with_samples_count_on_every_eval(tmp_path):
-    raw = copy.deepcopy(load_benchmark("dlrmv4_synthetic").raw)
-    raw["dataset"]["train_samples"] = 100000
-    raw["quality"]["target"] = 0.54
-    raw["eval"]["every_data_fraction"] = 0.1
-    raw["eval"]["first_samples"] = 30000
-    spec = tmp_path / "dlrmv4_synthetic.yaml"
-    spec.write_text(yaml.safe_dump(raw))
+def test_harness_run_reaches_the_target_and_its_log_passes_harness_check_and_the_official_checker(tmp_path):
+    """One run of the benchmark as shipped: it reaches the calibrated target with samples_count on
+    every eval, its log passes `harness check` and, through the exported rules (closed_dlrmv4's
+    at this benchmark's sizes), MLPerf's own checker."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-m", "harness", "run", "--benchmark", str(spec), "--runs", "1",
-                          "--precision", "fp32", "--results", str(tmp_path / "res")],
-                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
-    assert "planted teacher's AUC" in out.stdout, out.stdout + out.stderr
-    logs = list((tmp_path / "res").rglob("result_0.txt"))
-    assert len(logs) == 1, out.stdout + out.stderr
-    records = [json.loads(line.split(":::MLLOG", 1)[1]) for line in logs[0].read_text().splitlines() if ":::MLLOG" in line]
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=tmp_path,
+                              timeout=600)
+
+    out = run("-m", "harness", "run", "--benchmark", "dlrmv4_synthetic", "--runs", "1", "--seed", "7",
+              "--precision", "fp32", "--results", str(tmp_path / "res"))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr
+    assert "planted teacher's AUC" in out.stdout
+    assert ("compliance (harness_1.0.0): 1/1 logs pass; run set incomplete (fewer runs than the benchmark "
+            "requires, as asked): a closed dlrmv4_synthetic run set has exactly 10") in out.stdout
+    [log] = list((tmp_path / "res").rglob("result_0.txt"))
+    records = [json.loads(line.split(":::MLLOG", 1)[1]) for line in log.read_text().splitlines() if ":::MLLOG" in line]
     evals = [r for r in records if r["key"] == "eval_accuracy"]
-    assert evals and all("samples_count" in r["metadata"] for r in evals)
+    spec = load_benchmark("dlrmv4_synthetic")
+    grid = spec.eval_interval_samples(spec.reference_hyperparameters["global_batch_size"])
+    assert evals and all(r["metadata"]["samples_count"] % grid == 0 for r in evals)
+    assert evals[0]["metadata"]["samples_count"] == spec.first_eval_samples(spec.reference_hyperparameters["global_batch_size"])
     assert {r["key"]: r["value"] for r in records}["opt_name"] == "Adam"
     stop = next(r for r in records if r["key"] == "run_stop")
-    assert stop["metadata"]["status"] == "success", (evals, out.stdout[-2000:])
+    assert stop["metadata"]["status"] == "success" and evals[-1]["value"] >= spec.target_auc, evals
+
+    check = run("-m", "harness", "check", str(log))
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "(rule files: common, closed_common, closed_dlrmv4_synthetic)" in check.stdout
+    assert run("-m", "harness", "rules", "export-mlperf", "exported").returncode == 0
+    official = run("-m", "mlperf_logging.compliance_checker", "--usage", "training", "--ruleset", "6.0.0",
+                   "--config", str(tmp_path / "exported" / "common.yaml"), str(log))
+    assert official.returncode == 0, official.stdout + official.stderr
+    assert "closed_dlrmv4_synthetic.yaml" in official.stdout + official.stderr
+    # and both fail the same log with its first evaluation moved off the grid
+    moved = tmp_path / "moved" / "result_0.txt"
+    moved.parent.mkdir()
+    first = json.dumps(evals[0]["metadata"]["samples_count"])
+    moved.write_text(log.read_text().replace(f'"samples_count": {first}', f'"samples_count": {int(first) + 512}', 1))
+    official = run("-m", "mlperf_logging.compliance_checker", "--usage", "training", "--ruleset", "6.0.0",
+                   "--config", str(tmp_path / "exported" / "common.yaml"), str(moved))
+    ours = run("-m", "harness", "check", str(moved), "--ruleset", "harness_1.0.0")
+    assert official.returncode == 1 and ours.returncode == 1
