@@ -30,8 +30,7 @@ def generate(benchmark: str, logs_dir: Path | None, out_file: Path | None) -> No
         click.echo(text, nl=False)
         return
     out_file.write_text(text)
-    unit = "samples" if benchmark in rcps_lib.SAMPLES_BENCHMARKS else "epochs"
-    click.echo(f"{record.name}: {len(record.epochs)} runs, mean {record.mean:.4f} {unit}, "
+    click.echo(f"{record.name}: {len(record.epochs)} runs, mean {record.mean:.4f} {rcps_lib.convergence_unit(benchmark)}, "
                f"min acceptable mean {record.min_acceptable_mean:.4f}; wrote {out_file}")
 
 
@@ -55,7 +54,7 @@ def check(ctx: click.Context, run_dir: Path, as_json: bool, rcp_version: str | N
         used = f"{result.rcp.name} (mean {result.rcp.mean:.4f}, min acceptable {result.rcp.min_acceptable_mean:.4f})" \
             if result.rcp else "none"
         click.echo(f"{result.verdict.value.upper()}: {result.message}")
-        unit = "samples" if result.benchmark in rcps_lib.SAMPLES_BENCHMARKS else "epochs"
+        unit = rcps_lib.convergence_unit(result.benchmark)
         click.echo(f"  {result.benchmark}, batch size {result.batch_size}, submission mean {mean} {unit}")
         click.echo(f"  RCP: {used}; normalization factor {result.normalization_factor:.6f}")
     ctx.exit(0 if result.verdict is rcps_lib.Verdict.PASS else 1)

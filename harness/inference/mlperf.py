@@ -188,10 +188,6 @@ def read_accuracy_log(path: Path) -> tuple[np.ndarray, list[np.ndarray]]:
     return idx, [np.frombuffer(b, dtype=np.float32).reshape(-1, 2) for b in raw]
 
 
-def auc(labels: np.ndarray, scores: np.ndarray) -> float:
-    return roc_auc(labels, scores)
-
-
 @dataclass(frozen=True)
 class AccuracyScore:
     """One AccuracyOnly run scored as the official DLRMv2 script scores it."""
@@ -266,8 +262,8 @@ def score_accuracy_log(path: Path, offsets: np.ndarray, labels: np.ndarray, *, r
         raise HarnessError(f"{path}: {wrong.size} logged labels differ from the eval split's (first at row "
                            f"{int(row[wrong[0]])})", ErrorCategory.RUN_FAILED)
     good = int(np.count_nonzero(np.round(pred) == truth))
-    return AccuracyScore(auc=auc(truth, pred), good=good, total=int(row.size), queries=len(seen),
-                         duplicates=int(idx.size) - len(seen), reference_auc=auc(truth, reference[row]), model=model)
+    return AccuracyScore(auc=roc_auc(truth, pred), good=good, total=int(row.size), queries=len(seen),
+                         duplicates=int(idx.size) - len(seen), reference_auc=roc_auc(truth, reference[row]), model=model)
 
 
 def proc_bytes(path: str, field: str) -> int | None:

@@ -54,6 +54,7 @@ from harness.reference.models.dlrm import DLRM
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import SessionHooks, TrainingSession
 from harness.reference.tiered import CachePolicy
+from harness.rules.auc import roc_auc
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import BenchmarkSpec
 
@@ -643,7 +644,7 @@ def reference_auc(model: DLRM, data: synthetic.SyntheticCriteo, *,
         probs.append(torch.sigmoid(model(b.dense, b.sparse)).numpy())
         labels.append(b.labels.numpy())
     y, p = np.concatenate(labels), np.concatenate(probs)
-    return mlperf.auc(y, p), y, p
+    return roc_auc(y, p), y, p
 
 
 # ---------------------------------------------------------------------------------- calibration

@@ -51,6 +51,18 @@ SAMPLES_BENCHMARKS = frozenset({"llama2_70b_lora", "flux1", "llama31_405b", "lla
                                 "deepseekv3_671b", "qwen35_397b_grpo", "dlrmv4", "dlrmv4_synthetic"})
 
 
+def convergence_unit(benchmark: str | None) -> str:
+    """What a benchmark's RCPs count: ``"samples"`` or ``"epochs"``."""
+    return "samples" if benchmark in SAMPLES_BENCHMARKS else "epochs"
+
+
+def _samples_count(value: Any, run: RunLog, which: str) -> float:
+    """A logged ``samples_count`` as a number; one line naming the log when it is not one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise HarnessError(f"{run.path}: no samples_count on {which} ({run.benchmark} converges in samples)")
+    return float(value)
+
+
 class Verdict(enum.Enum):
     PASS = "pass"
     FAIL = "fail"
@@ -305,10 +317,7 @@ def reference_epochs(run: RunLog, target: float) -> float | None:
             if not samples:
                 return round(epoch, EPOCH_DECIMALS)
             count = run.eval_samples_counts[i] if i < len(run.eval_samples_counts) else None
-            if isinstance(count, bool) or not isinstance(count, (int, float)):
-                raise HarnessError(f"{run.path}: the eval_accuracy reaching {target} has no samples_count "
-                                   f"({run.benchmark} converges in samples)")
-            return float(count)
+            return _samples_count(count, run, f"the eval_accuracy reaching {target}")
     return None
 
 
@@ -323,11 +332,7 @@ def submission_epochs(run: RunLog, target: float | None) -> float:
     if run.benchmark in SAMPLES_BENCHMARKS:
         if run.status != keys.SUCCESS:
             return NOT_CONVERGED
-        samples = run.stop_samples_count
-        if isinstance(samples, bool) or not isinstance(samples, (int, float)):
-            raise HarnessError(f"{run.path}: no samples_count on the last eval_accuracy before run_stop "
-                               f"({run.benchmark} converges in samples)")
-        return float(samples)
+        return _samples_count(run.stop_samples_count, run, "the last eval_accuracy before run_stop")
     if run.status != keys.SUCCESS or not run.eval_accuracies:
         return NOT_CONVERGED
     reached = reference_epochs(run, target) if target is not None else None

@@ -31,7 +31,6 @@ import hashlib
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -152,7 +151,6 @@ def run_job(job: dict, world: int) -> None:
 def run_plans(job: dict, world: int, out: Path) -> None:
     rank = dist.get_rank() if world > 1 else 0
     for name, entry in job["plans"].items():
-        began = time.perf_counter()
         plan = None
         if world > 1:  # rank 0 plans, as the run set's parent does; the ranks take its plan (planning
             # the 12t-shaped model's 1,000 tables takes seconds: four ranks doing it took four times the CPU)
@@ -190,8 +188,7 @@ def run_plans(job: dict, world: int, out: Path) -> None:
             stats = session.comm_stats.to_dict() if world > 1 else {}  # type: ignore[attr-defined]
             (out / f"{name}.json").write_text(json.dumps(
                 {"losses": losses.losses, "types": types, "auc": auc, "stats": stats, "world": world, "cache": cache,
-                 "dense_sha256": dense, "memory": memory, "traffic": traffic,
-                 "seconds": time.perf_counter() - began}
+                 "dense_sha256": dense, "memory": memory, "traffic": traffic}
             ))
             torch.save(torch.cat([w.flatten() for w in weight]), out / f"{name}.pt")  # every table, flat
 

@@ -78,7 +78,6 @@ depend on which users share a batch.
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Any

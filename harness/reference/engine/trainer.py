@@ -16,7 +16,6 @@ records are emitted from the ``_log_*`` hooks only, through
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
