@@ -97,6 +97,18 @@ def stop_on_signals(*signums: int) -> None:
         signal.signal(s, handler)
 
 
+def end_process(code: int) -> None:
+    """End a worker process with ``code``: :func:`exit_now`; or, in a rank that torchrun forked
+    and runs as a function (``--run-path``, :mod:`harness.runsets.torchrun`), ``SystemExit``, for
+    torchrun waits for the function to return (``SystemExit(0)`` counts as returning) and then ends
+    the process without tearing its modules down."""
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        sys.exit(code)
+    exit_now(code)
+
+
 def exit_now(code: int) -> None:
     """End the process with ``code`` without tearing down every module first.
 

@@ -18,6 +18,7 @@ from harness.hw_profiles import Tier, detect, emulated_profile, load_profile
 from harness.reference.planner.codecs import CommConfig
 from harness.reference.planner.types import CommPrecision
 from harness.runsets.runset import EmbeddingTierChoice, RunSetRequest, plan_run_set, worker_command
+from tests.processes import alive, ranks_below
 from tests.test_runsets import FIXTURE, harness, records, start_harness, wait_for_run_start
 
 
@@ -26,7 +27,6 @@ def start_long_emulated_run(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     spec = tmp_path / "long.yaml"
     spec.write_text(FIXTURE.read_text().replace("train_samples: 32768", "train_samples: 4000000")
                     .replace("target: 0.6", "target: 0.99"))
-    # an absolute --results: the ranks' command lines then name this test's folder (see ranks_of)
     proc = start_harness("run", "--benchmark", str(spec), "--profile", "zionex-8gpu", "--emulate", "--runs", "1",
                          "--results", str(tmp_path / "results"), cwd=tmp_path)
     staging = wait_for_run_start(tmp_path)
@@ -34,14 +34,13 @@ def start_long_emulated_run(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     return proc, staging
 
 
-def ranks_of(tmp_path: Path) -> list[str]:
-    """``pid cmdline`` of this test's worker processes (torchrun's and its ranks'), not other tests'."""
-    listed = subprocess.run(["pgrep", "-af", "harness.reference.engine.worker"], capture_output=True, text=True).stdout
-    return [line for line in listed.splitlines() if str(tmp_path) in line]
+def ranks_of(proc: subprocess.Popen) -> list[int]:
+    """The ranks of a running ``harness run``: its torchrun's forked processes."""
+    return ranks_below(proc.pid)
 
 
-def assert_no_rank_left(tmp_path: Path) -> None:
-    leftovers = ranks_of(tmp_path)
+def assert_no_rank_left(ranks: list[int]) -> None:
+    leftovers = alive(ranks)
     assert not leftovers, f"rank processes left running: {leftovers}"
 
 
@@ -96,7 +95,7 @@ def test_an_emulated_plan_has_a_sharding_plan_and_an_emulated_system(tmp_path):
     fp32 = plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile="zionex-8gpu", results_dir=tmp_path, emulate=True))
     assert fp32.fingerprint != plan.fingerprint
     cmd = worker_command(Path("c.json"), plan.world_size)
-    assert cmd[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=8"]
+    assert cmd[1:5] == ["-m", "harness.runsets.torchrun", "--standalone", "--nproc-per-node=8"]
     assert worker_command(Path("c.json"), 1) == [sys.executable, "-m", "harness.reference.engine.worker", "c.json"]
 
 
@@ -113,6 +112,8 @@ def test_sigterm_stops_every_rank_and_the_log_ends_aborted(tmp_path):
     (Ctrl-C takes the same path with SIGINT: tests/test_runsets.py)."""
     signum, code, said = signal.SIGTERM, 143, "interrupted by SIGTERM"
     proc, staging = start_long_emulated_run(tmp_path)
+    ranks = ranks_of(proc)
+    assert len(ranks) == 8, ranks
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=180)
     assert proc.returncode == code, err[-3000:]
@@ -121,7 +122,7 @@ def test_sigterm_stops_every_rank_and_the_log_ends_aborted(tmp_path):
     [stop] = [r for r in records(kept) if r["key"] == "run_stop"]
     assert stop["metadata"]["status"] == "aborted"
     assert stop["metadata"]["reason"] == said  # written by rank 0 itself, not patched on after
-    assert_no_rank_left(tmp_path)
+    assert_no_rank_left(ranks)
 
 
 @pytest.mark.slow
@@ -160,9 +161,8 @@ def test_fp16_forward_bf16_backward_reach_the_default_target_on_emulated_zionex(
 @pytest.mark.slow
 def test_a_rank_killed_mid_run_fails_the_run_in_one_line_and_its_log_ends_aborted(tmp_path):
     proc, staging = start_long_emulated_run(tmp_path)
-    listed = ranks_of(tmp_path)
-    ranks = [int(line.split()[0]) for line in listed if "torch.distributed.run" not in line]
-    assert len(ranks) == 8, listed
+    ranks = ranks_of(proc)
+    assert len(ranks) == 8, ranks
     os.kill(max(ranks), signal.SIGKILL)
     _, err = proc.communicate(timeout=180)
     assert proc.returncode == 1, err[-3000:]
@@ -171,7 +171,7 @@ def test_a_rank_killed_mid_run_fails_the_run_in_one_line_and_its_log_ends_aborte
     [failed] = staging.glob("*/tiny_synthetic/result_0.failed-*.txt")
     [stop] = [r for r in records(failed) if r["key"] == "run_stop"]
     assert stop["metadata"]["status"] == "aborted"
-    assert_no_rank_left(tmp_path)
+    assert_no_rank_left(ranks)
 
 
 def test_sharded_plans_with_the_ssd_tier_place_the_set_tables_there_and_never_as_replicas(tmp_path):

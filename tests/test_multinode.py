@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import alive, descendants, ranks_below
 from tests.test_runsets import FIXTURE, records
 
 PROFILE = Path(__file__).parent / "fixtures" / "two_nodes_2gpu.yaml"
@@ -50,24 +51,6 @@ def finish(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
     except subprocess.TimeoutExpired:
         kill_machine(proc)
         raise
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (torchrun starts its ranks in sessions of their own, so a process
-    group does not hold them all)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
 
 
 def kill_machine(proc: subprocess.Popen) -> None:
@@ -143,9 +126,8 @@ def start_long_two_node_run(tmp_path: Path) -> tuple[subprocess.Popen, subproces
 def test_a_node_that_dies_ends_the_run_on_the_other_with_run_stop_aborted(tmp_path):
     leader, follower, staging = start_long_two_node_run(tmp_path)
     time.sleep(3)
-    ranks = [pid for pid in descendants(follower.pid) if "harness.reference.engine.worker" in
-             Path(f"/proc/{pid}/cmdline").read_text(errors="replace")]
-    assert len(ranks) == 3, ranks  # torchrun and node 1's two ranks
+    ranks = ranks_below(follower.pid)
+    assert len(ranks) == 2, ranks  # node 1's two ranks
     kill_machine(follower)  # node 1 dies: its launcher, torchrun and ranks
     killed = time.time()
     _, err0 = finish(leader, 120)
@@ -207,5 +189,4 @@ def test_sigterm_to_both_launchers_keeps_the_interrupted_log_and_ends_every_rank
     [stop] = [r for r in records(kept) if r["key"] == "run_stop"]
     assert stop["metadata"]["status"] == "aborted" and stop["metadata"]["reason"] == "interrupted by SIGTERM"
     time.sleep(1)
-    assert ranks and not [pid for pid in ranks if Path(f"/proc/{pid}").exists()
-                          and "(Z)" not in Path(f"/proc/{pid}/stat").read_text()]
+    assert ranks and not alive(ranks)

@@ -32,10 +32,15 @@ import json
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference.distributed.ranks import NODE_RANK_ENV
+from harness.runsets.torchrun import FORKED_RANKS
+
+# the worker as a script, for torchrun's --run-path (an absolute path; importing the module would import torch)
+WORKER_SCRIPT = Path(__file__).resolve().parents[1] / "reference" / "engine" / "worker.py"
 
 JOIN_TIMEOUT_S = 600.0  # how long launchers wait for each other (at the start, and for each job)
 DONE_TIMEOUT_S = 60.0  # how long node 0 keeps its store for followers to read the last verdict
@@ -80,10 +85,11 @@ class Nodes:
 def worker_command(config_path: str, world_size: int, nodes: Nodes | None = None, job: int = 0) -> list[str]:
     """The worker processes of one run on this node: the worker itself for one rank, torchrun's
     ranks on this host for more; with several nodes this node's share, joined by c10d."""
-    worker = ["-m", "harness.reference.engine.worker", str(config_path)]
     if world_size == 1:
-        return [sys.executable, *worker]
-    torchrun = [sys.executable, "-m", "torch.distributed.run"]
+        return [sys.executable, "-m", "harness.reference.engine.worker", str(config_path)]
+    # torchrun with its ranks forked from one process that has imported torch (harness.runsets.torchrun)
+    torchrun = [sys.executable, "-m", "harness.runsets.torchrun"]
+    worker = [*FORKED_RANKS, str(WORKER_SCRIPT), str(config_path)]
     if nodes is None or not nodes.multi:
         return [*torchrun, "--standalone", f"--nproc-per-node={world_size}", *worker]
     return [

@@ -2,7 +2,7 @@
 
 ``python tests/reference/distributed_driver.py JOB.json`` trains in one process (the
 unsharded :class:`~harness.reference.engine.session.TrainingSession`); under
-``python -m torch.distributed.run --nproc_per_node W ... JOB.json`` each rank trains its
+``python -m harness.runsets.torchrun --nproc_per_node W --run-path ... JOB.json`` each rank trains its
 shards (:class:`~harness.reference.distributed.session.DistributedSession`). Both train with
 the session's own loop, as ``Trainer.run`` does.
 
@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from harness.errors import exit_now
+from harness.errors import end_process
 from harness.hw_profiles import load_profile
 from harness.reference.data import synthetic
 from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
@@ -195,4 +195,4 @@ def run_plans(job: dict, world: int, out: Path) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1])
-    exit_now(0)  # seconds of module teardown per rank, on ranks that share two cores
+    end_process(0)  # no module teardown per rank (seconds, on ranks that share two cores)

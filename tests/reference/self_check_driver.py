@@ -1,5 +1,5 @@
-"""The init self-check on real gloo groups: ``python -m torch.distributed.run --nproc-per-node 4
-tests/reference/self_check_driver.py OUT_DIR``.
+"""The init self-check on real gloo groups: ``python -m harness.runsets.torchrun --nproc-per-node 4
+--run-path --start-method=forkserver tests/reference/self_check_driver.py OUT_DIR``.
 
 On the 2-node x 2-rank test profile, for every sharding type and a mixed plan of the default
 benchmark, each rank runs :func:`~harness.reference.distributed.self_check.self_check` as a run's

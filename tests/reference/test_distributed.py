@@ -1,6 +1,6 @@
 """Sharded training on real gloo process groups (torchrun) against single-process training.
 
-The ranks run ``tests/reference/distributed_driver.py`` under ``python -m torch.distributed.run``;
+The ranks run ``tests/reference/distributed_driver.py`` under torchrun (``python -m harness.runsets.torchrun``);
 the single-process baseline runs the same driver without it (the unsharded trainer).
 """
 
@@ -20,6 +20,7 @@ from harness.reference.distributed.comm_codecs import Codec, wire_bytes
 from harness.reference.distributed.sharded import shardings_from_plan
 from harness.reference.planner.types import Plan, ShardingType
 from harness.rules.specs import load_benchmark
+from harness.runsets.torchrun import FORKED_RANKS
 
 DRIVER = Path(__file__).with_name("distributed_driver.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +47,9 @@ def run_jobs(tmp: Path, world: int, jobs: dict[str, dict]) -> dict[str, dict]:
         specs.append({"out": str(out), "steps": STEPS, "batch": BATCH, "seed": SEED, "auc": False, **job,
                       "nodes": nodes, "per_node": world // nodes})
     (tmp / "jobs.json").write_text(json.dumps(specs))
-    launcher = [] if world == 1 else ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}"]
+    # torchrun, its ranks forked from one process that imported torch (harness.runsets.torchrun)
+    launcher = [] if world == 1 else ["-m", "harness.runsets.torchrun", "--standalone", f"--nproc_per_node={world}",
+                                      *FORKED_RANKS]
     proc = subprocess.run(
         [sys.executable, *launcher, str(DRIVER), str(tmp / "jobs.json")],
         cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(ROOT)},

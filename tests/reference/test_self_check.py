@@ -12,6 +12,7 @@ import pytest
 
 from harness.reference.distributed.self_check import BOUND, failure
 from harness.reference.planner.types import ShardingType
+from harness.runsets.torchrun import FORKED_RANKS
 
 DRIVER = Path(__file__).with_name("self_check_driver.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def reports(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("self_check")
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4", str(DRIVER), str(out)],
+        [sys.executable, "-m", "harness.runsets.torchrun", "--standalone", "--nproc-per-node=4", *FORKED_RANKS,
+         str(DRIVER), str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )

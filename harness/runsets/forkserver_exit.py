@@ -1,0 +1,37 @@
+"""Imported only by the fork server of :mod:`harness.runsets.torchrun` (its last preload): the
+server ends at once when its launcher does, without tearing down the modules it preloaded.
+
+The server leaves when its launcher's pipe closes, by ``SystemExit``; a normal interpreter exit
+would then free torch's modules one by one, seconds of CPU during which the server outlives the
+launcher that started it. The ranks forked from the server inherit this exit handler; it does
+nothing in them (another pid).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+
+_SERVER = os.getpid()
+
+
+def _end_now() -> None:
+    if os.getpid() != _SERVER:
+        return
+    while True:  # reap the ranks that have ended (the server's children), as it would have
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
+
+
+atexit.register(_end_now)
