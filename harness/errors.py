@@ -97,14 +97,28 @@ def stop_on_signals(*signums: int) -> None:
         signal.signal(s, handler)
 
 
+def forked_rank() -> bool:
+    """Whether this process is a rank that torchrun forked (``--run-path`` with the fork server of
+    :mod:`harness.runsets.torchrun`) rather than started as a script."""
+    import multiprocessing
+
+    return multiprocessing.parent_process() is not None
+
+
+def detach_forked_rank() -> None:
+    """Give a forked rank a session of its own, as torchrun gives the ranks it starts as scripts:
+    a terminal's Ctrl-C then reaches the rank through torchrun only, and the scheduler shares the
+    CPU between the ranks and other sessions as it did (with autogroup, per session)."""
+    if forked_rank():
+        os.setsid()
+
+
 def end_process(code: int) -> None:
     """End a worker process with ``code``: :func:`exit_now`; or, in a rank that torchrun forked
     and runs as a function (``--run-path``, :mod:`harness.runsets.torchrun`), ``SystemExit``, for
     torchrun waits for the function to return (``SystemExit(0)`` counts as returning) and then ends
     the process without tearing its modules down."""
-    import multiprocessing
-
-    if multiprocessing.parent_process() is not None:
+    if forked_rank():
         sys.exit(code)
     exit_now(code)
 

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from harness.errors import end_process
+from harness.errors import detach_forked_rank, end_process
 from harness.hw_profiles import load_profile
 from harness.reference.data import synthetic
 from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
@@ -194,5 +194,6 @@ def run_plans(job: dict, world: int, out: Path) -> None:
 
 
 if __name__ == "__main__":
+    detach_forked_rank()
     main(sys.argv[1])
     end_process(0)  # no module teardown per rank (seconds, on ranks that share two cores)

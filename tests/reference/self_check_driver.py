@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from harness.errors import detach_forked_rank
 from harness.hw_profiles import load_profile
 from harness.reference.distributed import comm
 from harness.reference.distributed.self_check import self_check
@@ -67,4 +68,5 @@ def main(out: str) -> None:
 
 
 if __name__ == "__main__":
+    detach_forked_rank()
     main(sys.argv[1])

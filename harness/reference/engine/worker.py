@@ -18,7 +18,7 @@ from pathlib import Path
 # deterministic cuBLAS on a GPU (read when cuBLAS starts, so before torch is used)
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
-from harness.errors import HarnessError, end_process, interrupt_reason, signal_of, stop_on_signals
+from harness.errors import HarnessError, detach_forked_rank, end_process, interrupt_reason, signal_of, stop_on_signals
 
 
 def main(argv: list[str]) -> int:
@@ -64,4 +64,5 @@ def _end(message: str, code: int) -> int:
 
 
 if __name__ == "__main__":
+    detach_forked_rank()
     end_process(main(sys.argv[1:]))
