@@ -123,6 +123,15 @@ def end_process(code: int) -> None:
     exit_now(code)
 
 
+def flush_std_streams() -> None:
+    """Flush stdout and stderr, as an ending process must before ``os._exit``."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed stream, or a full disk under a redirected one
+            pass
+
+
 def exit_now(code: int) -> None:
     """End the process with ``code`` without tearing down every module first.
 
@@ -133,11 +142,7 @@ def exit_now(code: int) -> None:
     streams are flushed, and a process with other threads still alive exits normally, joining
     them."""
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed stream, or a full disk under a redirected one
-            pass
+    flush_std_streams()
     if threading.active_count() > 1:
         sys.exit(code)
     os._exit(code)

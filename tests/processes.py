@@ -18,11 +18,11 @@ def _table() -> dict[int, tuple[int, str]]:
     return out
 
 
-def descendants(pid: int) -> list[int]:
+def descendants(pid: int, table: dict[int, tuple[int, str]] | None = None) -> list[int]:
     """Every process below ``pid`` (torchrun starts its ranks in sessions of their own, so a process
     group does not hold them all)."""
     children: dict[int, list[int]] = {}
-    for child, (parent, _) in _table().items():
+    for child, (parent, _) in (table if table is not None else _table()).items():
         children.setdefault(parent, []).append(child)
     out, todo = [], [pid]
     while todo:
@@ -35,8 +35,7 @@ def descendants(pid: int) -> list[int]:
 def ranks_below(pid: int) -> list[int]:
     """The ranks below ``pid``: the processes torchrun's fork server forked (harness.runsets.torchrun)."""
     table = _table()
-    return [p for p in descendants(pid)
-            if p in table and "multiprocessing.forkserver" in table.get(table[p][0], (0, ""))[1]]
+    return [p for p in descendants(pid, table) if "multiprocessing.forkserver" in table.get(table[p][0], (0, ""))[1]]
 
 
 def alive(pids: list[int]) -> list[int]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import atexit
 import os
-import sys
+
+from harness.errors import flush_std_streams
 
 _SERVER = os.getpid()
 
@@ -26,11 +27,7 @@ def _end_now() -> None:
             break
         if pid == 0:
             break
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
+    flush_std_streams()  # not exit_now: this is an exit handler already
     os._exit(0)
 
 
