@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.processes import ranks_below
+
 FIXTURE = Path(__file__).parent / "fixtures" / "tiny_benchmark.yaml"
 
 
@@ -437,7 +439,7 @@ def test_a_killed_worker_leaves_its_log_ending_aborted_and_a_one_line_error(tmp_
     root.mkdir()
     proc = start_harness("run", "--benchmark", str(spec), "--runs", "3", cwd=root)
     staging = wait_for_run_start(root)
-    workers = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    workers = ranks_below(proc.pid)  # forked from the set's fork server (harness.runsets.forked)
     assert len(workers) == 1
     os.kill(int(workers[0]), signal.SIGKILL)
     out, err = proc.communicate(timeout=120)

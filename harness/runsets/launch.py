@@ -83,10 +83,11 @@ class Nodes:
 
 
 def worker_command(config_path: str, world_size: int, nodes: Nodes | None = None, job: int = 0) -> list[str]:
-    """The worker processes of one run on this node: the worker itself for one rank, torchrun's
-    ranks on this host for more; with several nodes this node's share, joined by c10d."""
-    if world_size == 1:
-        return [sys.executable, "-m", "harness.reference.engine.worker", str(config_path)]
+    """The command of a run's ranks on this node (``world_size`` > 1): torchrun's ranks on this
+    host; with several nodes this node's share, joined by c10d. (A one-rank run's worker is forked,
+    :mod:`harness.runsets.forked`.)"""
+    if world_size < 2:
+        raise ValueError(f"worker_command is for runs of several ranks, not {world_size}")
     # torchrun with its ranks forked from one process that has imported torch (harness.runsets.torchrun)
     torchrun = [sys.executable, "-m", "harness.runsets.torchrun"]
     worker = [*FORKED_RANKS, str(WORKER_SCRIPT), str(config_path)]

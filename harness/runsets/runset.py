@@ -50,6 +50,7 @@ from harness.hw_profiles import (
     system_name_for,
     write_system_description,
 )
+from harness.runsets.forked import ForkedWorker, start_server
 from harness.runsets.launch import NodeGroup, Nodes, worker_command, worker_env
 from harness.reference.engine.mlperf_log import MLPerfLog, parse_records
 from harness.reference.engine.run_config import RunConfig
@@ -636,18 +637,25 @@ def _nodes_record(plan: RunSetPlan) -> dict[str, Any]:
             "launchers": nodes.count, "rendezvous": "c10d" if nodes.multi else "standalone"}
 
 
-def _follow_worker(command: list[str], stderr_path: Path, on_progress: Callable[[dict], None],
-                   env: dict[str, str] | None = None) -> int:
-    """Start the worker process, relay its progress lines, return its exit status.
+def _follow_worker(config_path: Path, plan: RunSetPlan, job: int, stderr_path: Path,
+                   on_progress: Callable[[dict], None]) -> int:
+    """Start the run's worker process(es) on this node, relay its progress lines, return its exit
+    status: one rank forked from the set's fork server (:mod:`harness.runsets.forked`), more
+    through torchrun (:func:`harness.runsets.launch.worker_command`).
 
     On KeyboardInterrupt the worker is asked to stop and has ended before this re-raises
     (torchrun passes the SIGINT on to its ranks).
     """
+    nodes = plan.request.nodes
     with open(stderr_path, "wb") as err_file:
-        proc = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE, stderr=err_file, stdin=subprocess.DEVNULL, text=True, bufsize=1, env=env,
-        )
+        proc: subprocess.Popen | ForkedWorker
+        if plan.world_size == 1:
+            proc = ForkedWorker(config_path, stderr_path)
+        else:
+            proc = subprocess.Popen(
+                worker_command(str(config_path), plan.world_size, nodes, job), stdout=subprocess.PIPE,
+                stderr=err_file, stdin=subprocess.DEVNULL, text=True, bufsize=1, env=worker_env(nodes),
+            )
         try:
             for line in proc.stdout or ():
                 if line.startswith(_PROGRESS):
@@ -701,9 +709,7 @@ def _run_one(plan: RunSetPlan, index: int, config: RunConfig, reporter: Reporter
             reporter.progress(index, event)
 
     try:
-        nodes = plan.request.nodes
-        code = _follow_worker(worker_command(str(config_path), plan.world_size, nodes, job), stderr_path,
-                              on_progress, worker_env(nodes))
+        code = _follow_worker(config_path, plan, job, stderr_path, on_progress)
     except KeyboardInterrupt as err:
         remove_tables()
         kept = keep(f"result_{index}.interrupted-{stamp}.txt", interrupt_reason(err))
@@ -739,7 +745,7 @@ def _run_one(plan: RunSetPlan, index: int, config: RunConfig, reporter: Reporter
     return final
 
 
-def _stop_worker(proc: subprocess.Popen, signum: int = signal.SIGINT) -> None:
+def _stop_worker(proc: subprocess.Popen | ForkedWorker, signum: int = signal.SIGINT) -> None:
     """Pass the signal that stopped us (SIGINT or SIGTERM) on to the worker (torchrun passes it to
     its ranks), give it time to end its log, then make sure it is gone."""
     previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -802,6 +808,8 @@ def _execute(plan: RunSetPlan, reporter: Reporter, group: NodeGroup | None) -> R
         if group is not None:
             group.admit(plan.fingerprint, None, refusal=str(err))
         raise
+    if pending and plan.world_size == 1:  # the workers' fork server imports torch while the set is prepared
+        start_server()
     staged = {index: plan.staging_dir / f"result_{index}.txt" for index in pending}
     configs = {index: _worker_config(plan, index, seeds[index], staged[index], best_auc) for index in pending}
     if group is not None:  # every follower planned this same set; they train exactly these runs
@@ -888,8 +896,7 @@ def follow_run_set(plan: RunSetPlan, reporter: Reporter | None = None) -> Follow
                 _write_atomic(config_path, config.to_json())
                 reporter.message(f"{run_name(index)}: seed {config.seed}, ranks {nodes.rank * (plan.world_size // nodes.count)}"
                                  f"..{(nodes.rank + 1) * (plan.world_size // nodes.count) - 1} here")
-                code = _follow_worker(worker_command(str(config_path), plan.world_size, nodes, job), stderr_path,
-                                      lambda event: None, worker_env(nodes))
+                code = _follow_worker(config_path, plan, job, stderr_path, lambda event: None)
                 for path in Path(tmp).glob(f"result_{index}.tables.bin*"):
                     path.unlink(missing_ok=True)
                 if code != 0:
