@@ -35,7 +35,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from harness.errors import HarnessError
 from harness.reference.data import counter_rng as rng
@@ -228,11 +227,9 @@ class SyntheticCriteo:
     # ------------------------------------------------------------------ samples
     def samples(self, idx: np.ndarray) -> Batch:
         """The samples with global indices ``idx``, in that order."""
-        idx = np.asarray(idx, dtype=np.int64)
-        dense = self._dense(idx)
-        all_ids = self._all_ids(idx)
-        p = 1.0 / (1.0 + np.exp(-self._logits(dense, self._split(all_ids))))
-        labels = (rng.uniform(self._label_key, idx) < p).astype(np.float32)
+        import torch  # here, not at the top: a launcher computes the teacher's AUC without torch
+
+        dense, all_ids, _, labels = self._labelled(idx)
         return Batch(
             dense=torch.from_numpy(dense),
             sparse=torch.from_numpy(all_ids),
@@ -240,13 +237,21 @@ class SyntheticCriteo:
             pooling=self.spec.pooling,
         )
 
+    def _labelled(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The samples with global indices ``idx``: dense features, ids, the teacher's probability
+        and the label drawn from it."""
+        idx = np.asarray(idx, dtype=np.int64)
+        dense = self._dense(idx)
+        all_ids = self._all_ids(idx)
+        p = 1.0 / (1.0 + np.exp(-self._logits(dense, self._split(all_ids))))
+        labels = (rng.uniform(self._label_key, idx) < p).astype(np.float32)
+        return dense, all_ids, p, labels
+
     def eval_indices(self) -> np.ndarray:
         return np.arange(self.spec.train_samples, self.spec.train_samples + self.spec.eval_samples, dtype=np.int64)
 
     @functools.cache
     def best_auc(self) -> float:
         """AUC on the eval split of ranking by the teacher's true probability."""
-        idx = self.eval_indices()
-        labels = np.concatenate([self.samples(c).labels.numpy() for c in np.array_split(idx, max(1, idx.size // 65536))])
-        probs = np.concatenate([self.probabilities(c) for c in np.array_split(idx, max(1, idx.size // 65536))])
-        return roc_auc(labels, probs)
+        chunks = [self._labelled(c) for c in np.array_split(self.eval_indices(), max(1, self.spec.eval_samples // 65536))]
+        return roc_auc(np.concatenate([c[3] for c in chunks]), np.concatenate([c[2] for c in chunks]))
