@@ -37,6 +37,7 @@ from harness.inference import mlperf
 from harness.inference.storage import PreadRows, SdmEmbeddings, write_rows
 from harness.reference.models.embeddings import FusedEmbeddingCollection
 from harness.reference.tiered import CachePolicy
+from tests.processes import alive, ranks_below
 
 REPO = Path(__file__).resolve().parents[1]
 LATENCY_US = 20.0
@@ -576,14 +577,15 @@ def test_sigterm_stops_infer_and_its_loadgen_worker_and_keeps_the_model(quick, t
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = _stderr_until(proc, "LoadGen offline performance", 300)
     assert "LoadGen offline performance" in seen, seen[-3000:]
+    deadline = time.time() + 120  # the worker, forked from the command's fork server (harness.reference.engine.forked)
+    while not (workers := ranks_below(proc.pid)) and time.time() < deadline:
+        time.sleep(0.2)
     time.sleep(1.0)  # the worker is serving
-    workers = subprocess.run(["pgrep", "-f", f"harness.inference.worker {model_dir}"], capture_output=True,
-                             text=True).stdout.split()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-3000:]
     assert "Traceback" not in err and err.strip().splitlines()[-1] == (
         "harness: error: interrupted by SIGTERM: a model already trained is kept and reused by the same command; "
         "the results of the LoadGen run it stopped are incomplete")
-    assert workers and all(not Path(f"/proc/{pid}").exists() for pid in workers)  # the worker went with it
+    assert len(workers) == 1 and not alive(workers)  # the worker went with it
     assert {p.name: p.read_bytes() for p in model_dir.iterdir()} == before  # and its SSD-tier folder

@@ -439,7 +439,7 @@ def test_a_killed_worker_leaves_its_log_ending_aborted_and_a_one_line_error(tmp_
     root.mkdir()
     proc = start_harness("run", "--benchmark", str(spec), "--runs", "3", cwd=root)
     staging = wait_for_run_start(root)
-    workers = ranks_below(proc.pid)  # forked from the set's fork server (harness.runsets.forked)
+    workers = ranks_below(proc.pid)  # forked from the set's fork server (harness.reference.engine.forked)
     assert len(workers) == 1
     os.kill(int(workers[0]), signal.SIGKILL)
     out, err = proc.communicate(timeout=120)

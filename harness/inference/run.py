@@ -28,11 +28,8 @@ from __future__ import annotations
 import enum
 import io
 import json
-import os
 import pickle
 import re
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -47,10 +44,12 @@ from harness.errors import EXIT_CODES, ErrorCategory, HarnessError, io_fault
 from harness.files import replace_atomic, write_atomic
 from harness.inference import mlperf
 from harness.inference.storage import Layout, PreadRows, SdmEmbeddings, write_rows
+from harness.inference.worker import main as worker_main
 from harness.reference.data import synthetic
 from harness.reference.data.batches import NUM_DENSE
 from harness.reference.models.from_spec import dlrm_config
 from harness.reference.models.dlrm import DLRM
+from harness.reference.engine.forked import ForkedProcess, start_server
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import SessionHooks, TrainingSession
 from harness.reference.tiered import CachePolicy
@@ -96,6 +95,9 @@ OFFLINE_MEMORY_SHARE = 0.4  # of the memory available when the run starts
 # other jobs come and go
 CALIBRATION_ROUNDS = 2
 MODEL_FILE, META_FILE = "model.pt", "model.json"
+# what the LoadGen workers' fork server imports once (harness.reference.engine.forked)
+WORKER_PRELOAD = ["torch", "numpy", "harness.inference.worker", "harness.inference.run",
+                  "harness.reference.engine.forkserver_exit"]
 LOADGEN_PACKAGE = "mlcommons-loadgen"
 # what to do once an I/O fault's cause is gone: a model already trained and saved is reused
 AGAIN = "run the same command again (a model already trained is reused)"
@@ -757,14 +759,23 @@ def run_worker(job: dict[str, Any], work_dir: Path) -> dict[str, Any]:
     job_path.write_text(json.dumps(job, indent=1))
     if result_path.exists():
         result_path.unlink()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, "-m", "harness.inference.worker", str(job_path)], env=env,
-                          capture_output=True, text=True, check=False)
+    output = work_dir / f"{name}.output.txt"  # the worker's stdout and stderr
+    output.write_bytes(b"")
+    # forked from a server that has imported torch once for all of this command's tests (see
+    # harness.reference.engine.forked): still one process per test, as LoadGen needs
+    proc = ForkedProcess(worker_main, ([str(job_path)],), stderr_path=output, stdout_path=output,
+                         name=f"harness LoadGen worker {name}", preload=WORKER_PRELOAD)
+    try:
+        code = proc.wait()
+    except BaseException:  # Ctrl-C, SIGTERM: the worker goes with this process
+        proc.kill()
+        proc.wait()
+        raise
     if not result_path.is_file():
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        if proc.returncode == EXIT_CODES[ErrorCategory.IO_FAULT] and tail.startswith(WORKER_IO_FAULT):
+        tail = (output.read_text(errors="replace").strip().splitlines() or ["no output"])[-1]
+        if code == EXIT_CODES[ErrorCategory.IO_FAULT] and tail.startswith(WORKER_IO_FAULT):
             raise HarnessError(tail.removeprefix(WORKER_IO_FAULT), ErrorCategory.IO_FAULT)
-        raise HarnessError(f"the LoadGen worker for {name} exited {proc.returncode} without a result: {tail}",
+        raise HarnessError(f"the LoadGen worker for {name} exited {code} without a result: {tail}",
                            ErrorCategory.RUN_FAILED)
     result = json.loads(result_path.read_text())
     if "error" in result:
@@ -822,6 +833,7 @@ def _run_inference(config: InferConfig, spec: BenchmarkSpec, data: Any, model_di
                    t_start: float, progress: Callable[[str], None]) -> InferReport:
     model, state = trained_model(spec, seed=config.seed, train_steps=config.train_steps, model_dir=model_dir,
                                  progress=progress, precision=config.precision)
+    start_server(WORKER_PRELOAD)  # the LoadGen workers' fork server imports torch while the variants are prepared
     memory_net = memory_model(spec, state)
     weight = memory_net.sparse_arch.embeddings.weight.detach()
     rows = int(weight.shape[0])

@@ -85,7 +85,7 @@ class Nodes:
 def worker_command(config_path: str, world_size: int, nodes: Nodes | None = None, job: int = 0) -> list[str]:
     """The command of a run's ranks on this node (``world_size`` > 1): torchrun's ranks on this
     host; with several nodes this node's share, joined by c10d. (A one-rank run's worker is forked,
-    :mod:`harness.runsets.forked`.)"""
+    :mod:`harness.reference.engine.forked`.)"""
     if world_size < 2:
         raise ValueError(f"worker_command is for runs of several ranks, not {world_size}")
     # torchrun with its ranks forked from one process that has imported torch (harness.runsets.torchrun)

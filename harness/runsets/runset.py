@@ -50,9 +50,9 @@ from harness.hw_profiles import (
     system_name_for,
     write_system_description,
 )
-from harness.runsets.forked import ForkedWorker, start_server
 from harness.runsets.launch import NodeGroup, Nodes, worker_command, worker_env
 from harness.reference.engine.mlperf_log import MLPerfLog, parse_records
+from harness.reference.engine.forked import ForkedProcess, forked_run_worker, start_server
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.planner.codecs import CommConfig
 from harness.reference.planner.types import CachePolicy, Plan, Tier
@@ -640,7 +640,7 @@ def _nodes_record(plan: RunSetPlan) -> dict[str, Any]:
 def _follow_worker(config_path: Path, plan: RunSetPlan, job: int, stderr_path: Path,
                    on_progress: Callable[[dict], None]) -> int:
     """Start the run's worker process(es) on this node, relay its progress lines, return its exit
-    status: one rank forked from the set's fork server (:mod:`harness.runsets.forked`), more
+    status: one rank forked from the set's fork server (:mod:`harness.reference.engine.forked`), more
     through torchrun (:func:`harness.runsets.launch.worker_command`).
 
     On KeyboardInterrupt the worker is asked to stop and has ended before this re-raises
@@ -648,9 +648,9 @@ def _follow_worker(config_path: Path, plan: RunSetPlan, job: int, stderr_path: P
     """
     nodes = plan.request.nodes
     with open(stderr_path, "wb") as err_file:
-        proc: subprocess.Popen | ForkedWorker
+        proc: subprocess.Popen | ForkedProcess
         if plan.world_size == 1:
-            proc = ForkedWorker(config_path, stderr_path)
+            proc = forked_run_worker(config_path, stderr_path)
         else:
             proc = subprocess.Popen(
                 worker_command(str(config_path), plan.world_size, nodes, job), stdout=subprocess.PIPE,
@@ -745,7 +745,7 @@ def _run_one(plan: RunSetPlan, index: int, config: RunConfig, reporter: Reporter
     return final
 
 
-def _stop_worker(proc: subprocess.Popen | ForkedWorker, signum: int = signal.SIGINT) -> None:
+def _stop_worker(proc: subprocess.Popen | ForkedProcess, signum: int = signal.SIGINT) -> None:
     """Pass the signal that stopped us (SIGINT or SIGTERM) on to the worker (torchrun passes it to
     its ranks), give it time to end its log, then make sure it is gone."""
     previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}

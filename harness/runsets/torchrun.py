@@ -19,16 +19,7 @@ from __future__ import annotations
 
 import multiprocessing
 
-# what every rank imports anyway: the server imports them once, the ranks are forked with them
-PRELOAD = [
-    "torch",
-    "torch._dynamo",  # imported by the first optimizer or DistributedDataParallel a process builds
-    "torch.distributed",
-    "harness.reference.engine.worker",
-    "harness.reference.runs",
-    "harness.reference.distributed.session",
-    "harness.runsets.forkserver_exit",  # the server ends with its launcher, without a slow teardown
-]
+from harness.reference.engine.forked import PRELOAD
 
 # the options that make torchrun start its ranks from the preloaded server
 FORKED_RANKS = ["--run-path", "--start-method=forkserver"]

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -15,7 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.reference.engine.forked import ForkedProcess
 from harness.reference.engine.trainer import RunConfig
+from harness.reference.tiered import checkpoint
 from harness.rules.specs import spec_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,17 +39,26 @@ def job(tmp: Path, name: str) -> Path:
     return path
 
 
-def start(job_path: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "harness.reference.tiered.checkpoint", str(job_path)], cwd=ROOT,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+def start(job_path: Path) -> ForkedProcess:
+    """The job in a process of its own (``python -m harness.reference.tiered.checkpoint JOB``),
+    forked from a server that has imported torch once for the trials (its stdout a pipe here,
+    its stderr ``stderr.txt`` beside the job)."""
+    return ForkedProcess(checkpoint.cli, (str(job_path),), stderr_path=job_path.parent / "stderr.txt",
+                         name=f"checkpoint job {job_path.parent.name}")
+
+
+def run_to_end(job_path: Path, timeout: float) -> tuple[int, str]:
+    """Start the job and wait for its end: its exit status and stderr."""
+    proc = start(job_path)
+    assert proc.stdout is not None
+    proc.stdout.read()
+    code = proc.wait(timeout=timeout)
+    return code, (job_path.parent / "stderr.txt").read_text()
 
 
 def finish(job_path: Path) -> dict:
-    proc = start(job_path)
-    _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err[-3000:]
+    code, err = run_to_end(job_path, 300)
+    assert code == 0, err[-3000:]
     return json.loads((job_path.parent / "result.json").read_text())
 
 
@@ -98,8 +106,7 @@ def test_a_corrupted_checkpoint_is_refused_in_one_line(tmp_path):
     data = bytearray(tables.read_bytes())
     data[len(data) // 2] ^= 0x01  # one bit of one row
     tables.write_bytes(bytes(data))
-    proc = start(path)
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 2
+    code, err = run_to_end(path, 120)
+    assert code == 2
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "does not match its SHA-256" in lines[0], err

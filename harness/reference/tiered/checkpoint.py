@@ -174,10 +174,15 @@ def main(job_path: str) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli(job_path: str) -> int:
+    """:func:`main` as ``python -m harness.reference.tiered.checkpoint JOB.json`` runs it: an
+    error is one line on stderr and its exit status."""
     try:
-        code = main(sys.argv[1])
+        return main(job_path)
     except HarnessError as err:
-        print(f"harness checkpoint: error: {err}", file=sys.stderr)
-        code = err.exit_code
-    exit_now(code)
+        print(f"harness checkpoint: error: {err}", file=sys.stderr, flush=True)
+        return err.exit_code
+
+
+if __name__ == "__main__":
+    exit_now(cli(sys.argv[1]))

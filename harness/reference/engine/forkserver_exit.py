@@ -1,9 +1,10 @@
-"""Imported only by the fork server of :mod:`harness.runsets.torchrun` (its last preload): the
-server ends at once when its launcher does, without tearing down the modules it preloaded.
+"""Imported only by a fork server of :mod:`harness.reference.engine.forked` (its last preload; the
+run set's, ``harness infer``'s and torchrun's): the server ends at once when its launcher does,
+without tearing down the modules it preloaded.
 
 The server leaves when its launcher's pipe closes, by ``SystemExit``; a normal interpreter exit
 would then free torch's modules one by one, seconds of CPU during which the server outlives the
-launcher that started it. The ranks forked from the server inherit this exit handler; it does
+launcher that started it. The workers forked from the server inherit this exit handler; it does
 nothing in them (another pid).
 """
 
