@@ -12,9 +12,10 @@ and each worker is forked from it.
 A forked worker is its own process as a ``subprocess`` child was: its own pid, memory, signals
 and exit status (negative: ended by that signal); in the launcher's session and process group (a
 terminal's Ctrl-C reaches it directly; the server ignores SIGINT); the launcher's environment
-and working directory as they are when it starts; its stdout a pipe to the launcher or a file,
-its stderr a file. What the server preloaded is imported, nothing has run: a worker starts from
-the state a fresh interpreter reaches after the same imports.
+(over the variables the server's imports set) and working directory as they are when it starts;
+its stdout a pipe to the launcher or a file, its stderr a file. What the server preloaded is
+imported, nothing has run: a worker starts from the state a fresh interpreter reaches after the
+same imports.
 
 As with any ``multiprocessing`` start method but fork, a launcher that is a script of its own
 (not ``harness`` or ``python -m harness``) must guard its top level with
@@ -129,7 +130,8 @@ def _redirect(fd: int, path: str) -> None:
 def _child(target: Callable[..., int], args: tuple[Any, ...], pipe: Any, stdout_path: str | None, stderr_path: str,
            env: dict[str, str]) -> None:
     """In the forked process: the launcher's environment, the standard streams, then the work."""
-    os.environ.clear()
+    # the launcher's variables as they are now, over what the server's imports set for its
+    # workers (the run worker's CUBLAS_WORKSPACE_CONFIG, read when cuBLAS starts)
     os.environ.update(env)
     _redirect(2, stderr_path)
     if pipe is not None:
