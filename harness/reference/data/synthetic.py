@@ -220,9 +220,13 @@ class SyntheticCriteo:
 
     def probabilities(self, idx: np.ndarray) -> np.ndarray:
         """The teacher's true click probability of samples ``idx`` (global indices)."""
-        idx = np.asarray(idx, dtype=np.int64)
+        return self._scored(np.asarray(idx, dtype=np.int64))[2]
+
+    def _scored(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Dense features, ids and the teacher's probability of samples ``idx`` (int64)."""
         dense = self._dense(idx)
-        return 1.0 / (1.0 + np.exp(-self._logits(dense, self._split(self._all_ids(idx)))))
+        all_ids = self._all_ids(idx)
+        return dense, all_ids, 1.0 / (1.0 + np.exp(-self._logits(dense, self._split(all_ids))))
 
     # ------------------------------------------------------------------ samples
     def samples(self, idx: np.ndarray) -> Batch:
@@ -241,9 +245,7 @@ class SyntheticCriteo:
         """The samples with global indices ``idx``: dense features, ids, the teacher's probability
         and the label drawn from it."""
         idx = np.asarray(idx, dtype=np.int64)
-        dense = self._dense(idx)
-        all_ids = self._all_ids(idx)
-        p = 1.0 / (1.0 + np.exp(-self._logits(dense, self._split(all_ids))))
+        dense, all_ids, p = self._scored(idx)
         labels = (rng.uniform(self._label_key, idx) < p).astype(np.float32)
         return dense, all_ids, p, labels
 
