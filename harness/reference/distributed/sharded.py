@@ -78,6 +78,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -206,12 +207,20 @@ def _nbytes(*tensors: torch.Tensor) -> int:
 
 
 def _check_tiling(name: Any, shards: Sequence[ShardSpec], rows: int, dim: int) -> None:
-    covered = torch.zeros(rows, dim, dtype=torch.int32)
+    """Every weight of the ``rows x dim`` table in exactly one shard. Counted on the grid of the
+    shards' own boundaries (each cell a block of weights that every shard covers whole or not at
+    all), not per weight: a table of 40M rows x 128 would otherwise need 20 GB to check, on every
+    rank."""
     for s in shards:
         if s.rows < 1 or s.cols < 1 or s.row_offset < 0 or s.col_offset < 0 or \
                 s.row_offset + s.rows > rows or s.col_offset + s.cols > dim:
             raise HarnessError(f"plan table {name}: shard {s} lies outside the {rows} x {dim} table")
-        covered[s.row_offset : s.row_offset + s.rows, s.col_offset : s.col_offset + s.cols] += 1
+    row_cuts = sorted({0, rows, *(s.row_offset for s in shards), *(s.row_offset + s.rows for s in shards)})
+    col_cuts = sorted({0, dim, *(s.col_offset for s in shards), *(s.col_offset + s.cols for s in shards)})
+    row_at, col_at = {r: i for i, r in enumerate(row_cuts)}, {c: i for i, c in enumerate(col_cuts)}
+    covered = np.zeros((len(row_cuts) - 1, len(col_cuts) - 1), dtype=np.int32)
+    for s in shards:
+        covered[row_at[s.row_offset] : row_at[s.row_offset + s.rows], col_at[s.col_offset] : col_at[s.col_offset + s.cols]] += 1
     if not bool((covered == 1).all()):
         raise HarnessError(f"plan table {name}: its shards do not cover every weight exactly once")
 
@@ -429,7 +438,7 @@ class ShardedEmbeddingCollection(nn.Module):
                 self._weights.append(None)
                 self._states.append(None)
                 continue
-            weight = empty_table((s.rows, s.cols), self.table_dtype, device).copy_(self._initial_block(s))
+            weight = self._initial_block(s, out=empty_table((s.rows, s.cols), self.table_dtype, device))
             state = initial_state(self.optimizer, s.rows, s.cols, device)
             self.ledger.allocate(s.tier, _nbytes(weight, state), f"shard {i} (table {s.table})")
             self.register_buffer(f"shard{i}_weight", weight)
@@ -549,12 +558,14 @@ class ShardedEmbeddingCollection(nn.Module):
         """Replica group ``g``'s id columns of a batch and its values of a pooled row."""
         return getattr(self, f"_dp_columns{g}"), getattr(self, f"_dp_out{g}")
 
-    def _initial_block(self, s: ShardSpec, rows: tuple[int, int] | None = None) -> torch.Tensor:
+    def _initial_block(self, s: ShardSpec, rows: tuple[int, int] | None = None, *,
+                       out: torch.Tensor | None = None) -> torch.Tensor:
         """Initial weights of shard ``s`` (of its local rows ``rows``, default all): the
-        single-process model's weights of that block, made without the rest of the table."""
+        single-process model's weights of that block, made without the rest of the table (into
+        ``out`` when given)."""
         lo, hi = (0, s.rows) if rows is None else rows
         return initial_weights(self.seed, s.table, self.table_rows[s.table], self.dims[s.table],
-                               (s.row_offset + lo, s.row_offset + hi), (s.col_offset, s.col_offset + s.cols))
+                               (s.row_offset + lo, s.row_offset + hi), (s.col_offset, s.col_offset + s.cols), out=out)
 
     def _state_cols(self, cols: int) -> int:
         state = initial_state(self.optimizer, 1, cols)
