@@ -70,9 +70,26 @@ def tables_from_description(data: Any, *, what: str = "model") -> list[TableSpec
     return tables
 
 
+# an HSTU ranker's tables, in the order of their table ids (harness.reference.models.hstu): the
+# per-event sequence tables, then the per-user contextual one
+HSTU_SEQUENCE_TABLES = ("item", "artist", "album")
+HSTU_CONTEXTUAL_TABLES = ("uid",)
+
+
 def tables_for_benchmark(spec: Any) -> list[TableSpec]:
-    """The tables of a benchmark spec (``harness.rules.specs.BenchmarkSpec``)."""
+    """The tables of a benchmark spec (``harness.rules.specs.BenchmarkSpec``): a DLRM's ``t00 ..``;
+    an HSTU ranker's ``item``, ``artist``, ``album`` (sequence tables: one lookup per event, at most
+    ``max_sequence_length`` a sample) and ``uid`` (one lookup a sample), as
+    :class:`~harness.reference.models.hstu.HSTURanker` numbers them."""
     model = spec.raw["model"]
+    if model.get("family", "dlrm") == "hstu":
+        dataset, dim = spec.raw["dataset"], int(model["embedding_dim"])
+        optimizer = model.get("embedding_optimizer", "rowwise_adagrad")
+        factor = optimizer_state_factor(optimizer, dim)
+        events = float(model["max_sequence_length"])
+        return [*(TableSpec(name, int(dataset[f"{name}_rows"]), dim, events, factor, sequence=True)
+                  for name in HSTU_SEQUENCE_TABLES),
+                TableSpec("uid", int(dataset["users"]), dim, 1.0, factor)]
     optimizer = model.get("embedding_optimizer", "adagrad")
     rows, pooling = spec.dataset["table_rows"], spec.dataset["pooling"]
     dims = model.get("embedding_dims") or [model["embedding_dim"]] * len(rows)

@@ -88,7 +88,10 @@ class TableSpec:
     """One embedding table: ``rows x dim`` weights, ``pooling`` ids per sample.
 
     ``optimizer_state_factor`` is optimizer-state elements per weight element
-    (SGD 0, row-wise Adagrad ``1/dim``, Adagrad 1, Adam 2).
+    (SGD 0, row-wise Adagrad ``1/dim``, Adagrad 1, Adam 2). ``sequence``: a sequence table
+    (TorchRec's ``EmbeddingCollection``: one vector per id, an HSTU ranker's per-event tables),
+    whose ``pooling`` ids of a sample are not summed, so each returns a vector; otherwise a
+    pooled table (``EmbeddingBagCollection``: one vector per sample).
     """
 
     name: str
@@ -96,6 +99,7 @@ class TableSpec:
     dim: int
     pooling: float = 1.0
     optimizer_state_factor: float = 0.0
+    sequence: bool = False
 
     def __post_init__(self) -> None:
         if self.rows < 1 or self.dim < 1 or self.pooling < 0 or self.optimizer_state_factor < 0:
@@ -377,6 +381,7 @@ class Plan:
                     "dim": t.dim,
                     "pooling": t.pooling,
                     "optimizer_state_factor": t.optimizer_state_factor,
+                    **({"sequence": True} if t.sequence else {}),
                     "sharding_type": st.value,
                     "shards": by_table[t.name],
                 }
@@ -419,7 +424,7 @@ def _plan_from_dict(data: dict[str, Any]) -> Plan:
             raise _bad_plan(f"plan table {name}: unknown sharding type {entry.get('sharding_type')!r}") from None
         try:
             table = TableSpec(str(name), int(entry["rows"]), int(entry["dim"]), entry.get("pooling", 1.0),
-                              entry.get("optimizer_state_factor", 0.0))
+                              entry.get("optimizer_state_factor", 0.0), bool(entry.get("sequence", False)))
         except (KeyError, TypeError, ValueError, PlannerError) as err:
             raise _bad_plan(f"plan table {name}: rows and dim must be given as positive integers ({err})") from None
         if any(table.name == other.name for other in tables):
