@@ -93,9 +93,10 @@ from harness.rules.auc import roc_auc
 
 
 class EventFormat(enum.Enum):
-    """Where event streams come from (the generator; a Yambda reader later)."""
+    """Where event streams come from: the generator, or Yambda's parquet (:mod:`.yambda`)."""
 
     SYNTHETIC_EVENTS = "synthetic-events"
+    YAMBDA_PARQUET = "yambda-parquet"
 
 
 class Action(enum.IntEnum):
@@ -311,12 +312,127 @@ class _Split:
     samples: int
 
 
-class SyntheticEventStreams:
+def held_out_users(seed: int, users: int, eval_user_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(train_users, eval_users)``: a fraction ``eval_user_fraction`` of the users, chosen by a hash
+    of ``(seed, uid)``, is held out of training; with 0, every user is also an eval user."""
+    everyone = np.arange(users, dtype=np.int64)
+    held_out = rng.uniform(rng.key(seed, _S_SPLIT), everyone) < eval_user_fraction
+    return everyone[~held_out], (everyone[held_out] if eval_user_fraction > 0 else everyone)
+
+
+class EventStreams:
+    """Samples cut from users' event streams, whatever makes the events: the splits, the windows,
+    the train order, the eval split and the ranks' slices, as the module's docstring defines them.
+
+    A subclass is an event source: it says how many samples users have in a window
+    (:meth:`_window_sizes`), which they are in time order (:meth:`_anchors`) and what a sample holds
+    (:meth:`_gather`), and calls :meth:`_cut` once it can answer. The generator
+    (:class:`SyntheticEventStreams`) and Yambda's parquet (:mod:`harness.reference.data.yambda`) are the
+    two sources: the same events give the same batches, bit for bit."""
+
+    format: EventFormat
+    reshuffles = True
+    users: int
+    item_rows: int
+    artist_rows: int
+    album_rows: int
+    actions: int
+    candidates: int
+    max_sequence_length: int
+
+    def _cut(self, *, train_users: np.ndarray, eval_users: np.ndarray, train_windows: range, train_samples: int,
+             eval_samples: int) -> None:
+        """The splits: the train users' samples of ``train_windows`` in order, and the eval users'
+        samples of the window after the last one the train split reaches."""
+        self.train_users, self.eval_users = train_users, eval_users
+        self._tables: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._train = self._split(train_users, train_windows, train_samples, "train")
+        last = self._train.windows[int(np.searchsorted(self._train.first, train_samples - 1, side="right")) - 1]
+        self.eval_window = last + 1
+        self._eval = self._split(eval_users, [self.eval_window], eval_samples, "eval")
+        self.train_samples, self.eval_samples = train_samples, eval_samples
+
+    # ------------------------------------------------------------------ what a source answers
+    def _window_sizes(self, users: np.ndarray, windows: tuple[int, ...]) -> list[int]:
+        """How many samples ``users`` have in each of ``windows``."""
+        raise NotImplementedError
+
+    def _anchors(self, users: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(uid, ordinal)`` of ``users``' samples in ``window``, ordered by the time of the first
+        candidate, then user, then ordinal."""
+        raise NotImplementedError
+
+    def _gather(self, uid: np.ndarray, window: np.ndarray, ordinal: np.ndarray) -> tuple[EventBatch, np.ndarray | None]:
+        """The batch of the samples ``(uid, window, ordinal)``, and each candidate's probability under
+        the planted teacher where the source has one (None otherwise)."""
+        raise NotImplementedError
+
+    @property
+    def tables(self) -> dict[str, int]:
+        """The rows of each embedding table the model needs."""
+        return {"item": self.item_rows, "artist": self.artist_rows, "album": self.album_rows, "uid": self.users,
+                "action": self.actions}
+
+    # ------------------------------------------------------------------ the cutting
+    def _split(self, users: np.ndarray, windows: Any, samples: int, name: str) -> _Split:
+        windows = tuple(windows)
+        first = np.concatenate([[0], np.cumsum(self._window_sizes(users, windows))]).astype(np.int64)
+        if samples > first[-1]:
+            raise HarnessError(
+                f"event_streams: {name}_samples = {samples:,} but the {name} windows hold {int(first[-1]):,} samples "
+                f"of {len(users):,} users; lower {name}_samples or raise users, train_windows or "
+                "user_samples_per_window", ErrorCategory.BAD_INPUT)
+        return _Split(users, windows, first, samples)
+
+    def _window_table(self, split: _Split, window: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(uid, ordinal)`` of the window's samples of the split's users, by time of the first candidate."""
+        key = ("train" if split is self._train else "eval", window)
+        if key not in self._tables:
+            table = self._anchors(split.users, window)
+            if len(self._tables) >= 4:  # one pass reads the windows in order: a few suffice
+                del self._tables[next(iter(self._tables))]
+            self._tables[key] = table
+        return self._tables[key]
+
+    def _locate(self, split: _Split, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(uid, window, ordinal)`` of the split's samples at ``positions``."""
+        slot = np.searchsorted(split.first, positions, side="right") - 1
+        uid, window, ordinal = (np.empty(len(positions), dtype=np.int64) for _ in range(3))
+        for s in np.unique(slot):
+            at = slot == s
+            table_uid, table_ordinal = self._window_table(split, split.windows[s])
+            row = positions[at] - split.first[s]
+            uid[at], ordinal[at], window[at] = table_uid[row], table_ordinal[row], split.windows[s]
+        return uid, window, ordinal
+
+    def samples(self, split: str, positions: np.ndarray) -> EventBatch:
+        """The samples at ``positions`` of split ``"train"`` or ``"eval"``, in that order."""
+        batch, _ = self._samples(self._train if split == "train" else self._eval, np.asarray(positions, dtype=np.int64))
+        return batch
+
+    def _samples(self, split: _Split, positions: np.ndarray) -> tuple[EventBatch, np.ndarray | None]:
+        return self._gather(*self._locate(split, positions))
+
+    # ------------------------------------------------------------------ the Dataset protocol
+    def train_batches(self, batch_size: int, *, epoch: int = 0, seed: int = 0, rank: int = 0,
+                      world_size: int = 1, start: int = 0) -> Iterator[EventBatch]:
+        """This rank's slice of each global batch of ``epoch``, from global batch ``start`` on."""
+        for lo, hi in train_ranges(self.train_samples, batch_size, epoch=epoch, seed=seed, rank=rank,
+                                   world_size=world_size, start=start):
+            yield self.samples("train", np.arange(lo, hi, dtype=np.int64))
+
+    def eval_batches(self, batch_size: int, *, rank: int = 0, world_size: int = 1) -> Iterator[EventBatch]:
+        """This rank's contiguous part of the eval split, in batches of ``batch_size``."""
+        lo, hi = eval_range(self.eval_samples, rank, world_size)
+        for a in range(lo, hi, batch_size):
+            yield self.samples("eval", np.arange(a, min(a + batch_size, hi), dtype=np.int64))
+
+
+class SyntheticEventStreams(EventStreams):
     """Synthetic event streams as a data set: train and eval batches of :class:`EventBatch`,
     the tables' sizes the model needs, and the planted teacher's AUC."""
 
     format = EventFormat.SYNTHETIC_EVENTS
-    reshuffles = True
 
     def __init__(self, dataset: Mapping[str, Any] | EventStreamSpec):
         self.spec = dataset if isinstance(dataset, EventStreamSpec) else EventStreamSpec.from_section(dataset)
@@ -327,24 +443,11 @@ class SyntheticEventStreams:
         self.album_rows, self.actions = s.album_rows, s.actions
         self.candidates, self.max_sequence_length = s.candidates, s.max_sequence_length
         self._keys = {stream: rng.key(s.seed, stream) for stream in range(_S, _S + 19)}
-        everyone = np.arange(s.users, dtype=np.int64)
-        held_out = rng.uniform(self._keys[_S_SPLIT], everyone) < s.eval_user_fraction
-        self.train_users = everyone[~held_out]
-        self.eval_users = everyone[held_out] if s.eval_user_fraction > 0 else everyone
-        self._train = self._split(self.train_users, range(s.warmup_windows, s.warmup_windows + s.train_windows),
-                                  s.train_samples, "train")
-        last = self._train.windows[int(np.searchsorted(self._train.first, s.train_samples - 1, side="right")) - 1]
-        self.eval_window = last + 1
-        self._eval = self._split(self.eval_users, [self.eval_window], s.eval_samples, "eval")
-        self.train_samples, self.eval_samples = s.train_samples, s.eval_samples
-        self._tables: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+        train_users, eval_users = held_out_users(s.seed, s.users, s.eval_user_fraction)
+        self._cut(train_users=train_users, eval_users=eval_users,
+                  train_windows=range(s.warmup_windows, s.warmup_windows + s.train_windows),
+                  train_samples=s.train_samples, eval_samples=s.eval_samples)
         self._best_auc: float | None = None
-
-    @property
-    def tables(self) -> dict[str, int]:
-        """The rows of each embedding table the model needs."""
-        return {"item": self.item_rows, "artist": self.artist_rows, "album": self.album_rows, "uid": self.users,
-                "action": self.actions}
 
     # ------------------------------------------------------------------ timeline
     def user_samples(self, uids: np.ndarray, windows: np.ndarray) -> np.ndarray:
@@ -367,44 +470,18 @@ class SyntheticEventStreams:
         ts = windows[:, None] * self.spec.window_seconds + 2 * col[None, :] + np.floor(span * frac).astype(np.int64)
         return ts[col[None, :] < listens[:, None]]
 
-    def _split(self, users: np.ndarray, windows: Any, samples: int, name: str) -> _Split:
-        windows = tuple(windows)
-        sizes = [int(self.user_samples(users, np.full(len(users), w)).sum()) for w in windows]
-        first = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        if samples > first[-1]:
-            raise HarnessError(
-                f"event_streams: {name}_samples = {samples:,} but the {name} windows hold {int(first[-1]):,} samples "
-                f"of {len(users):,} users; lower {name}_samples or raise users, train_windows or "
-                "user_samples_per_window", ErrorCategory.BAD_INPUT)
-        return _Split(users, windows, first, samples)
+    def _window_sizes(self, users: np.ndarray, windows: tuple[int, ...]) -> list[int]:
+        return [int(self.user_samples(users, np.full(len(users), w)).sum()) for w in windows]
 
-    def _window_table(self, split: _Split, window: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(uid, ordinal)`` of the window's samples of the split's users, by time of the first candidate."""
-        key = ("train" if split is self._train else "eval", window)
-        if key not in self._tables:
-            users = split.users
-            n = self.user_samples(users, np.full(len(users), window))
-            users, n = users[n > 0], n[n > 0]
-            k = self.candidates
-            ts = self.listen_times(users, np.full(len(users), window), n * k)
-            uid, ordinal = np.repeat(users, n), _ranges(np.zeros(len(n)), n)
-            anchor_ts = ts[np.repeat(_exclusive_cumsum(n * k), n) + ordinal * k]
-            order = np.lexsort((ordinal, uid, anchor_ts))
-            if len(self._tables) >= 4:  # one pass reads the windows in order: a few suffice
-                del self._tables[next(iter(self._tables))]
-            self._tables[key] = (uid[order], ordinal[order])
-        return self._tables[key]
-
-    def _locate(self, split: _Split, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(uid, window, ordinal)`` of the split's samples at ``positions``."""
-        slot = np.searchsorted(split.first, positions, side="right") - 1
-        uid, window, ordinal = (np.empty(len(positions), dtype=np.int64) for _ in range(3))
-        for s in np.unique(slot):
-            at = slot == s
-            table_uid, table_ordinal = self._window_table(split, split.windows[s])
-            row = positions[at] - split.first[s]
-            uid[at], ordinal[at], window[at] = table_uid[row], table_ordinal[row], split.windows[s]
-        return uid, window, ordinal
+    def _anchors(self, users: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+        n = self.user_samples(users, np.full(len(users), window))
+        users, n = users[n > 0], n[n > 0]
+        k = self.candidates
+        ts = self.listen_times(users, np.full(len(users), window), n * k)
+        uid, ordinal = np.repeat(users, n), _ranges(np.zeros(len(n)), n)
+        anchor_ts = ts[np.repeat(_exclusive_cumsum(n * k), n) + ordinal * k]
+        order = np.lexsort((ordinal, uid, anchor_ts))
+        return uid[order], ordinal[order]
 
     # ------------------------------------------------------------------ streams and teacher
     def favourite_artists(self, uids: np.ndarray, timestamps: np.ndarray) -> np.ndarray:
@@ -493,13 +570,7 @@ class SyntheticEventStreams:
         )
 
     # ------------------------------------------------------------------ samples
-    def samples(self, split: str, positions: np.ndarray) -> EventBatch:
-        """The samples at ``positions`` of split ``"train"`` or ``"eval"``, in that order."""
-        batch, _ = self._samples(self._train if split == "train" else self._eval, np.asarray(positions, dtype=np.int64))
-        return batch
-
-    def _samples(self, split: _Split, positions: np.ndarray) -> tuple[EventBatch, np.ndarray]:
-        uid, window, ordinal = self._locate(split, positions)
+    def _gather(self, uid: np.ndarray, window: np.ndarray, ordinal: np.ndarray) -> tuple[EventBatch, np.ndarray]:
         users, row = np.unique(uid, return_inverse=True)
         st = self.streams(users, int(window.max()) if len(window) else 0)
         k = self.candidates
@@ -530,20 +601,7 @@ class SyntheticEventStreams:
         )
         return batch, listen["probability"][candidates]
 
-    # ------------------------------------------------------------------ the Dataset protocol
-    def train_batches(self, batch_size: int, *, epoch: int = 0, seed: int = 0, rank: int = 0,
-                      world_size: int = 1, start: int = 0) -> Iterator[EventBatch]:
-        """This rank's slice of each global batch of ``epoch``, from global batch ``start`` on."""
-        for lo, hi in train_ranges(self.train_samples, batch_size, epoch=epoch, seed=seed, rank=rank,
-                                   world_size=world_size, start=start):
-            yield self.samples("train", np.arange(lo, hi, dtype=np.int64))
-
-    def eval_batches(self, batch_size: int, *, rank: int = 0, world_size: int = 1) -> Iterator[EventBatch]:
-        """This rank's contiguous part of the eval split, in batches of ``batch_size``."""
-        lo, hi = eval_range(self.eval_samples, rank, world_size)
-        for a in range(lo, hi, batch_size):
-            yield self.samples("eval", np.arange(a, min(a + batch_size, hi), dtype=np.int64))
-
+    # ------------------------------------------------------------------ the teacher's AUC
     def best_auc(self) -> float:
         """AUC on the eval split of ranking its candidates by the teacher's true probability."""
         if self._best_auc is None:
