@@ -8,7 +8,9 @@ the session's own loop, as ``Trainer.run`` does.
 
 JOB.json: ``{"out": DIR, "steps": N, "batch": GBS, "seed": S, "nodes": n, "per_node": a, ["auc": true, "overlap": false,
 "eval_cache_bytes": 0, "hyperparameters": {...: changes to the benchmark's}, "dims": [one per table],
-"rows": every table's rows, "no_teacher_cache": true, "full_build": true, "benchmark": a spec file,
+"rows": every table's rows, "no_teacher_cache": true, "full_build": true, "benchmark": a spec's name or file
+(dlrmv4_synthetic: the HSTU ranker, its four tables planned as the DLRM's are), "table_optimizer": "adagrad"
+(the benchmark's tables and dense part trained with elementwise Adagrad, see ADAGRAD),
 "precision": "fp16", "frozen_dense": true (the dense optimizer never steps),]
 "plans": {NAME: {"types": {TABLE_OR_*: SHARDING_TYPE_OR_LIST}, "comm": {...}, "ssd": {...}, "overlap": b}, ...}}``
 (a list of types is given to the tables in turn: a mixed plan; ``"ssd": {"cache_fraction": f,
@@ -48,13 +50,25 @@ from harness.reference.runs import open_session
 from harness.rules.specs import BenchmarkSpec, load_benchmark, spec_from_dict
 
 
+# the DLRM's recipe (dlrm_synthetic's), which an HSTU job takes with "table_optimizer": "adagrad": row-wise
+# Adagrad's column shards keep an accumulator per row of their own columns (as FBGEMM's do), so a
+# column-sharded table follows one process only with the elementwise optimizer
+ADAGRAD = {"opt_name": "adagrad", "opt_base_learning_rate": 0.015, "opt_adagrad_learning_rate_decay": 0,
+           "opt_weight_decay": 0, "opt_adagrad_initial_accumulator_value": 0, "opt_adagrad_epsilon": 1.0e-8,
+           "opt_learning_rate_warmup_steps": 0, "opt_learning_rate_decay_start_step": 0,
+           "opt_learning_rate_decay_steps": 0, "gradient_accumulation_steps": 1}
+
+
 def benchmark(job: dict) -> BenchmarkSpec:
     """The default benchmark, its tables of the job's ``dims`` (one per table) and ``rows`` (every
     table) when it gives them."""
     spec = load_benchmark(job.get("benchmark", "dlrm_synthetic"))
-    if "dims" not in job and "rows" not in job:
+    if "dims" not in job and "rows" not in job and "table_optimizer" not in job:
         return spec
     raw = copy.deepcopy(spec.raw)
+    if job.get("table_optimizer") == "adagrad":  # elementwise Adagrad for the tables, and the dense part
+        raw["model"]["embedding_optimizer"] = "adagrad"
+        raw["reference_hyperparameters"] = {**ADAGRAD, "global_batch_size": spec.reference_hyperparameters["global_batch_size"]}
     if "dims" in job:
         raw["model"]["embedding_dims"] = list(job["dims"])
     if "rows" in job:
@@ -103,6 +117,13 @@ def make_plan(job: dict, constraint: dict, world: int) -> dict:
     plan = plan_tables(tables, profile, config)
     assert plan.world_size == world, (plan.world_size, world)
     return plan.to_dict()
+
+
+def unsharded_tables(model) -> list[torch.Tensor]:
+    """Every table of a one-process model: a DLRM's, or an HSTU ranker's (item, artist, album, uid)."""
+    if hasattr(model, "contextual_embeddings"):
+        return [*model.embeddings.table_weights(), *model.contextual_embeddings.table_weights()]
+    return model.sparse_arch.embeddings.table_weights()
 
 
 class LossRecorder(SessionHooks):
@@ -178,7 +199,7 @@ def run_plans(job: dict, world: int, out: Path) -> None:
             report = session.comm_report()
             traffic = {"total": report["total"], "per_step": session.measured_per_step(report),
                        "projection": session.comm_projection()}
-        weight = session.table_weights() if world > 1 else session.model.sparse_arch.embeddings.table_weights()
+        weight = session.table_weights() if world > 1 else unsharded_tables(session.model)
         auc = session.evaluate() if job.get("auc") else None
         cache = session.cache_report() if tier is not None else None
         dense = hashlib.sha256(b"".join(p.detach().cpu().numpy().tobytes()

@@ -114,6 +114,10 @@ class ShardedDLRM(nn.Module):
     def distribute(self, sparse: torch.Tensor, sizes: list[int] | None = None) -> InputDist:
         return self.sparse_arch.distribute(sparse, sizes)
 
+    def distribute_batch(self, batch: Batch) -> InputDist:
+        """A training batch's ids on their way (what :class:`Pipeline` starts ahead of time)."""
+        return self.distribute(batch.sparse)
+
     def queue_next(self, ids: InputDist) -> None:
         self.sparse_arch.queue_next(ids)
 
@@ -147,7 +151,7 @@ class Pipeline:
     def __iter__(self) -> Iterator[tuple[Batch, InputDist]]:
         window, handed = self._window, self._handed
         for batch in self._batches:
-            window.append((batch, self._owner.distribute(batch.sparse)))
+            window.append((batch, self._owner.distribute_batch(batch)))
             if len(window) >= 2:
                 window[-2][1].start_ids()
             if len(window) == 3:

@@ -382,7 +382,7 @@ class ShardedEmbeddingCollection(nn.Module):
     def __init__(self, full: FusedEmbeddingCollection, shardings: Sequence[TableSharding], comm: Comm,
                  input_comm: Comm, codecs: CommConfig, tiers: dict[str, Any] | None = None, *, device: Any = None,
                  capacity: Storage | None = None, plan_config: dict[str, Any] | None = None,
-                 hierarchy: Hierarchy | None = None, overlap: bool = False):
+                 hierarchy: Hierarchy | None = None, overlap: bool = False, ledger: TierLedger | None = None):
         super().__init__()
         self.hier = hierarchy if hierarchy is not None and hierarchy.nodes > 1 else None
         self.overlap = overlap
@@ -420,10 +420,14 @@ class ShardedEmbeddingCollection(nn.Module):
         self._init_hierarchy(shardings)
 
         self.seed = full.seed
+        # each table's id in the model (its initial weights' and its rounding's random streams): the
+        # index of a table in this collection, unless ``full`` names them (an HSTU ranker's
+        # contextual table is table 3 of the model, alone in its collection)
+        self.table_ids: tuple[int, ...] = tuple(getattr(full, "table_ids", None) or range(len(self.table_rows)))
         device = torch.device(device) if device is not None else torch.device("cpu")
         config = plan_config or {}
-        self.ledger = TierLedger(capacity.by_tier() if capacity is not None else dict.fromkeys(TIERS, 1 << 62),
-                                 rank=self.rank)
+        self.ledger = ledger if ledger is not None else TierLedger(
+            capacity.by_tier() if capacity is not None else dict.fromkeys(TIERS, 1 << 62), rank=self.rank)
         self.tiers = dict(tiers or {})
         self._cache_fraction = {Tier.DDR: float(config.get("ddr_cache_fraction", 0.0)),
                                 Tier.SSD: float(config.get("ssd_cache_fraction", 0.0))}
@@ -455,7 +459,8 @@ class ShardedEmbeddingCollection(nn.Module):
             g = len(self.replicas)
             self.replicas.append(FusedEmbeddingCollection(
                 [self.table_rows[t] for t in tables], dim, [self.pooling[t] for t in tables],
-                optimizer=self.optimizer, device=device, seed=self.seed, table_ids=tables, dtype=self.table_dtype,
+                optimizer=self.optimizer, device=device, seed=self.seed, table_ids=[self.table_ids[t] for t in tables],
+                dtype=self.table_dtype,
             ))
             self.replica_tables.append(tables)
             state_cols = self._state_cols(dim)
@@ -468,7 +473,8 @@ class ShardedEmbeddingCollection(nn.Module):
             self.register_buffer(f"_dp_out{g}", torch.cat(
                 [torch.arange(self._out_start[t], self._out_start[t + 1]) for t in tables]).to(device), persistent=False)
         self._dummy = torch.zeros(0, requires_grad=True, device=device)
-        self._layouts = [TableLayout.of_shard(self.seed, s.table, s.rows, s.row_offset, s.col_offset) for s in mine]
+        self._layouts = [TableLayout.of_shard(self.seed, self.table_ids[s.table], s.rows, s.row_offset, s.col_offset)
+                         for s in mine]
 
     def _init_hierarchy(self, shardings: Sequence[TableSharding]) -> None:
         """Which shards go through the two-stage (intra-node, then inter-node) distribution."""
@@ -564,7 +570,7 @@ class ShardedEmbeddingCollection(nn.Module):
         single-process model's weights of that block, made without the rest of the table (into
         ``out`` when given)."""
         lo, hi = (0, s.rows) if rows is None else rows
-        return initial_weights(self.seed, s.table, self.table_rows[s.table], self.dims[s.table],
+        return initial_weights(self.seed, self.table_ids[s.table], self.table_rows[s.table], self.dims[s.table],
                                (s.row_offset + lo, s.row_offset + hi), (s.col_offset, s.col_offset + s.cols), out=out)
 
     def _state_cols(self, cols: int) -> int:

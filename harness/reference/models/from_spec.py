@@ -66,8 +66,9 @@ def sparse_optimizer_kind(spec: BenchmarkSpec | ModelSpec) -> SparseOptimizerKin
 def build_model(spec: BenchmarkSpec, sparse_optimizer: SparseOptimizerConfig, *, device: torch.device, seed: int,
                 table_dtype: torch.dtype, embedding_device: Any = None) -> DLRM | HSTURanker:
     """The benchmark's model, of its family, with its tables' fused optimizer (``embedding_device``:
-    where a DLRM's tables are described, ``"meta"`` for a sharded run; HSTU runs in one process)."""
+    where the tables are described: ``"meta"`` for a sharded run)."""
     if spec.family is ModelFamily.HSTU:
-        return HSTURanker(hstu_config(spec), sparse_optimizer, seed=seed, dtype=table_dtype, device=device)
+        return HSTURanker(hstu_config(spec), sparse_optimizer, seed=seed, dtype=table_dtype, device=device,
+                          embedding_device=embedding_device)
     return DLRM(dlrm_config(spec), sparse_optimizer=sparse_optimizer, device=device, seed=seed,
                 embedding_device=embedding_device, table_dtype=table_dtype)

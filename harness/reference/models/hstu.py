@@ -221,10 +221,13 @@ class HSTURanker(nn.Module):
         dtype: the tables' storage type (fp32, bf16, fp16), as
             :class:`~harness.reference.models.embeddings.FusedEmbeddingCollection` takes it.
         device: where the model lives.
+        embedding_device: where the tables are built (default ``device``); ``"meta"`` describes
+            them without memory, for a sharded run whose ranks make only their shards
+            (:mod:`harness.reference.distributed.hstu`).
     """
 
     def __init__(self, config: HSTUConfig, sparse_optimizer: SparseOptimizerConfig | None = None, *, seed: int = 0,
-                 attention: str = "jagged", dtype: torch.dtype = torch.float32, device=None):
+                 attention: str = "jagged", dtype: torch.dtype = torch.float32, device=None, embedding_device=None):
         super().__init__()
         if attention not in ATTENTIONS:
             raise HarnessError(f"hstu attention {attention!r} is not one of {list(ATTENTIONS)}")
@@ -232,10 +235,10 @@ class HSTURanker(nn.Module):
         # torch's layers draw their default initialisation from the global generator: keep it as it
         # was (the dense weights come from a generator of their own, below)
         with torch.random.fork_rng(devices=[]):
-            self._build(sparse_optimizer, seed, dtype, device)
+            self._build(sparse_optimizer, seed, dtype, device if embedding_device is None else embedding_device)
         self._init_dense(torch.Generator().manual_seed(int(seed)))
-        if device is not None:
-            self.to(device)
+        if device is not None:  # the dense part (and the tables, unless only described)
+            self._apply(lambda t: t if t.is_meta else t.to(device))
 
     def _build(self, sparse_optimizer: SparseOptimizerConfig | None, seed: int, dtype: torch.dtype, device) -> None:
         c, d = self.config, self.config.embedding_dim
@@ -309,9 +312,30 @@ class HSTURanker(nn.Module):
                              actions=3)
             HSTURanker(cfg)(batch).shape  # torch.Size([batch.candidate_lengths.sum()])
         """
+        events = self.embeddings(self.sequence_ids(batch))
+        uid = self.contextual_embeddings(self.contextual_ids(batch)) if self.config.num_contextual else None
+        return self.dense_forward(batch, events, uid)
+
+    @staticmethod
+    def sequence_ids(batch: EventBatch) -> torch.Tensor:
+        """The sequence tables' ids of a batch, one row per event: ``[N, 3]`` (item, artist, album)."""
+        return torch.stack([batch.item, batch.artist, batch.album], dim=1)
+
+    @staticmethod
+    def contextual_ids(batch: EventBatch) -> torch.Tensor:
+        """The contextual table's ids of a batch, one row per user: ``[B, 1]`` (uid)."""
+        return batch.uid.view(-1, 1)
+
+    def dense_forward(self, batch: EventBatch, events: torch.Tensor, uid: torch.Tensor | None,
+                      max_seq_len: int | None = None) -> torch.Tensor:
+        """:meth:`forward` from the tables' vectors on: ``events`` ``[N, 3, D]`` (the rows of
+        :meth:`sequence_ids`), ``uid`` ``[B, 1, D]`` (of :meth:`contextual_ids`; None without
+        contextual tokens). ``max_seq_len``: the attention's divisor, by default the batch's
+        (:func:`~harness.reference.models.hstu_attention.batch_max_seq_len`); a sharded run passes
+        the global batch's, so that its ranks compute what one process computes."""
         c = self.config
         ctx = c.num_contextual
-        events = self.embeddings(torch.stack([batch.item, batch.artist, batch.album], dim=1)).float()  # [N, 3, D]
+        events = events.float()  # [N, 3, D]
         x = (self.content_mlp(events[:, 0]) + self.additional_mlp(events[:, 1:].flatten(1))
              + self.action_mlp(self.action_embeddings[batch.action]))
         lengths = batch.lengths + ctx
@@ -319,7 +343,8 @@ class HSTURanker(nn.Module):
         event_rows, contextual_rows = self._sequence_rows(batch, offsets)
         timestamps = torch.zeros(int(offsets[-1]), dtype=torch.int64).index_copy(0, event_rows, batch.timestamp)
         if ctx:
-            uid = self.contextual_embeddings(batch.uid.view(-1, 1)).float()  # [B, 1, D]
+            assert uid is not None
+            uid = uid.float()  # [B, 1, D]
             tokens = torch.baddbmm(self.contextual_bias.unsqueeze(1), uid.transpose(0, 1).expand(ctx, -1, -1),
                                    self.contextual_weight).transpose(0, 1).reshape(-1, c.embedding_dim)  # [B * ctx, D]
             order = torch.empty(int(offsets[-1]), dtype=torch.int64)
@@ -328,7 +353,8 @@ class HSTURanker(nn.Module):
             x = torch.cat([tokens, x]).index_select(0, order)
         x = x * math.sqrt(c.embedding_dim) + self._encodings(offsets, lengths, batch.candidate_lengths, timestamps)
         x = F.dropout(x, c.input_dropout, self.training)
-        max_seq_len = batch_max_seq_len(batch.history_lengths, batch.candidate_lengths, ctx)
+        if max_seq_len is None:
+            max_seq_len = batch_max_seq_len(batch.history_lengths, batch.candidate_lengths, ctx)
         attend = ctx if c.contextual_attention == "full" else 0
         for layer in self.layers:
             x = layer(x, offsets, batch.candidate_lengths, max_seq_len, attend)

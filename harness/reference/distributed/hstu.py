@@ -1,0 +1,329 @@
+"""The HSTU ranker (``dlrmv4``) of a sharded run: its tables sharded as the plan says, its dense
+part data-parallel.
+
+The plan places the ranker's four tables (:func:`~harness.reference.planner.models.tables_for_benchmark`:
+``item``, ``artist``, ``album``, ``uid``) like a DLRM's, with every sharding type. They run through the
+same executor as a DLRM's pooled tables (:class:`~harness.reference.distributed.sharded.ShardedEmbeddingCollection`),
+as two collections sharing this rank's :class:`~harness.reference.tiered.TierLedger`:
+
+* the **sequence tables** (item, artist, album: TorchRec's ``EmbeddingCollection``, one vector per
+  event, not pooled) take one row of ids per *event*: a rank's ``N_r`` events of its users, so
+  the "samples" of their all-to-alls are jagged, a different count on every rank;
+* the **contextual table** (uid) takes one row per *user* (sample).
+
+Before a batch's ids travel, every rank learns every rank's event and user counts, labelled
+candidates and longest history and candidate list (one small all-to-all on the input group: the
+lengths of the jagged batch, as TorchRec's ``KeyedJaggedTensor`` all-to-all sends lengths
+before values); then the ids go as a DLRM's do (lengths, then ids, per shard's row range).
+
+So that a run at any world size trains what one process trains on the same global batch:
+
+* the loss is each rank's sum over its labelled candidates divided by the *global* batch's count
+  of them (one process's mean, split over the ranks), and the dense gradients are summed;
+* the attention's divisor (the reference's ``max_seq_len``, the padded length of a batch) is the
+  global batch's, not each rank's (the reference's ranks each use their own batch's, which makes
+  its arithmetic depend on the world size; ours does not).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from harness.errors import ErrorCategory, HarnessError
+from harness.reference.data.event_batch import EventBatch
+from harness.reference.distributed.comm import INPUT, Comm, ddp_comm_hook
+from harness.reference.distributed.comm_codecs import CommConfig
+from harness.reference.distributed import session as distributed_session
+from harness.reference.distributed.session import _NO_BUFFER_SYNC, DistributedSession
+from harness.reference.distributed.sharded import (
+    Hierarchy,
+    ShardedEmbeddingCollection,
+    ShardSpec,
+    TableSharding,
+    shardings_from_plan,
+)
+from harness.reference.engine.session import prefetch
+from harness.reference.models.hstu import HSTURanker
+from harness.reference.models.hstu_attention import batch_max_seq_len
+from harness.reference.planner.types import TIERS, Plan, Tier
+from harness.reference.tiered import CacheStats
+from harness.reference.tiered.ledger import TierLedger
+from harness.rules.auc import roc_auc
+
+_SEQUENCE_TABLES = 3  # item, artist, album: the ranker's tables 0-2; uid is table 3
+_STATS = 5  # per rank and batch: events, users, labelled candidates, longest history, most candidates
+
+
+def _batch_stats(batch: EventBatch) -> torch.Tensor:
+    empty = batch.users == 0
+    return torch.tensor([int(batch.lengths.sum()), batch.users, int(batch.label_mask.sum()),
+                         0 if empty else int(batch.history_lengths.max()),
+                         0 if empty else int(batch.candidate_lengths.max())], dtype=torch.int64)
+
+
+class HSTUInput:
+    """One batch's ids on their way to the ranks that hold their rows: every rank's counts first
+    (synchronously: they size the id all-to-alls), then the sequence and contextual tables' input
+    distributions (asynchronous, as :class:`~harness.reference.distributed.sharded.InputDist`)."""
+
+    def __init__(self, model: ShardedHSTU, batch: EventBatch):
+        comm, world = model.sequence.input_comm, model.sequence.world_size
+        stats = _batch_stats(batch)
+        every = torch.stack(comm.all_to_all_start([stats] * world, [_STATS] * world, INPUT).wait())
+        self.events, self.users = every[:, 0].tolist(), every[:, 1].tolist()
+        self.labelled = int(every[:, 2].sum())
+        ctx = model.ranker.config.num_contextual
+        self.max_seq_len = (batch_max_seq_len(torch.zeros(0), torch.zeros(0), ctx) if sum(self.users) == 0
+                            else int(every[:, 3].max()) + int(every[:, 4].max()) + ctx)
+        self.sequence = model.sequence.distribute(HSTURanker.sequence_ids(batch), self.events)
+        self.contextual = model.contextual.distribute(HSTURanker.contextual_ids(batch), self.users)
+
+    def start_ids(self) -> None:
+        self.sequence.start_ids()
+        self.contextual.start_ids()
+
+    def wait(self) -> None:
+        self.sequence.wait()
+        self.contextual.wait()
+
+
+class _DenseHSTU(nn.Module):
+    """The ranker without its tables (data-parallel): :meth:`HSTURanker.dense_forward`."""
+
+    def __init__(self, ranker: HSTURanker):
+        super().__init__()
+        self.ranker = ranker
+
+    def forward(self, batch: EventBatch, events: torch.Tensor, uid: torch.Tensor | None, max_seq_len: int) -> torch.Tensor:
+        return self.ranker.dense_forward(batch, events, uid, max_seq_len)
+
+
+def _renumbered(sharding: TableSharding, table: int) -> TableSharding:
+    return TableSharding(sharding.sharding_type, tuple(ShardSpec(table, s.placed) for s in sharding.shards))
+
+
+class ShardedHSTU(nn.Module):
+    """The HSTU ranker with its tables sharded and its dense part under DDP (see the module docstring).
+
+    Args:
+        ranker: the ranker as built from the seed on every rank, its tables on the ``meta``
+            device (this rank makes its shards; the dense modules are reused, the tables dropped).
+        plan: the sharding plan of its four tables.
+        comms, codecs, device_ids, tiers, device, hierarchy, overlap, bucket_cap_mb: as
+            :class:`~harness.reference.distributed.session.ShardedDLRM` takes them.
+    """
+
+    def __init__(self, ranker: HSTURanker, plan: Plan, comms: tuple[Comm, Comm, Comm], codecs: CommConfig,
+                 device_ids: list[int] | None = None, tiers: dict[str, Any] | None = None, *, device: Any = None,
+                 hierarchy: Hierarchy | None = None, overlap: bool = False, bucket_cap_mb: float | None = None):
+        super().__init__()
+        dense_comm, emb_comm, input_comm = comms
+        sequence, contextual = ranker.embeddings, ranker.contextual_embeddings
+        rows = [*sequence.table_rows, *contextual.table_rows]
+        shardings = shardings_from_plan(plan, rows, ranker.config.embedding_dim, emb_comm.world_size)
+        capacity = plan.rank_capacity
+        self.ledger = TierLedger(capacity.by_tier() if capacity is not None else dict.fromkeys(TIERS, 1 << 62),
+                                 rank=emb_comm.rank)
+
+        def collection(full: Any, tables: list[TableSharding]) -> ShardedEmbeddingCollection:
+            return ShardedEmbeddingCollection(full, tables, emb_comm, input_comm, codecs, tiers, device=device,
+                                              capacity=capacity, plan_config=plan.config, hierarchy=hierarchy,
+                                              overlap=overlap, ledger=self.ledger)
+
+        self.sequence = collection(sequence, shardings[:_SEQUENCE_TABLES])
+        self.contextual = collection(contextual, [_renumbered(shardings[_SEQUENCE_TABLES], 0)])
+        del ranker.embeddings, ranker.contextual_embeddings  # described only (meta); the shards replace them
+        self.ranker = ranker
+        self.overlap = overlap
+        self.dense = DistributedDataParallel(
+            _DenseHSTU(ranker), device_ids=device_ids, process_group=dense_comm.group, **_NO_BUFFER_SYNC,
+            **({"bucket_cap_mb": bucket_cap_mb} if bucket_cap_mb else {}),
+        )
+        self.dense.register_comm_hook((dense_comm, codecs.allreduce, overlap), ddp_comm_hook)
+
+    def collections(self) -> tuple[ShardedEmbeddingCollection, ShardedEmbeddingCollection]:
+        return self.sequence, self.contextual
+
+    def dense_parameters(self) -> list[nn.Parameter]:
+        return list(self.dense.module.parameters())
+
+    # what the pipeline and the session ask of a sharded model
+    def distribute_batch(self, batch: EventBatch) -> HSTUInput:
+        return HSTUInput(self, batch)
+
+    def queue_next(self, ids: HSTUInput) -> None:
+        self.sequence.queue_next(ids.sequence)
+        self.contextual.queue_next(ids.contextual)
+
+    def forward(self, batch: EventBatch, ids: HSTUInput) -> torch.Tensor:
+        """One logit per candidate of this rank's users."""
+        events = self.sequence.start(ids.sequence).wait()
+        uid = self.contextual.start(ids.contextual).wait()
+        return self.dense(batch, events, uid if self.ranker.config.num_contextual else None, ids.max_seq_len)
+
+    def finish_backward(self) -> None:
+        for c in self.collections():
+            c.finish_backward()
+
+    def set_learning_rate(self, lr: float) -> None:
+        for c in self.collections():
+            c.set_learning_rate(lr)
+
+    def set_step(self, step: int, grad_unscale: float | None = None) -> None:
+        for c in self.collections():
+            c.set_step(step, grad_unscale)
+
+
+class HSTUTables:
+    """The two sharded collections seen as one, for what a session reports of its tables."""
+
+    def __init__(self, model: ShardedHSTU):
+        self.model = model
+        self.ledger = model.ledger
+
+    @property
+    def forward_codec(self) -> Any:
+        return self.model.sequence.forward_codec
+
+    @property
+    def backward_codec(self) -> Any:
+        return self.model.sequence.backward_codec
+
+    def table_weights(self) -> list[torch.Tensor]:
+        """The four whole tables (item, artist, album, uid), on every rank (a collective)."""
+        return [*self.model.sequence.table_weights(), *self.model.contextual.table_weights()]
+
+    def cache_stats(self, tier: Tier | None = None) -> tuple[CacheStats, int, int]:
+        stats, rows, slots = CacheStats(), 0, 0
+        for c in self.model.collections():
+            s, r, n = c.cache_stats(tier) if tier is not None else c.cache_stats()
+            stats, rows, slots = stats + s, rows + r, slots + n
+        return stats, rows, slots
+
+    def close(self) -> None:
+        for c in self.model.collections():
+            c.close()
+
+
+class DistributedHSTUSession(DistributedSession):
+    """:class:`DistributedSession` for the HSTU ranker: the same steps, pipeline, reports and
+    evaluation protocol, over :class:`ShardedHSTU`."""
+
+    def _build(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        per_node = self.ranks_per_node()
+        self.comms = tuple(Comm(dist.new_group(backend=None), self.comm_stats, per_node) for _ in range(3))
+        self.hierarchy = self._hierarchy(per_node)
+        ranker = self._unsharded(embedding_device="meta")
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        tier = self.config.embedding_tier or {}
+        tiers = {"policy": tier.get("policy", "lru"), "batch": self.global_batch_size,
+                 **({"path": f"{tier['path']}.rank{self.rank}"} if tier.get("path") else {})}
+        plan = self.config.sharding_plan
+        assert plan is not None  # checked in __init__
+        model = ShardedHSTU(ranker, plan, self.comms, self.codecs, device_ids, tiers, device=self.device,
+                            hierarchy=self.hierarchy, overlap=self.overlap,
+                            bucket_cap_mb=self.config.profile.get("ddp_bucket_cap_mb"))
+        self._tiered = None
+        self._ssd_shards = any(s.tier is Tier.SSD for s in plan.shards)
+        return model, self._dense_optimizer(model.dense_parameters())
+
+    def _embeddings(self) -> Any:
+        return self.model
+
+    def _tables(self) -> list[torch.nn.Module]:
+        return list(self.model.collections())
+
+    @property
+    def embeddings(self) -> HSTUTables:  # type: ignore[override]
+        return HSTUTables(self.model)
+
+    def table_weights(self) -> list[torch.Tensor]:
+        return self.embeddings.table_weights()
+
+    def full_weight(self) -> torch.Tensor:
+        raise HarnessError("an HSTU ranker's tables have no one fused weight; use table_weights()",
+                           ErrorCategory.BAD_INPUT)
+
+    def _loss(self, item: Any) -> torch.Tensor:
+        """This rank's share of the global batch's loss, times the world size (the engine
+        divides by it, :meth:`_objective`): its labelled candidates' summed BCE over the
+        global batch's count of them."""
+        if isinstance(item, EventBatch):  # not distributed ahead of time: its ids travel now
+            item = (item, self.model.distribute_batch(item))
+        batch, ids = item
+        logits = self.model(batch, ids).float()
+        mask = batch.label_mask
+        total = F.binary_cross_entropy_with_logits(logits[mask], batch.labels.float()[mask], reduction="sum")
+        return total * (self.world_size / max(ids.labelled, 1))
+
+    def _eval_items(self) -> Iterable[EventBatch]:
+        """This rank's eval batches, one per evaluation step (empty ones where this rank has run
+        out, so that every rank takes part in every step's collectives); kept in memory when small."""
+        if self._eval_plan is not None:
+            return self._eval_plan
+        local, sizes = self._eval_sizes()
+        mine = (self._on_device(b) for b in prefetch(self.dataset.eval_batches(local, rank=self.rank,
+                                                                                world_size=self.world_size)))
+
+        def items() -> Iterator[EventBatch]:
+            try:
+                for _ in sizes:
+                    batch = next(mine, None)
+                    yield batch if batch is not None else _empty_batch(self.device)
+            finally:
+                mine.close()
+
+        if self._eval_split_bytes() > distributed_session.EVAL_CACHE_BYTES * self.world_size:
+            return items()
+        self._eval_plan = list(items())  # type: ignore[arg-type]
+        return self._eval_plan  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def evaluate(self, batches: Iterable[Any] | None = None) -> float:
+        """AUC over the eval split's labelled candidates: scores gathered to rank 0, its AUC
+        broadcast (every rank calls it)."""
+        if batches is not None:
+            raise HarnessError("a sharded session evaluates its eval split only", ErrorCategory.NOT_IMPLEMENTED)
+        self.model.eval()
+        comms = self._comms()
+        for c in comms:
+            c.stats = self.eval_comm_stats
+        scores, labels = [], []
+        try:
+            for batch in self._eval_items():
+                ids = self.model.distribute_batch(batch)
+                with self.autocast():
+                    logits = self.model(batch, ids)
+                mask = batch.label_mask
+                scores.append(torch.sigmoid(logits.float()[mask]).double().cpu())
+                labels.append(batch.labels[mask].cpu())
+        finally:
+            self.model.train()
+            for c in comms:
+                c.stats = self.comm_stats
+        mine = (torch.cat(scores).numpy(), torch.cat(labels).numpy())
+        gathered: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
+        dist.gather_object(mine, gathered, dst=0)
+        auc = torch.zeros(1, dtype=torch.float64)
+        if self.rank == 0:
+            assert gathered is not None
+            auc[0] = roc_auc(np.concatenate([g[1] for g in gathered]), np.concatenate([g[0] for g in gathered]))
+        dist.broadcast(auc, src=0)
+        return float(auc[0])
+
+
+def _empty_batch(device: torch.device) -> EventBatch:
+    none = torch.zeros(0, dtype=torch.int64, device=device)
+    return EventBatch(uid=none, history_lengths=none, candidate_lengths=none, item=none, artist=none, album=none,
+                      action=none, timestamp=none, labels=torch.zeros(0, device=device),
+                      label_mask=torch.zeros(0, dtype=torch.bool, device=device))
+
+

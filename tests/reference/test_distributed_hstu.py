@@ -1,0 +1,89 @@
+"""The HSTU ranker (``dlrmv4_synthetic``) sharded on real gloo process groups (torchrun) against one
+process: its sequence tables (item, artist, album: one vector per event, the ranks' event counts
+jagged) and its pooled contextual table (uid), under every sharding type and a mixed plan.
+
+The ranks run ``tests/reference/distributed_driver.py`` (``"benchmark": "dlrmv4_synthetic"``), as
+the DLRM's equivalence tests in ``test_distributed.py`` do; the same bound, at the same learning rate.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.reference.test_distributed import TYPES, run_jobs
+
+STEPS, BATCH = 50, 64
+# the benchmark's recipe (Adam, row-wise Adagrad) at the equivalence tests' rate (test_distributed.py)
+EQUIVALENCE_HP = {"opt_base_learning_rate": 0.001, "opt_sparse_base_learning_rate": 0.001}
+BASE = {"benchmark": "dlrmv4_synthetic", "batch": BATCH}
+# Row-wise Adagrad's column shards keep one accumulator per row of their own columns (FBGEMM's
+# behaviour, documented in harness.reference.distributed.sharded): such plans follow one process
+# with the elementwise optimizer, whose every value is its own
+COLUMN_TYPES = ["column_wise", "table_column_wise"]
+ROW_WHOLE = [t for t in TYPES if t not in COLUMN_TYPES]
+
+
+def jobs(plans_rowwise: dict, plans_adagrad: dict, nodes: int = 1) -> dict:
+    return {
+        "start": dict(plans={**plans_rowwise, **plans_adagrad}, steps=0, nodes=nodes, **BASE),
+        "follow": dict(plans=plans_rowwise, steps=STEPS, nodes=nodes, hyperparameters=EQUIVALENCE_HP, **BASE),
+        "follow_adagrad": dict(plans=plans_adagrad, steps=STEPS, nodes=nodes, table_optimizer="adagrad",
+                               hyperparameters={"opt_base_learning_rate": 0.001}, **BASE),
+    }
+
+
+@pytest.fixture(scope="module")
+def ones(tmp_path_factory) -> dict:
+    one = {"single": {}}
+    runs = run_jobs(tmp_path_factory.mktemp("hstu_ones"), 1, {
+        **{name: {**job, "plans": one} for name, job in jobs({}, {}).items()},
+        "other_seed": dict(plans=one, steps=0, seed=8, **BASE),
+    })
+    return {name: results["single"] for name, results in runs.items()}
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    launched: dict[tuple[int, int], dict] = {}
+
+    def get(world: int, nodes: int) -> dict:
+        if (world, nodes) not in launched:
+            rowwise = {t: {"types": {"*": t}} for t in ROW_WHOLE}
+            adagrad = {t: {"types": {"*": t}} for t in COLUMN_TYPES}
+            adagrad["mixed"] = {"types": {"*": ["column_wise", "row_wise", "table_row_wise", "data_parallel"]}}
+            launched[(world, nodes)] = run_jobs(tmp_path_factory.mktemp(f"hstu_w{world}n{nodes}"), world,
+                                                jobs(rowwise, adagrad, nodes))
+        return launched[(world, nodes)]
+
+    return get
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("world", "nodes"), [(2, 1), (4, 2)])
+def test_every_plan_of_the_hstu_tables_starts_from_the_single_process_weights_bit_for_bit(ones, sharded, world, nodes):
+    start = ones["start"]
+    results = sharded(world, nodes)["start"]
+    assert set(results) == {*TYPES, "mixed"}
+    for plan, got in results.items():
+        assert torch.equal(got["weight"], start["weight"]), plan
+        assert got["dense_sha256"] == start["dense_sha256"], plan
+    assert not torch.equal(start["weight"], ones["other_seed"]["weight"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("world", "nodes"), [(2, 1), (4, 2)])
+def test_sharded_hstu_follows_single_process_training_under_every_sharding_type(ones, sharded, world, nodes):
+    """50 steps of every sharding type (a mixed plan too: the uid table pooled, the others sequence
+    tables) stay within 1e-5 of one process's loss, and the tables within rounding of its tables."""
+    runs = sharded(world, nodes)
+    for job in ("follow", "follow_adagrad"):
+        single = ones[job]
+        assert len(single["losses"]) == STEPS and single["losses"][-1] < single["losses"][0] - 0.02, job  # it learns
+        for plan, got in runs[job].items():
+            expected = sorted({"column_wise", "row_wise", "table_row_wise", "data_parallel"} if plan == "mixed"
+                              else {plan})
+            assert got["types"] == expected, plan
+            gap = max(abs(a - b) for a, b in zip(single["losses"], got["losses"], strict=True))
+            assert gap <= 1e-5, f"{plan} on {world} ranks: loss differs by {gap:.3g} from one process's"
+            assert float((single["weight"] - got["weight"]).abs().max()) < 1e-4, plan
