@@ -20,13 +20,9 @@ def open_session(config: RunConfig, *, dataset: Dataset | None = None) -> Traini
     or one rank with its tables placed on tiers; inside its process group), a ``DistributedSession``."""
     if config.world_size == 1 and config.sharding_plan is None:
         return TrainingSession(config, dataset=dataset)
-    if config.benchmark.get("model", {}).get("family") == "hstu":
-        from harness.reference.distributed.hstu import DistributedHSTUSession
+    from harness.reference.distributed.sessions import open_distributed_session
 
-        return DistributedHSTUSession(config, dataset=dataset)
-    from harness.reference.distributed.session import DistributedSession
-
-    return DistributedSession(config, dataset=dataset)
+    return open_distributed_session(config, dataset=dataset)
 
 
 def run_from_config(config: RunConfig) -> RunResult:

@@ -2,8 +2,9 @@
 --run-path --start-method=forkserver tests/reference/self_check_driver.py OUT_DIR``.
 
 On the 2-node x 2-rank test profile, for every sharding type and a mixed plan of the default
-benchmark, each rank runs :func:`~harness.reference.distributed.self_check.self_check` as a run's
-init does; then once more with a deliberately broken collective (the pooled embeddings that
+benchmark (and a mixed plan of the HSTU ranker's tables, ``dlrmv4_synthetic``), each rank runs
+:func:`~harness.reference.distributed.self_check.self_check` as a run's init does; then once more
+for each model with a deliberately broken collective (the pooled embeddings that
 rank 1 sends in every forward all-to-all arrive as zeros). Rank 0 writes ``OUT_DIR/NAME.json``.
 """
 
@@ -29,8 +30,8 @@ PROFILE = Path(__file__).resolve().parents[1] / "fixtures" / "two_nodes_2gpu.yam
 TYPES = [t.value for t in ShardingType]
 
 
-def config(types: list[str]) -> RunConfig:
-    spec = load_benchmark("dlrm_synthetic")
+def config(types: list[str], benchmark: str = "dlrm_synthetic") -> RunConfig:
+    spec = load_benchmark(benchmark)
     profile = load_profile(str(PROFILE))
     tables = tables_for_benchmark(spec)
     plan = plan_tables(tables, profile, PlannerConfig(
@@ -59,8 +60,11 @@ def main(out: str) -> None:
     plans = {t: [t] for t in TYPES}
     plans["mixed"] = TYPES
     results = {name: self_check(config(types)) for name, types in plans.items()}
+    # the HSTU ranker's four tables: data-parallel, table-, row- and column-wise
+    results["hstu_mixed"] = self_check(config(TYPES, "dlrmv4_synthetic"))
     broken_forward()
     results["broken"] = self_check(config(["table_wise"]))
+    results["hstu_broken"] = self_check(config(["row_wise"], "dlrmv4_synthetic"))  # its jagged event vectors
     if dist.get_rank() == 0:
         for name, report in results.items():
             (Path(out) / f"{name}.json").write_text(json.dumps(report))

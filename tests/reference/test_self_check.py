@@ -40,10 +40,18 @@ def test_the_self_check_passes_for_every_sharding_type(reports, plan):
     assert report["sharding_types"] == expected
 
 
-def test_the_self_check_catches_a_broken_collective(reports):
-    """Rank 1's pooled embeddings arrive as zeros in every forward all-to-all: the check fails,
-    and its error is one line with both figures."""
-    report = reports["broken"]
+def test_the_self_check_of_the_hstu_ranker_passes_on_its_mixed_plan(reports):
+    report = reports["hstu_mixed"]
+    assert report["passed"] and report["max_loss_gap"] <= BOUND, report
+    assert report["sharding_types"] == ["column_wise", "data_parallel", "row_wise", "table_wise"]
+
+
+@pytest.mark.parametrize("model", ["broken", "hstu_broken"])
+def test_the_self_check_catches_a_broken_collective(reports, model):
+    """Rank 1's embeddings arrive as zeros in every forward all-to-all (the DLRM's pooled vectors;
+    the HSTU ranker's row-sharded jagged event vectors and uid vectors): the check fails, and its
+    error is one line with both figures."""
+    report = reports[model]
     assert not report["passed"] and report["max_loss_gap"] > 10 * BOUND, report
     message = str(failure(report))
     assert "\n" not in message and message.startswith("self-check failed: the sharded probe's loss differs")

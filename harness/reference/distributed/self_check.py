@@ -16,7 +16,8 @@ at most ``PROBE_ROWS`` rows per table (enough for every rank's row shard); synth
 the default benchmark's generator; ``PROBE_BATCH_PER_RANK`` samples per rank; fp32 codecs (the
 codecs' rounding is not an error of the collectives; they are tested for determinism apart);
 the tables in memory (the tiers are checked by the run's own ledger). It is the same code on
-gloo and on NCCL.
+gloo and on NCCL. An HSTU run's probe is its ranker at probe sizes on generated event streams
+(:func:`_hstu_probe`): its sequence tables' jagged all-to-alls and its uid table's, as planned.
 """
 
 from __future__ import annotations
@@ -38,6 +39,13 @@ BOUND = 1e-5
 LEARNING_RATE = 0.001
 PROBE_ROWS = 512
 PROBE_BATCH_PER_RANK = 16
+HSTU_PROBE_EVENTS = 16
+PROBE_USERS = 512
+HSTU_PROBE_HYPERPARAMETERS = {
+    "opt_name": "adagrad", "opt_base_learning_rate": LEARNING_RATE, "opt_adagrad_learning_rate_decay": 0,
+    "opt_weight_decay": 0, "opt_adagrad_initial_accumulator_value": 0, "opt_adagrad_epsilon": 1.0e-8,
+    "opt_learning_rate_warmup_steps": 0, "opt_learning_rate_decay_start_step": 0,
+    "opt_learning_rate_decay_steps": 0, "gradient_accumulation_steps": 1}
 
 
 class _Losses(SessionHooks):
@@ -64,14 +72,18 @@ def probe_configs(config: RunConfig) -> tuple[RunConfig, RunConfig]:
     world = config.world_size
     plan = config.sharding_plan
     raw = copy.deepcopy(config.benchmark)
-    rows = [min(int(r), max(PROBE_ROWS, world)) for r in raw["dataset"]["table_rows"]]
     batch = PROBE_BATCH_PER_RANK * world
-    generator = copy.deepcopy(load_benchmark("dlrm_synthetic").raw["dataset"])
-    generator.pop("formats", None)
-    generator.pop("best_auc", None)
     raw["name"] = f"{raw.get('name', 'run')}_self_check"
-    raw["dataset"] = {**generator, "table_rows": rows, "pooling": list(raw["dataset"]["pooling"]),
-                      "train_samples": batch * (STEPS + 1), "eval_samples": batch}
+    hstu = raw["model"].get("family") == "hstu"
+    if hstu:
+        raw = _hstu_probe(raw, world, batch)
+    else:
+        rows = [min(int(r), max(PROBE_ROWS, world)) for r in raw["dataset"]["table_rows"]]
+        generator = copy.deepcopy(load_benchmark("dlrm_synthetic").raw["dataset"])
+        generator.pop("formats", None)
+        generator.pop("best_auc", None)
+        raw["dataset"] = {**generator, "table_rows": rows, "pooling": list(raw["dataset"]["pooling"]),
+                          "train_samples": batch * (STEPS + 1), "eval_samples": batch}
     spec = spec_from_dict(raw, what="the self-check's probe")
     types = list(plan.sharding_types) if plan is not None else []
     tables = tables_for_benchmark(spec)
@@ -86,7 +98,8 @@ def probe_configs(config: RunConfig) -> tuple[RunConfig, RunConfig]:
     probe_plan = plan_tables(tables, profile, PlannerConfig(
         batch_size=batch, sharding_types=tuple((t.name, (st,)) for t, st in zip(tables, types)),
         **knobs))
-    hp = {**config.hyperparameters, "global_batch_size": batch, "opt_base_learning_rate": LEARNING_RATE}
+    hp = {**(spec.reference_hyperparameters if hstu else config.hyperparameters), "global_batch_size": batch,
+          "opt_base_learning_rate": LEARNING_RATE}
     for key in [k for k in hp if "warmup" in k or "decay_start" in k or "decay_steps" in k]:
         hp.pop(key)  # the probe trains at one rate
     sharded = dataclasses.replace(config, benchmark=raw, hyperparameters=hp, sharding_plan=probe_plan, comm={},
@@ -100,14 +113,35 @@ def probe_configs(config: RunConfig) -> tuple[RunConfig, RunConfig]:
     return sharded, single
 
 
+def _hstu_probe(raw: dict[str, Any], world: int, batch: int) -> dict[str, Any]:
+    """The probe of an HSTU run: its architecture (dimension, layers, heads), sequences of at most
+    ``HSTU_PROBE_EVENTS`` events, tables of at most ``PROBE_ROWS`` rows (enough for every rank's
+    row shard), users' streams from ``dlrmv4_synthetic``'s generator; trained with elementwise
+    Adagrad (tables and dense part), whose every value is its own: row-wise Adagrad's column shards
+    keep their own accumulator per row (FBGEMM's behaviour, not a fault of the collectives), which
+    would set a column-sharded probe apart from one process by more than the bound."""
+    from harness.rules.specs import load_benchmark
+
+    generator = copy.deepcopy(load_benchmark("dlrmv4_synthetic").raw["dataset"])
+    dataset = raw["dataset"]
+    events = min(int(raw["model"]["max_sequence_length"]), HSTU_PROBE_EVENTS)
+    rows = {k: max(min(int(dataset[k]), PROBE_ROWS), world) for k in ("item_rows", "artist_rows", "album_rows")}
+    rows["artist_rows"] = min(rows["artist_rows"], rows["album_rows"])
+    model = {**raw["model"], "max_sequence_length": events, "embedding_optimizer": "adagrad"}
+    return {**raw, "model": model,
+            "dataset": {**generator, **rows, "users": max(PROBE_USERS, batch), "max_sequence_length": events,
+                        "train_samples": batch * (STEPS + 1), "eval_samples": batch},
+            "reference_hyperparameters": {**HSTU_PROBE_HYPERPARAMETERS, "global_batch_size": batch}}
+
+
 def self_check(config: RunConfig) -> dict[str, Any]:
     """Run the probe sharded and in one process (every rank, inside the run's process group);
     its figures (``passed``: whether they agree; :func:`failure` is the error when not)."""
-    from harness.reference.distributed.session import DistributedSession
+    from harness.reference.distributed.sessions import open_distributed_session
 
     sharded_config, single_config = probe_configs(config)
     world = dist.get_world_size()
-    sharded = DistributedSession(sharded_config)
+    sharded = open_distributed_session(sharded_config)
     got = _Losses(world)
     try:
         sharded.train(got, eval_at=[], until=STEPS, stop_at_target=False)

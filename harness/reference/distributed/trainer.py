@@ -20,6 +20,7 @@ from harness.errors import ErrorCategory, HarnessError
 from harness.mllog import keys
 from harness.reference.distributed.ranks import assign_rank
 from harness.reference.distributed.session import DistributedSession
+from harness.reference.distributed.sessions import open_distributed_session
 from harness.reference.engine.mlperf_log import MLPerfLog
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.trainer import RunResult, Trainer
@@ -47,7 +48,7 @@ class DistributedTrainer(Trainer):
         self.log.event(keys.HARNESS_COMM_OVERLAP, bool(self.config.overlap))
 
     def open_session(self) -> DistributedSession:
-        return DistributedSession(self.config)
+        return open_distributed_session(self.config)
 
     def _init_checks(self) -> None:
         """The self-check of the collectives (inside init, before run_start; see

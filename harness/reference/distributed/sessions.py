@@ -1,0 +1,16 @@
+"""The session of one rank of a sharded run, of the run's model family: a DLRM's
+(:class:`~harness.reference.distributed.session.DistributedSession`) or the HSTU ranker's
+(:class:`~harness.reference.distributed.hstu.DistributedHSTUSession`)."""
+
+from __future__ import annotations
+
+from harness.reference.data.datasets import Dataset
+from harness.reference.distributed.hstu import DistributedHSTUSession
+from harness.reference.distributed.session import DistributedSession
+from harness.reference.engine.run_config import RunConfig
+
+
+def open_distributed_session(config: RunConfig, *, dataset: Dataset | None = None) -> DistributedSession:
+    if config.benchmark.get("model", {}).get("family") == "hstu":
+        return DistributedHSTUSession(config, dataset=dataset)
+    return DistributedSession(config, dataset=dataset)
