@@ -1,4 +1,5 @@
-"""``harness data``: export the synthetic benchmark in Criteo's formats, inspect a dataset.
+"""``harness data``: export a synthetic benchmark in its real data's formats (Criteo's; Yambda's parquet
+for event streams), inspect a dataset (Criteo files or a Yambda folder).
 
 Exit status: 0 success (``inspect``: the dataset is well-formed); 2 bad input (``inspect``: a
 malformed record, after the report is printed; ``export``: an existing non-empty folder, a
@@ -27,29 +28,44 @@ def _size(n: int) -> str:
 
 @click.group("data")
 def data() -> None:
-    """Datasets: write the synthetic benchmark as Criteo files, inspect Criteo files."""
+    """Datasets: write a synthetic benchmark as Criteo or Yambda files, inspect such files."""
 
 
 @data.command("export")
 @click.argument("out_dir", type=click.Path(path_type=Path))
 @click.option("--benchmark", "-b", required=True, help="Synthetic benchmark (name or spec file) to write.")
-@click.option("--format", "fmt", type=click.Choice(["criteo-tsv", "mlperf-npy"]), required=True,
-              help="criteo-tsv: Terabyte day_0..day_{D-1}; mlperf-npy: MLPerf's day_<d>_*.npy/.npz.")
+@click.option("--format", "fmt", type=click.Choice(["criteo-tsv", "mlperf-npy", "yambda-parquet"]), default=None,
+              help="criteo-tsv: Terabyte day_0..day_{D-1}; mlperf-npy: MLPerf's day_<d>_*.npy/.npz (both for a "
+                   "tabular benchmark, which needs one); yambda-parquet: Yambda's flat multi_event.parquet and "
+                   "mappings (an event-stream benchmark's, its default).")
 @click.option("--days", type=click.IntRange(min=2), default=24, show_default=True,
-              help="Days: the train split in days 0..D-2, the eval split in the first half of the last.")
+              help="Criteo days: the train split in days 0..D-2, the eval split in the first half of the last.")
 @click.option("--gzip", "gz", is_flag=True, help="Compress the TSV days (day_N.gz; such a copy reads one epoch only).")
-def export(out_dir: Path, benchmark: str, fmt: str, days: int, gz: bool) -> None:
-    """Write a synthetic benchmark's samples into the new folder OUT_DIR, so that training on it
-    (`harness run --data OUT_DIR`) sees exactly the generator's batches.
+def export(out_dir: Path, benchmark: str, fmt: str | None, days: int, gz: bool) -> None:
+    """Write a synthetic benchmark's samples (or event streams) into the new folder OUT_DIR, so that
+    training on it (`harness run --data OUT_DIR`) sees exactly the generator's batches.
 
     Exit status: 0 written, 2 bad input (then nothing is written; an interrupted export leaves
     nothing under OUT_DIR either).
     """
-    from harness.reference.data.export import export_dataset
+    from harness.errors import ErrorCategory
+    from harness.reference.data.export import export_dataset, export_event_streams
     from harness.rules.specs import load_benchmark
 
     spec = load_benchmark(benchmark)
+    events = spec.dataset.get("kind") == "event_streams"
+    if events and fmt not in (None, "yambda-parquet"):
+        raise HarnessError(f"benchmark {spec.name} is event streams: they export as yambda-parquet, not {fmt}",
+                           ErrorCategory.BAD_INPUT)
+    if not events and fmt in (None, "yambda-parquet"):
+        raise HarnessError(f"benchmark {spec.name} is tabular: give --format criteo-tsv or mlperf-npy"
+                           + (" (yambda-parquet holds event streams)" if fmt else ""), ErrorCategory.BAD_INPUT)
     try:
+        if events:
+            ev = export_event_streams(spec, out_dir, progress=click.echo)
+            click.echo(f"wrote {len(ev.files)} files, {_size(ev.total_bytes)}, to {ev.out_dir}: {ev.listens:,} "
+                       f"listens and {ev.likes:,} likes of {ev.users:,} users in Yambda's flat layout")
+            return
         result = export_dataset(spec, fmt, out_dir, days=days, gzip=gz, progress=click.echo)
     except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the partial export has been removed
         raise HarnessError(f"{interrupt_reason(err)}: nothing was exported to {out_dir} (the partial copy is "
@@ -62,15 +78,32 @@ def export(out_dir: Path, benchmark: str, fmt: str, days: int, gz: bool) -> None
 @data.command("inspect")
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def inspect(path: Path, as_json: bool) -> None:
-    """Read a Criteo dataset (TSV days or train.txt, plain or gzip; MLPerf npy) once and report its
-    days, splits, label rates, distinct values and pooling per feature, and its first malformed record.
+@click.option("--benchmark", "-b", default=None,
+              help="A Yambda folder only: also report what this benchmark's spec cuts from it (its splits).")
+def inspect(path: Path, as_json: bool, benchmark: str | None) -> None:
+    """Read a dataset once and report on it: Criteo (TSV days or train.txt, plain or gzip; MLPerf npy):
+    its days, splits, label rates, distinct values and pooling per feature; a Yambda folder
+    (multi_event.parquet or listens.parquet, ..., and the mappings): its events per type, users, items,
+    time span and the reference's split into windows. Either way its first malformed record.
 
     Exit status: 0 well-formed, 2 a malformed record (after the report) or nothing found at PATH.
     """
-    from harness.reference.data.inspect import format_report, inspect_dataset
+    from harness.reference.data.yambda import EVENT_FILES, FLAT_FILE
 
-    report = inspect_dataset(path, progress=None if as_json else lambda line: click.echo(f"  read {line}", err=True))
-    click.echo(json.dumps(report.as_json(), indent=1) if as_json else format_report(report))
+    log = None if as_json else (lambda line: click.echo(f"  read {line}", err=True))
+    if path.is_dir() and ((path / FLAT_FILE).is_file() or (path / EVENT_FILES["listen"]).is_file()):
+        from harness.reference.data.yambda_inspect import format_yambda_report, inspect_yambda
+        from harness.rules.specs import load_benchmark
+
+        dataset = load_benchmark(benchmark).dataset if benchmark else None
+        report = inspect_yambda(path, dataset=dataset, progress=log)
+        click.echo(json.dumps(report.as_json(), indent=1) if as_json else format_yambda_report(report))
+    else:
+        from harness.reference.data.inspect import format_report, inspect_dataset
+
+        if benchmark:
+            raise HarnessError("--benchmark applies to a Yambda folder only")
+        report = inspect_dataset(path, progress=log)
+        click.echo(json.dumps(report.as_json(), indent=1) if as_json else format_report(report))
     if not report.well_formed:
         raise click.exceptions.Exit(2)

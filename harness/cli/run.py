@@ -152,7 +152,8 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
 
     nodes = Nodes(nnodes, node_rank, rdzv_endpoint, rdzv_id, local_addr)
     if data is not None:
-        click.echo(f"validating the data at {data} (every TSV line is parsed once, before the first run) ...")
+        click.echo(f"validating the data at {data} (read once, every TSV line or parquet batch checked, before the first "
+                   "run) ...")
     plan = plan_run_set(RunSetRequest(
         benchmark=benchmark, profile=profile, submitter=submitter, runs=runs, results_dir=results_dir,
         seeds=seeds, resume=resume, division=division, status=status, threads=threads, emulate=emulate,

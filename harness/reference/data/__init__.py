@@ -1,6 +1,6 @@
 """Every source of training data behind the :class:`~harness.reference.data.datasets.Dataset`
-protocol: the synthetic generator, Criteo TSV and MLPerf npy files, users' event streams, export
-and inspection.
+protocol: the synthetic generator, Criteo TSV and MLPerf npy files, users' event streams (generated,
+or Yambda's parquet), export and inspection.
 :func:`open_dataset`, at the package's level, chooses the source (no source module imports
 another's).
 """
@@ -37,12 +37,14 @@ def open_dataset(spec: BenchmarkSpec, path: Path | str | None = None, *, manifes
             raise HarnessError(
                 f"benchmark {spec.name} trains on Yambda-5B's events (Hugging Face yandex/yambda, flat/5b parquet): "
                 "give the dataset's folder with --data PATH", ErrorCategory.BAD_INPUT)
-        raise HarnessError(f"benchmark {spec.name}: reading Yambda's parquet (--data) is not implemented yet; "
-                           "dlrmv4_synthetic runs the same rules on generated event streams", ErrorCategory.NOT_IMPLEMENTED)
+        from harness.reference.data.yambda import open_yambda
+
+        return open_yambda(spec.dataset, path, manifest=manifest, progress=progress)
     if spec.dataset["kind"] == "event_streams":
-        if path is not None:
-            raise HarnessError(f"benchmark {spec.name} trains on its event-stream generator; --data (a Yambda reader) "
-                               "is not implemented yet", ErrorCategory.NOT_IMPLEMENTED)
+        if path is not None:  # an export of the generator in Yambda's layout (harness data export)
+            from harness.reference.data.yambda import open_yambda
+
+            return open_yambda(spec.dataset, path, manifest=manifest, progress=progress)
         from harness.reference.data.events import open_event_streams
 
         return open_event_streams(spec.dataset)

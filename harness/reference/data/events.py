@@ -380,9 +380,12 @@ class EventStreams:
         if samples > first[-1]:
             raise HarnessError(
                 f"event_streams: {name}_samples = {samples:,} but the {name} windows hold {int(first[-1]):,} samples "
-                f"of {len(users):,} users; lower {name}_samples or raise users, train_windows or "
-                "user_samples_per_window", ErrorCategory.BAD_INPUT)
+                f"of {len(users):,} users; {self._more_samples_hint(name)}", ErrorCategory.BAD_INPUT)
         return _Split(users, windows, first, samples)
+
+    def _more_samples_hint(self, name: str) -> str:
+        """How to get more samples than the windows hold (what the message of a too short split says)."""
+        return f"lower {name}_samples or raise users, train_windows or user_samples_per_window"
 
     def _window_table(self, split: _Split, window: int) -> tuple[np.ndarray, np.ndarray]:
         """``(uid, ordinal)`` of the window's samples of the split's users, by time of the first candidate."""

@@ -1,4 +1,5 @@
-"""``harness data export``: a synthetic benchmark written in Criteo's real formats.
+"""``harness data export``: a synthetic benchmark written in its real data's formats: Criteo's for
+the tabular generator, Yambda's flat parquet for the event streams (:func:`export_event_streams`).
 
 The copy is laid out so that :func:`harness.reference.data.criteo.open_files` reads exactly (bit for
 bit) the batches of :class:`~harness.reference.data.datasets.SyntheticDataset` for any epoch, rank,
@@ -45,7 +46,7 @@ from harness.reference.data.datasets import DataFormat, SyntheticDataset
 if TYPE_CHECKING:
     from harness.rules.specs import BenchmarkSpec
 
-__all__ = ["EXPORT_INFO", "ExportResult", "export_dataset", "format_tsv"]
+__all__ = ["EXPORT_INFO", "EventExportResult", "ExportResult", "export_dataset", "export_event_streams", "format_tsv"]
 
 #: The provenance file written beside the data.
 EXPORT_INFO = "harness_export.json"
@@ -249,3 +250,112 @@ def _write_info(spec: BenchmarkSpec, fmt: DataFormat, root: Path, days: int, gz:
                 "N+E..N+2E-1 (unused): its first half is the eval split",
     }
     (root / EXPORT_INFO).write_text(json.dumps(info, indent=1) + "\n")
+
+
+# --------------------------------------------------------------------------- event streams as Yambda
+
+
+@dataclass(frozen=True)
+class EventExportResult:
+    """What an export of event streams wrote: the folder, its files with their sizes, the events."""
+
+    out_dir: Path
+    files: tuple[tuple[str, int], ...]  # (name, bytes)
+    listens: int
+    likes: int
+    users: int
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(size for _, size in self.files)
+
+
+def _yambda_schema() -> Any:
+    import pyarrow as pa
+
+    # the published types (uid, item_id and timestamp uint32, the ratio uint16, is_organic uint8)
+    return pa.schema([("uid", pa.uint32()), ("timestamp", pa.uint32()), ("is_organic", pa.uint8()),
+                      ("item_id", pa.uint32()), ("event_type", pa.string()), ("played_ratio_pct", pa.uint16()),
+                      ("track_length_seconds", pa.uint32())])
+
+
+def _event_rows(streams: Any, uids: np.ndarray) -> dict[str, np.ndarray]:
+    """One row per event of ``uids``' streams, in (uid, timestamp) order: listens with their played
+    ratio in whole percents (rounded away from 50, so ``> 50`` still says ``listen_plus``), likes
+    without one. The generator has no organic flag nor track lengths: 1 and 0 stand for them."""
+    from harness.reference.data.events import Action
+
+    last = streams.spec.windows - 1
+    st = streams.streams(uids, last)
+    events = len(st.events["item"])
+    uid = np.repeat(st.uid, np.diff(st.user_first_event))
+    like = st.events["action"] == Action.LIKE
+    played = st.listen["played_ratio"].astype(np.float64)
+    whole = np.where(st.listen["listen_plus"], np.ceil(played), np.floor(played)).astype(np.uint16)
+    ratio = np.zeros(events, dtype=np.uint16)
+    ratio[st.listen_event] = whole
+    return {"uid": uid, "timestamp": st.events["timestamp"], "is_organic": np.ones(events, np.uint8),
+            "item_id": st.events["item"], "like": like, "played_ratio_pct": ratio}
+
+
+def export_event_streams(spec: BenchmarkSpec, out_dir: Path | str, *, users_per_chunk: int = 1024,
+                         progress: Callable[[str], None] | None = None) -> EventExportResult:
+    """Write the event-stream benchmark ``spec``'s generated streams (every window, every user) in
+    Yambda's flat layout into the new folder ``out_dir``: ``multi_event.parquet`` (a row group per
+    chunk of users), ``artist_item_mapping.parquet`` and ``album_item_mapping.parquet`` (the
+    catalogue), and ``harness_export.json``. :func:`harness.reference.data.yambda.open_yambda` reads
+    it back as the generator's batches, bit for bit.
+
+    Raises:
+        HarnessError: (BAD_INPUT) an existing non-empty ``out_dir``.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from harness.reference.data.events import SyntheticEventStreams
+
+    out_dir = Path(out_dir).absolute()
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise _bad(f"{out_dir} exists and is not an empty folder: give a new one (nothing was written)")
+    streams = SyntheticEventStreams(spec.dataset)
+    s = streams.spec
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
+    if progress is not None:
+        progress(f"exporting {spec.name}'s event streams ({s.users} users, windows 0-{s.windows - 1}) as Yambda's "
+                 f"flat layout to {out_dir}")
+    listens = likes = 0
+    try:
+        schema = _yambda_schema()
+        with pq.ParquetWriter(tmp / "multi_event.parquet", schema) as writer:
+            for lo in range(0, s.users, users_per_chunk):
+                rows = _event_rows(streams, np.arange(lo, min(lo + users_per_chunk, s.users), dtype=np.int64))
+                like = rows.pop("like")
+                listens, likes = listens + int((~like).sum()), likes + int(like.sum())
+                columns = {name: pa.array(rows[name].astype(schema.field(name).type.to_pandas_dtype()))
+                           for name in ("uid", "timestamp", "is_organic", "item_id")}
+                columns["event_type"] = pa.array(np.where(like, "like", "listen"), pa.string())
+                columns["played_ratio_pct"] = pa.array(rows["played_ratio_pct"], pa.uint16(), mask=like)
+                columns["track_length_seconds"] = pa.array(np.zeros(len(like), np.uint32), pa.uint32(), mask=like)
+                writer.write_table(pa.table(columns, schema=schema))
+        item = pa.array(np.arange(s.item_rows, dtype=np.uint32))
+        cat = streams.catalogue
+        pq.write_table(pa.table({"item_id": item, "artist_id": pa.array(cat.item_artist.astype(np.uint32))}),
+                       tmp / "artist_item_mapping.parquet")
+        pq.write_table(pa.table({"item_id": item, "album_id": pa.array(cat.item_album.astype(np.uint32))}),
+                       tmp / "album_item_mapping.parquet")
+        info = {"benchmark": spec.name, "format": "yambda-parquet", "layout": "flat", "users": s.users,
+                "windows": s.windows, "window_seconds": s.window_seconds, "listens": listens, "likes": likes,
+                "seed": s.seed, "note": "the generator's streams, every user and window; the reader cuts the "
+                                        "samples by the benchmark's own spec"}
+        (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=1) + "\n")
+        files = tuple(sorted((p.name, p.stat().st_size) for p in tmp.iterdir()))
+        if out_dir.exists():
+            out_dir.rmdir()
+        os.rename(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if progress is not None:
+        progress(f"  {listens:,} listens and {likes:,} likes of {s.users:,} users written")
+    return EventExportResult(out_dir=out_dir, files=files, listens=listens, likes=likes, users=s.users)
