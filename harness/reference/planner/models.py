@@ -76,20 +76,33 @@ HSTU_SEQUENCE_TABLES = ("item", "artist", "album")
 HSTU_CONTEXTUAL_TABLES = ("uid",)
 
 
+def sequence_events(spec: Any) -> tuple[float, str]:
+    """The mean ids a sample of an HSTU benchmark's sequence tables, as the planner prices them, and
+    where that figure comes from: the dataset's ``mean_sequence_length`` when the spec states it,
+    else ``max_sequence_length`` (every sample a full sequence: an upper bound)."""
+    dataset, model = spec.raw["dataset"], spec.raw["model"]
+    if "mean_sequence_length" in dataset:
+        return float(dataset["mean_sequence_length"]), "the dataset's mean_sequence_length"
+    return float(model["max_sequence_length"]), "max_sequence_length (the dataset states no mean: an upper bound)"
+
+
 def tables_for_benchmark(spec: Any) -> list[TableSpec]:
     """The tables of a benchmark spec (``harness.rules.specs.BenchmarkSpec``): a DLRM's ``t00 ..``;
-    an HSTU ranker's ``item``, ``artist``, ``album`` (sequence tables: one lookup per event, at most
-    ``max_sequence_length`` a sample) and ``uid`` (one lookup a sample), as
-    :class:`~harness.reference.models.hstu.HSTURanker` numbers them."""
+    an HSTU ranker's ``item``, ``artist``, ``album`` (sequence tables: one lookup per event,
+    :func:`sequence_events` a sample), ``uid`` (one lookup a sample), as
+    :class:`~harness.reference.models.hstu.HSTURanker` numbers them, then the dataset's
+    ``cross_features`` (dlrmv4's hashed crosses: pooled, one id a sample; planned, not yet in the model)."""
     model = spec.raw["model"]
     if model.get("family", "dlrm") == "hstu":
         dataset, dim = spec.raw["dataset"], int(model["embedding_dim"])
         optimizer = model.get("embedding_optimizer", "rowwise_adagrad")
         factor = optimizer_state_factor(optimizer, dim)
-        events = float(model["max_sequence_length"])
+        events, _ = sequence_events(spec)
         return [*(TableSpec(name, int(dataset[f"{name}_rows"]), dim, events, factor, sequence=True)
                   for name in HSTU_SEQUENCE_TABLES),
-                TableSpec("uid", int(dataset["users"]), dim, 1.0, factor)]
+                TableSpec("uid", int(dataset["users"]), dim, 1.0, factor),
+                *(TableSpec(str(c["name"]), int(c["rows"]), dim, 1.0, factor)
+                  for c in dataset.get("cross_features", ()))]
     optimizer = model.get("embedding_optimizer", "adagrad")
     rows, pooling = spec.dataset["table_rows"], spec.dataset["pooling"]
     dims = model.get("embedding_dims") or [model["embedding_dim"]] * len(rows)
