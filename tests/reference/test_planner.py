@@ -231,8 +231,11 @@ def test_fp16_comm_halves_the_comm_of_fp32_and_fp8_quarters_it():
     table = TableSpec("t", 10_000, 128, 3.0)
     comm = {}
     for precision in (CommPrecision.FP32, CommPrecision.FP16, CommPrecision.BF16, CommPrecision.FP8):
-        (load,) = _estimator(precision).shard_loads(table, ShardingType.TABLE_WISE, [(0, 10_000, 0, 128)])
-        comm[precision] = load.fwd_comm_s + load.bwd_comm_s
+        estimator = _estimator(precision)
+        (load,) = estimator.shard_loads(table, ShardingType.TABLE_WISE, [(0, 10_000, 0, 128)])
+        ids = estimator.topology.all_to_all_s((1024 + 1024 * 3.0) * 8)  # the id all-to-all: int64, whatever the codec
+        assert load.fwd_comm_s - load.bwd_comm_s == pytest.approx(ids)
+        comm[precision] = load.fwd_comm_s + load.bwd_comm_s - ids
         assert load.lookup_bytes == 1024 * 3.0 * 128 * 4  # lookups stay at the parameters' precision
     assert comm[CommPrecision.FP16] == pytest.approx(comm[CommPrecision.FP32] / 2)
     assert comm[CommPrecision.BF16] == comm[CommPrecision.FP16]
@@ -251,7 +254,10 @@ def test_cost_model_arithmetic():
     assert perf.bwd_compute == pytest.approx(2 * perf.fwd_compute)
     # all-to-all of 1024 x 64 fp32: 3/8 over NVLink (300 GB/s one way), 4/8 over the NIC (25 GB/s)
     sent = 1024 * 64 * 4
-    assert load.fwd_comm_s == pytest.approx(sent * 3 / 8 / 3e11 + sent * 4 / 8 / 2.5e10)
+    assert load.bwd_comm_s == pytest.approx(sent * 3 / 8 / 3e11 + sent * 4 / 8 / 2.5e10)
+    # forward, the input all-to-all first: every rank's lengths and ids of the table (int64 each), likewise
+    ids = (1024 + 1024 * 2.0) * 8
+    assert load.fwd_comm_s == pytest.approx((sent + ids) * 3 / 8 / 3e11 + (sent + ids) * 4 / 8 / 2.5e10)
     assert estimator.perf(load, Tier.DDR).fwd_compute == pytest.approx(perf.fwd_compute * 2e12 / (2e11 / 4))
     dp = estimator.shard_loads(table, ShardingType.DATA_PARALLEL, [(0, 1000, 0, 64)] * 8)
     assert dp[0].fwd_comm_s == 0

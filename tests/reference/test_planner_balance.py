@@ -69,14 +69,23 @@ def dcnv2_plans(request) -> tuple[Plan, Plan]:
 def test_dcnv2_is_balanced_on_one_and_sixteen_zionex_nodes(dcnv2_plans):
     plan, unbalanced = dcnv2_plans
     assert unbalanced.imbalance > 3  # table 20 whole on one rank (the issue)
-    assert plan.imbalance <= 1.05
-    assert plan.step_time_s < unbalanced.step_time_s / 3
+    slowest = max(range(plan.world_size), key=plan.rank_costs.__getitem__)
+    if plan.world_size == 8:
+        assert plan.imbalance <= 1.05
+    else:
+        # with its id all-to-all counted (its 100 ids a sample cross the NICs), table 20's shard costs
+        # more on 16 nodes than the mean rank whatever its option: the slowest rank holds it alone
+        assert {s.table for s in plan.shards if s.rank == slowest} == {"t20"} and plan.imbalance < 1.7
+    assert plan.step_time_s < unbalanced.step_time_s / 2.4  # the ids, the same in both, were left out: / 3
     check_capacities(plan)
     check_coverage(plan)
     validate(plan.to_dict(), "sharding_plan", what="balanced plan")
-    # the hot 40M-row table (100 ids per sample) is split; the 3-row table of 1 id per sample is not
+    # the hot 40M-row table (100 ids per sample) is split; on one node, the 3-row table of 1 id per
+    # sample is not (on 16, its replicas' all-reduce over the NICs costs the slowest rank more than
+    # column shards elsewhere, which receive its ids)
     assert types_of(plan)["t20"] is not ShardingType.TABLE_WISE and len(shards_of(plan, "t20")) > 1
-    assert types_of(plan)["t05"] is ShardingType.DATA_PARALLEL
+    if plan.world_size == 8:
+        assert types_of(plan)["t05"] is ShardingType.DATA_PARALLEL
 
 
 def test_balanced_plans_repeat_exactly():

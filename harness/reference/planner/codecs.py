@@ -57,6 +57,7 @@ def is_scaled(codec: Codec) -> bool:
     return codec in ROW_OVERHEAD
 
 
-def wire_bytes(codec: Codec, rows: int, cols: int) -> int:
-    """Bytes on the wire for a ``rows x cols`` float32 tensor sent as ``codec``."""
+def wire_bytes(codec: Codec, rows: float, cols: int) -> float:
+    """Bytes on the wire for a ``rows x cols`` float32 tensor sent as ``codec`` (an int for whole rows;
+    the traffic model also asks for an expected, fractional, count of rows)."""
     return rows * (cols * codec.bytes_per_element + ROW_OVERHEAD.get(codec, 0))

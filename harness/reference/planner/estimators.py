@@ -1,15 +1,21 @@
 """Cost model: per-step seconds and bytes of each shard, from a hardware profile.
 
 Lookups read ``batch x pooling x cols x param_bytes`` from the shard's tier at that tier's
-per-rank bandwidth; the all-to-all / reduce-scatter sends ``batch x cols x comm_bytes`` per
-rank over the links (NVLink within a node, the scale-out NIC across nodes, each at half the
-profile's both-directions figure); backward compute is a multiple of forward; a
-data-parallel table costs a replica per rank and an all-reduce of its gradient.
-Pooling (ids per sample) enters every lookup, so it sets a table's cost and, through it, its
-heat (lookup bytes per stored byte: which tier it gets), its option and its placement.
-Not modelled: the input (id) all-to-all (so column-wise shards, which each receive all of a
-table's ids, look cheaper than they are), a fixed cost per shard or per kernel, caches over
-slower tiers, overlap of stages.
+per-rank bandwidth (``pooling``: ids per sample; a sequence table's are its events). The
+embedding all-to-all / reduce-scatter sends, per rank, each shard's output over the links
+(NVLink within a node, the scale-out NIC across nodes, each at half the profile's
+both-directions figure): a pooled table's ``batch x cols x comm_bytes`` (one vector a sample,
+a row shard's partial sums), a sequence table's ``batch x pooling x cols x comm_bytes`` (one vector
+per id, nothing summed; a row shard's only for the ids in its rows, its share of them);
+backward sends the same as gradients. Every shard but a replica also receives its ids in the
+input all-to-all: the lengths of its table (one int64 a sample of the batch), then the ids in
+its rows (``batch x pooling`` int64 over the shards of a row split), so a column-wise table, each of whose
+shards receives all of the table's ids, pays for them once per shard. Backward compute is a
+multiple of forward; a data-parallel table costs a replica per rank and an all-reduce of its
+gradient. Pooling enters every lookup and every sequence table's vectors, so it sets a table's
+cost and, through it, its heat (lookup bytes per stored byte: which tier it gets), its option
+and its placement. Not modelled: a fixed cost per shard or per kernel, ids repeated within a
+batch (each is looked up and sent), overlap of stages.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import math
 from dataclasses import dataclass
 
 from harness.hw_profiles.profiles import Profile
+from harness.reference.planner.traffic import ID_BYTES
 from harness.reference.planner.types import (
     TIERS,
     CachePolicy,
@@ -221,20 +228,23 @@ class ShardEstimator:
         b, p = c.batch_size, table.pooling
         cb, pb = c.comm_precision.bytes_per_element, c.param_bytes_per_element
         w, a = topo.world_size, topo.ranks_per_node
+        per_sample = p if table.sequence else 1.0  # vectors a sample's output holds
         loads = []
         for row_offset, rows, col_offset, cols in extents:
             if sharding_type is ShardingType.DATA_PARALLEL:
                 ids = b / w * p
                 fwd, bwd = 0.0, topo.all_reduce_s(rows * cols * cb)
-            elif sharding_type is ShardingType.ROW_WISE:
-                ids = b * p / w
-                fwd = bwd = topo.all_to_all_s(b * cols * cb)
-            elif sharding_type is ShardingType.TABLE_ROW_WISE:
-                ids = b * p / a
-                fwd = bwd = topo.node_reduce_scatter_s(b * cols * cb) + topo.all_to_all_s(b * cols * cb / a)
-            else:  # table-wise, column-wise, table-column-wise: one rank serves its columns for the batch
-                ids = b * p
-                fwd = bwd = topo.all_to_all_s(b * cols * cb)
+            else:
+                ids = b * p / {ShardingType.ROW_WISE: w, ShardingType.TABLE_ROW_WISE: a}.get(sharding_type, 1)
+                # a sequence shard sends a vector per id in its rows; a pooled one a vector (or a row
+                # shard's partial sum) per sample
+                out = (ids if table.sequence else b) * cols * cb
+                if sharding_type is ShardingType.TABLE_ROW_WISE:  # gathered in the node, then across nodes
+                    fwd = topo.node_reduce_scatter_s(out) + topo.all_to_all_s(b * per_sample * cols * cb / a)
+                else:
+                    fwd = topo.all_to_all_s(out)
+                bwd = fwd
+                fwd += topo.all_to_all_s((b + ids) * ID_BYTES)  # the input all-to-all: its lengths, then its ids
             loads.append(ShardLoad(row_offset, rows, col_offset, cols, self.storage_bytes(table, rows, cols),
                                    ids * cols * pb, fwd, bwd, ids,
                                    replica=sharding_type is ShardingType.DATA_PARALLEL))

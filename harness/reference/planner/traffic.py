@@ -9,14 +9,25 @@ this projection beside what its collectives counted (``harness_comm_projection``
 ``harness_comm_stats``), so the model the planner prices and the traffic the run makes can
 be compared.
 
+Pooled tables send a vector per sample (a row shard's partial sums); sequence tables
+(``TableSpec.sequence``) send jagged sequences: a vector per id, each from the shard whose rows
+hold it, ``pooling`` ids a sample (the lengths travel once, in the input all-to-all, so the
+forward and backward all-to-alls carry the values alone); their backward returns a gradient per
+vector. Both stages of table-row-wise and table-column-wise tables over several nodes follow the
+same rule: stage one gathers, inside the node, each shard's vectors for the samples of one local
+index of every node; stage two sends every sample's whole output (a pooled vector, or its
+sequence of ``pooling`` vectors) to its node.
+
 What is exact and what is expected: every pooled-embedding all-to-all (flat, and both stages
-of table-row-wise and table-column-wise tables over several nodes), the lengths of the input
+of table-row-wise and table-column-wise tables over several nodes), every sequence table's
+whose shards hold every row, the lengths of the input
 distribution, the ids of tables whose shards all hold every row (table-wise, column-wise,
 table-column-wise) or whose row shards all lie in one node (table-row-wise: every id of a
 remote sample crosses, once), and the sums over the ranks of the dense and data-parallel
 all-reduces with fp32, fp16 or bf16 (their chunks are whole values, so DDP's buckets do not
-change the total) are exact for batches whose samples all have the tables' pooling. The ids
-of row-wise shards spread over ranks, and the fp8/int8 all-reduce's padding to whole rows of
+change the total) are exact for batches whose samples all have the tables' pooling (a sequence
+table's: whose samples of each rank have, on average, ``pooling`` events). The ids and the
+sequence vectors of row-wise shards spread over ranks, and the fp8/int8 all-reduce's padding to whole rows of
 256 values in each of DDP's buckets, are expectations (uniform ids; one bucket); ``exact``
 says which kinds' inter-node figures are exact for the plan. Torch-free.
 """
@@ -78,9 +89,10 @@ def project_traffic(plan: Plan, *, ranks_per_node: int, codecs: CommConfig,
     hier: list[list[Shard]] = [[] for _ in range(w)]
     keys: list[set[tuple[int, int, int]]] = [set() for _ in range(w)]
     tables = plan.tables
+    by_name = {table.name: table for table in tables}
     node_tables: list[list[int]] = [[] for _ in range(nodes)]
     replica_values = 0
-    exact_ids = True
+    exact_ids = exact_vectors = True
     for t, (table, sharding, shards) in enumerate(zip(tables, plan.sharding_types, plan.table_shards())):
         if sharding is ShardingType.DATA_PARALLEL:
             replica_values += int(table.rows) * int(table.dim)
@@ -93,9 +105,19 @@ def project_traffic(plan: Plan, *, ranks_per_node: int, codecs: CommConfig,
             keys[r].add((t, int(s.row_offset), int(s.rows)))
             if int(s.rows) != int(table.rows):
                 partial_nodes.add(node(r))
+                exact_vectors &= two_stage or not table.sequence
         if two_stage:
             node_tables[node(int(shards[0].rank))].append(t)
         exact_ids &= len(partial_nodes) <= 1
+
+    def vectors(s: Shard, samples: int) -> float:
+        """Vectors shard ``s`` sends for ``samples`` samples: one each (pooled), or one per id in its rows."""
+        table = by_name[s.table]
+        return samples * table.pooling * int(s.rows) / int(table.rows) if table.sequence else samples
+
+    def whole(t: int) -> float:
+        """Vectors of one sample's whole output of table ``t``."""
+        return tables[t].pooling if tables[t].sequence else 1
 
     for src in range(w):
         for dst in range(w):
@@ -103,19 +125,19 @@ def project_traffic(plan: Plan, *, ranks_per_node: int, codecs: CommConfig,
             send(INPUT, src, dst, len(keys[dst]) * b * ID_BYTES)
             send(INPUT, src, dst, sum(b * tables[t].pooling * rows / tables[t].rows
                                       for t, _, rows in keys[dst]) * ID_BYTES)
-            # flat pooled vectors: src's shards' vectors of dst's samples, and back
-            send(FORWARD, src, dst, sum(wire_bytes(fwd, b, int(s.cols)) for s in flat[src]))
-            send(BACKWARD, src, dst, sum(wire_bytes(bwd, b, int(s.cols)) for s in flat[dst]))
+            # flat: src's shards' vectors of dst's samples (pooled, or jagged sequences), and back
+            send(FORWARD, src, dst, sum(wire_bytes(fwd, vectors(s, b), int(s.cols)) for s in flat[src]))
+            send(BACKWARD, src, dst, sum(wire_bytes(bwd, vectors(s, b), int(s.cols)) for s in flat[dst]))
             if not two_stage_on or not any(node_tables):
                 continue
             if node(src) == node(dst):  # stage one: the samples of dst's local index, nodes times b
-                send(FORWARD, src, dst, sum(wire_bytes(fwd, nodes * b, int(s.cols)) for s in hier[src]))
-                send(BACKWARD, src, dst, sum(wire_bytes(bwd, nodes * b, int(s.cols)) for s in hier[dst]))
+                send(FORWARD, src, dst, sum(wire_bytes(fwd, vectors(s, nodes * b), int(s.cols)) for s in hier[src]))
+                send(BACKWARD, src, dst, sum(wire_bytes(bwd, vectors(s, nodes * b), int(s.cols)) for s in hier[dst]))
             elif src % per_node == dst % per_node:  # stage two: one local index, across nodes
-                dims = [int(tables[t].dim) for t in node_tables[node(src)]]
-                send(FORWARD, src, dst, sum(wire_bytes(fwd, b, d) for d in dims))
-                dims = [int(tables[t].dim) for t in node_tables[node(dst)]]
-                send(BACKWARD, src, dst, sum(wire_bytes(bwd, b, d) for d in dims))
+                send(FORWARD, src, dst, sum(wire_bytes(fwd, b * whole(t), int(tables[t].dim))
+                                            for t in node_tables[node(src)]))
+                send(BACKWARD, src, dst, sum(wire_bytes(bwd, b * whole(t), int(tables[t].dim))
+                                             for t in node_tables[node(dst)]))
 
     # the all-reduces: reduce-scatter then all-gather of chunks; over the ranks, each chunk goes
     # to every other rank once in each stage
@@ -139,7 +161,7 @@ def project_traffic(plan: Plan, *, ranks_per_node: int, codecs: CommConfig,
         "nodes": nodes, "ranks_per_node": per_node, "batch_per_rank": b,
         "per_step": {kind: {f"{INTRA}_bytes": round(v[INTRA], 3), f"{INTER}_bytes": round(v[INTER], 3)}
                      for kind, v in sent.items()},
-        "exact_inter_node": {INPUT: exact_ids, FORWARD: True, BACKWARD: True,
+        "exact_inter_node": {INPUT: exact_ids, FORWARD: exact_vectors, BACKWARD: exact_vectors,
                              DENSE: red not in ROW_OVERHEAD, REPLICA: red not in ROW_OVERHEAD},
         "seconds_per_step": round(seconds(busiest), 9), "busiest_rank": busiest,
         "link_bytes_per_s": {INTRA: intra_bw_bytes_per_s, INTER: scale_out_bw_bytes_per_s},
