@@ -17,10 +17,11 @@ from harness.reference.planner import (
     TableSpec,
     plan_tables,
 )
-from harness.reference.planner.models import load_model, tables_for_benchmark
+from harness.reference.planner.models import load_model, sequence_events, tables_for_benchmark
 from harness.reference.planner.types import TIERS
 
 DEFAULT_BATCH_SIZE = 65536
+DEFAULT_CACHE_FRACTION = 0.05  # as `harness run --cache-fraction`: the plan shown is the plan a run executes
 
 
 @click.command()
@@ -32,34 +33,46 @@ DEFAULT_BATCH_SIZE = 65536
 @click.option("--comm-precision", type=click.Choice([p.value for p in CommPrecision]), default="fp32",
               show_default=True, help="Precision of the embedding all-to-all on the wire.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option("--cache-fraction", type=click.FloatRange(0, 1), default=DEFAULT_CACHE_FRACTION, show_default=True,
+              help="Shards in DDR under HBM, and on the SSD, are trained through a cache of this share of their "
+                   "rows (never fewer than one batch looks up) in the fastest tier above them; 0: read in place.")
 def plan(
     profile_name: str, benchmark: str | None, model: str | None, batch_size: int | None, comm_precision: str,
-    as_json: bool,
+    as_json: bool, cache_fraction: float,
 ) -> None:
     """Plan the sharding of embedding tables over a profile's ranks and memory tiers."""
     if (benchmark is None) == (model is None):
         raise HarnessError("give exactly one of --benchmark and --model")
-    tables, default_batch = _tables(benchmark=benchmark, model=model)
-    config = PlannerConfig(batch_size=batch_size or default_batch, comm_precision=CommPrecision(comm_precision))
+    tables, default_batch, notes = _tables(benchmark=benchmark, model=model)
+    config = PlannerConfig(batch_size=batch_size or default_batch, comm_precision=CommPrecision(comm_precision),
+                           ddr_cache_fraction=cache_fraction, ssd_cache_fraction=cache_fraction)
     result = plan_tables(tables, load_profile(profile_name), config)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=1))
     else:
-        click.echo(render(result))
+        click.echo(render(result, notes))
 
 
-def _tables(*, benchmark: str | None, model: str | None) -> tuple[list[TableSpec], int]:
+def _tables(*, benchmark: str | None, model: str | None) -> tuple[list[TableSpec], int, list[str]]:
+    """The tables, the default global batch, and what the text output should say about how they are priced."""
     if model is not None:
-        return load_model(model), DEFAULT_BATCH_SIZE
+        return load_model(model), DEFAULT_BATCH_SIZE, []
     from harness.rules.specs import load_benchmark
 
     spec = load_benchmark(benchmark)  # type: ignore[arg-type]
     batch = spec.reference_hyperparameters.get("global_batch_size", DEFAULT_BATCH_SIZE)
-    return tables_for_benchmark(spec), int(batch)
+    tables = tables_for_benchmark(spec)
+    notes = []
+    if any(t.sequence for t in tables):
+        events, source = sequence_events(spec)
+        names = ", ".join(t.name for t in tables if t.sequence)
+        notes.append(f"sequence tables ({names}) priced at {events:g} ids a sample: {source}")
+    return tables, int(batch), notes
 
 
-def render(result: Plan) -> str:
-    """The plan as text: per-rank bytes per tier and cost, then totals and projections."""
+def render(result: Plan, notes: list[str] | None = None) -> str:
+    """The plan as text: per-rank bytes per tier and cost, then totals, where the tables are and
+    projections (``notes``: lines on how the tables were priced)."""
     counts: dict[str, int] = {}
     for st in result.sharding_types:
         counts[st.value] = counts.get(st.value, 0) + 1
@@ -73,12 +86,15 @@ def render(result: Plan) -> str:
         lines.append(
             f"{rank:>5}  " + "  ".join(f"{format_bytes(storage.get(t)):>10}" for t in TIERS) + f"  {perf.total * 1e3:>10.3f}"
         )
-    total, cap = result.total_storage, result.rank_capacity
+    total, cap, where = result.total_storage, result.rank_capacity, result.tier_summary()
     lines += [
         "total: " + ", ".join(
             f"{t.value.upper()} {format_bytes(total.get(t))} of {format_bytes(cap.get(t) * result.world_size)}"
             for t in TIERS
         ),
+        "tables: " + ", ".join([*(f"{n} wholly in {t.value.upper()}" for t, n in where.whole.items()),
+                                *([f"{where.split} split over tiers"] if where.split else [])]),
+        *(notes or []),
         f"imbalance (max/mean rank cost): {result.imbalance:.4f}",
         (f"projected step time: {result.step_time_s * 1e3:.3f} ms (embeddings only), "
         f"{result.samples_per_s:,.0f} samples/s"),

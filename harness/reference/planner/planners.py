@@ -174,7 +174,8 @@ class EmbeddingShardingPlanner:
                                f"{self.config.ddr_cache_fraction} (DDR)",
                                PlannerErrorType.BAD_INPUT)
         if self.topology.capacity.total == 0:
-            raise self._insufficient(sum(self.estimator.table_bytes(t) for t in tables), f"the {len(tables)} tables")
+            raise self._insufficient(sum(self.estimator.table_bytes(t) for t in tables), f"the {len(tables)} tables",
+                                     tables)
 
     def _check_knobs(self) -> None:
         c = self.config
@@ -197,7 +198,7 @@ class EmbeddingShardingPlanner:
                     f"column_block below {table.dim}, or (row-wise) more rows than ranks", PlannerErrorType.BAD_INPUT)
         need = sum(min(o.storage_bytes for o in opts) for opts in options)
         if need > self._capacity_bytes():
-            raise self._insufficient(need, f"the {len(tables)} tables")
+            raise self._insufficient(need, f"the {len(tables)} tables", tables)
         chosen = [self.proposer.propose(t, o) for t, o in zip(tables, options)]
         if any(c is None for c in chosen) or sum(c.storage_bytes for c in chosen) > self._capacity_bytes():  # type: ignore[union-attr]
             chosen = [self.proposer.smallest(o) for o in options]
@@ -222,22 +223,39 @@ class EmbeddingShardingPlanner:
     def _capacity_bytes(self) -> int:
         return self.topology.capacity.total * self.topology.world_size
 
-    def _insufficient(self, need: int, what: str) -> PlannerError:
+    def _insufficient(self, need: int, what: str, tables: Sequence[TableSpec]) -> PlannerError:
         topo, cap = self.topology, self.topology.capacity
         have = self._capacity_bytes()
         tiers = ", ".join(
             f"{t.value.upper()} {format_bytes(cap.get(t) * topo.world_size)}" for t in TIERS
         )
-        ssd_hint = "" if cap.ssd else " or add an SSD tier to the profile;"
         return PlannerError(
             f"insufficient storage: {what} need {format_bytes(need)} (weights and optimizer state) "
             f"but profile {self.profile.name!r} has {format_bytes(have)} over {topo.world_size} rank(s) "
             f"({tiers}): HBM, DDR and SSD all ran out, short by {format_bytes(max(need - have, 0))}. "
-            "Possible solutions: a profile with more nodes or more memory per node (e.g. zionex-16x8gpu);"
-            f"{ssd_hint} a lower-precision optimizer state (row-wise Adagrad, or fp16 state); "
-            "fewer rows per table (hashing to a smaller id space).",
+            f"Possible solutions: {'; '.join(self._solutions(need, tables))}.",
             PlannerErrorType.INSUFFICIENT_STORAGE,
         )
+
+    def _solutions(self, need: int, tables: Sequence[TableSpec]) -> list[str]:
+        """torchrec's "possible solutions", with what each would need on this profile."""
+        topo, c = self.topology, self.config
+        node_bytes = topo.capacity.total * topo.ranks_per_node
+        nodes = -(-need // node_bytes) if node_bytes else 0
+        more = f" (at least {nodes} of these nodes hold {format_bytes(need)})" if nodes else ""
+        solutions = [f"a profile with more nodes{more} or more memory per node (e.g. zionex-16x8gpu)"]
+        if not topo.capacity.ssd:
+            solutions.append("an SSD tier in the profile")
+        weights = sum(t.rows * t.dim for t in tables) * c.param_bytes_per_element
+        if c.param_bytes_per_element > 2:
+            half = need - weights // c.param_bytes_per_element * (c.param_bytes_per_element - 2)
+            solutions.append(f"bf16 or fp16 embedding tables (harness run --precision bf16): {format_bytes(half)}")
+        if any(t.optimizer_state_factor * t.dim > 1 + 1e-9 for t in tables):
+            solutions.append("a smaller optimizer state (row-wise Adagrad keeps one value a row, or fp16 state)")
+        else:
+            solutions.append("the optimizer state is row-wise already (one value a row): fp16 state at most halves it")
+        solutions.append("fewer rows per table (hashing to a smaller id space)")
+        return solutions
 
 
 def plan_tables(tables: Sequence[TableSpec], profile: Profile, config: PlannerConfig | None = None) -> Plan:
