@@ -29,7 +29,8 @@ from harness.hw_profiles import (
     profile_names,
 )
 
-SHIPPED = ["bigbasin-8gpu", "dgx-a100-8gpu", "dgx-h100-8gpu", "h200-1gpu", "zionex-16x8gpu", "zionex-2x8gpu", "zionex-8gpu"]
+SHIPPED = ["bigbasin-8gpu", "dgx-a100-8gpu", "dgx-h100-8gpu", "h200-1gpu", "mi350x-8gpu", "zionex-16x8gpu",
+           "zionex-2x8gpu", "zionex-8gpu"]
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +106,10 @@ def test_other_shipped_figures() -> None:
     assert load_profile("dgx-a100-8gpu").hbm.capacity_bytes == 80 * 10**9
     h200 = load_profile("h200-1gpu")
     assert (h200.world_size, h200.hbm.capacity_bytes) == (1, 141 * 10**9)
+    mi350x = load_profile("mi350x-8gpu")  # the dlrmv4 reference's hardware
+    assert (mi350x.world_size, mi350x.hbm.capacity_bytes, mi350x.hbm.bandwidth_bytes_per_s) == (8, 288e9, 8e12)
+    assert mi350x.interconnect.intra_node_bw_bytes_per_s == 7 * 153.6e9  # 7 Infinity Fabric links
+    assert "MI350X datasheet" in mi350x.source("hbm.capacity_bytes")
 
 
 def test_profiles_are_frozen() -> None:
