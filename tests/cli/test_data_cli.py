@@ -170,3 +170,32 @@ def test_sigterm_stops_an_export_in_one_line_and_leaves_nothing(tmp_path: Path) 
     assert err == (f"harness: error: interrupted by SIGTERM: nothing was exported to {out} (the partial copy is "
                    "removed); run the same command again\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == [spec.name]
+
+
+def test_event_streams_export_as_yambda_and_inspect(tmp_path: Path, capsys, monkeypatch) -> None:
+    import yaml
+
+    from tests.reference.test_yambda import tiny_raw
+
+    monkeypatch.setenv("HARNESS_DATA_CACHE", str(tmp_path / "cache"))
+    spec_file = tmp_path / "tiny_events.yaml"
+    spec_file.write_text(yaml.safe_dump(tiny_raw()))
+    out = tmp_path / "yambda"
+    code, stdout, stderr = run(capsys, "data", "export", "-b", str(spec_file), str(out))
+    assert code == 0, stderr
+    assert stdout.splitlines()[-1].endswith("of 128 users in Yambda's flat layout")
+    assert sorted(p.name for p in out.iterdir()) == ["album_item_mapping.parquet", "artist_item_mapping.parquet",
+                                                     "harness_export.json", "multi_event.parquet"]
+    code, stdout, _ = run(capsys, "data", "inspect", "--json", "-b", str(spec_file), str(out))
+    report = json.loads(stdout)
+    assert code == 0 and report["well_formed"] and report["layout"] == "flat" and report["users"] == 128
+    assert (report["cut"]["train_samples"], report["cut"]["eval_samples"]) == (400, 24)
+    code, stdout, _ = run(capsys, "data", "inspect", str(out))
+    assert code == 0 and "Yambda parquet (flat layout), well-formed" in stdout.splitlines()[0]
+    # a tabular format for event streams, and a Yambda folder with a broken file: one line / the report, exit 2
+    code, stdout, stderr = run(capsys, "data", "export", "-b", str(spec_file), "--format", "mlperf-npy",
+                               str(tmp_path / "o"))
+    assert (code, stdout) == (2, "") and stderr.count("\n") == 1 and "export as yambda-parquet" in stderr
+    (out / "multi_event.parquet").write_bytes(b"PAR1 not really")
+    code, stdout, _ = run(capsys, "data", "inspect", str(out))
+    assert code == 2 and "first malformed: " in stdout and "multi_event.parquet: not a readable parquet file" in stdout
