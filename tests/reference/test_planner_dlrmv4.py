@@ -72,6 +72,8 @@ def test_the_official_model_plans_on_each_profile_within_capacity_and_balanced(o
         assert sum(s.rows * s.cols for s in shards) == table.rows * table.dim
     assert plan.total_storage.total >= sum(t.rows * t.dim * 4 for t in tables)
     assert 0 < plan.step_time_s < 10
+    # nothing of a sequence table is summed: split by rows it sends what it would whole, spread evenly
+    assert plan.sharding_types[:3] == (ShardingType.ROW_WISE,) * 3
 
 
 def test_cli_plans_dlrmv4_on_16_zionex_nodes_and_says_where_the_bytes_are(capsys):

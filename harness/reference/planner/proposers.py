@@ -4,7 +4,8 @@ Two roles, as torchrec's proposers (a first proposal, then more from the feedbac
 partition):
 
 - :class:`CheapestFitProposer` gives the first proposal: per table, the cheapest option in
-  isolation (or, when storage is tight, the smallest).
+  isolation (or, when storage is tight, the smallest); for a sequence table, of the options
+  within 1% of the cheapest, a row split when its costliest shard costs less.
 - :class:`BalancingProposer` reads a partition and proposes switches of one table's option:
   it takes the most loaded rank, the tables that load it most (by seconds, so by pooling as
   well as by size), and, per table, the options that would take that rank below its cost
@@ -68,18 +69,31 @@ class CheapestFitProposer:
         costs = {id(o): self.nominal_cost(o) for o in candidates}
         cheapest = min(costs.values())
         near = [o for o in candidates if costs[id(o)] <= cheapest * (1 + 1e-6)]
-        return min(near, key=lambda o: (len(o.shards), costs[id(o)]))
+        chosen = min(near, key=lambda o: (len(o.shards), costs[id(o)]))
+        if table.sequence:
+            # nothing is summed: a row split sends what the whole table does, only spread evenly (each
+            # shard receives the lengths too): within 1% of the cheapest, it is taken if more even
+            rows = [o for o in candidates if o.sharding_type in _SPLIT_TYPES and costs[id(o)] <= cheapest * (1 + _NEAR)]
+            chosen = min([chosen, *rows], key=lambda o: (self.largest_shard_cost(o), costs[id(o)]))
+        return chosen
 
     def smallest(self, options: list[ShardingOption]) -> ShardingOption | None:
         """The option that stores the fewest bytes (used when the cheapest do not fit together)."""
         candidates = self.fitting(options)
         return min(candidates, key=lambda o: (o.storage_bytes, self.nominal_cost(o))) if candidates else None
 
+    def largest_shard_cost(self, option: ShardingOption) -> float:
+        """Seconds of the option's costliest shard on the fastest tier it could live on."""
+        tier = self._nominal_tier(option)
+        return max(self.estimator.perf(s, tier).total for s in option.shards)
+
+    def _nominal_tier(self, option: ShardingOption) -> Tier:
+        cap = self.estimator.topology.capacity
+        return next((t for t in TIERS if option.max_shard_bytes <= cap.get(t)), TIERS[-1])
+
     def nominal_cost(self, option: ShardingOption) -> float:
         """Seconds of all shards on the fastest tier each could live on."""
-        cap = self.estimator.topology.capacity
-        tier = next((t for t in TIERS if option.max_shard_bytes <= cap.get(t)), TIERS[-1])
-        return self.estimator.option_cost(option, tier)
+        return self.estimator.option_cost(option, self._nominal_tier(option))
 
 
 @dataclass(frozen=True)
