@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from compliance.schemas import validate
 from harness.cli import main
 from harness.hw_profiles import load_profile
 from harness.reference.planner import (
@@ -190,3 +191,12 @@ def test_a_table_row_wise_sequence_table_over_two_nodes_is_gathered_in_its_node_
     stage_two = sum(lengths[2]) * vector + sum(lengths[3]) * vector  # ranks 0 -> 2 and 1 -> 3, whole sequences
     for kind in (FORWARD, BACKWARD):
         assert got[kind] == {f"{INTRA}_bytes": stage_one, "inter_node_bytes": stage_two}
+
+
+def test_the_plans_json_validates_with_its_sequence_tables_and_reads_back(official):
+    tables, batch = official
+    plan = plan_tables(tables, load_profile("zionex-8gpu"), PlannerConfig(batch_size=batch, ddr_cache_fraction=0.05))
+    data = plan.to_dict()
+    validate(data, "sharding_plan", what="dlrmv4 plan")
+    assert [t.get("sequence", False) for t in data["tables"]] == [True] * 3 + [False] * 8
+    assert Plan.from_dict(data).to_dict() == data
