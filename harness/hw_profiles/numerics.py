@@ -3,7 +3,8 @@ not chosen one for the system (``harness run`` without ``--precision``).
 
 * A CUDA profile computes bf16 natively from compute capability 8.0 (Ampere: A100; Hopper: H100,
   H200): bf16. One below it (V100: ZionEX's predecessor Big Basin) has fp16 tensor cores and no
-  bf16 units: fp16, with the loss scaled.
+  bf16 units: fp16, with the loss scaled. An AMD Instinct of CDNA 2 or later (MI250, MI300, MI350,
+  which ROCm's torch names "cuda") computes bf16 natively: bf16.
 * A run on this CPU (the ``local`` profile, and every ``--emulate`` run, whose ranks are gloo
   processes here) computes bf16 natively where the CPU has AVX512-BF16 or AMX-BF16 instructions
   (Intel Cooper Lake and later, AMD Zen 4 and later): bf16; elsewhere bf16 is emulated in fp32
@@ -37,6 +38,10 @@ COMPUTE_CAPABILITY = {
     "B200": (10, 0),
 }
 
+# AMD Instinct families whose matrix cores compute bf16 (AMD's CDNA 2, 3 and 4 datasheets). ROCm's
+# torch reports a gfx architecture, not an NVIDIA compute capability, so they are known by family.
+AMD_BF16_FAMILIES = {"MI250": "CDNA 2", "MI300": "CDNA 3", "MI325": "CDNA 3", "MI350": "CDNA 4", "MI355": "CDNA 4"}
+
 _CPU_FLAG_NAMES = {"amx_bf16": "AMX-BF16", "avx512_bf16": "AVX512-BF16"}
 
 
@@ -48,6 +53,8 @@ def native_precision(profile: Profile, detected: DetectedHardware, *, emulated: 
         return cpu_native_precision(detected)
     accelerator = profile.accelerator
     family = accelerator_family(accelerator) or accelerator
+    if family in AMD_BF16_FAMILIES:
+        return "bf16", f"{family} computes bf16 natively ({AMD_BF16_FAMILIES[family]} matrix cores)"
     capability = _detected_capability(profile, detected) or COMPUTE_CAPABILITY.get(family)
     if capability is None:
         return "fp32", f"no native bf16 or fp16 known for {accelerator}"

@@ -49,6 +49,7 @@ def test_a_cpu_computes_bf16_natively_only_with_its_bf16_instructions(flags, exp
     ("dgx-h100-8gpu", ("bf16", "H100 computes bf16 natively (compute capability 9.0)")),
     ("h200-1gpu", ("bf16", "H200 computes bf16 natively (compute capability 9.0)")),
     ("bigbasin-8gpu", ("fp16", "V100 has no bf16 units (compute capability 7.0): fp16 with loss scaling")),
+    ("mi350x-8gpu", ("bf16", "MI350 computes bf16 natively (CDNA 4 matrix cores)")),
 ])
 def test_a_gpu_profile_runs_bf16_from_ampere_and_fp16_with_loss_scaling_before(profile, expected):
     for flags in (ZEN4_FLAGS, SKYLAKE_FLAGS):  # the host CPU does not decide a GPU run
