@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("harness.cli.check:check",
               "Check a result log, a results/<system>/<benchmark> run set, a package (systems/ + results/), or "
               "every package in or below a folder (a round folder, a tree of rounds: one line each)."),
-    "data": ("harness.cli.data:data", "Datasets: write the synthetic benchmark as Criteo files, inspect Criteo files."),
+    "data": ("harness.cli.data:data", "Datasets: write a synthetic benchmark as Criteo or Yambda files, inspect such files."),
     "infer": ("harness.cli.infer:infer", "Serve a trained model from memory and from the SSD tier as MLPerf Inference runs it."),
     "leaderboard": ("harness.cli.leaderboard:leaderboard",
                     "Score and compare every run set under ROOTS (results trees in the MLPerf layout)."),

@@ -229,7 +229,8 @@ def test_inspect_reports_the_events_and_what_the_spec_cuts(spec, exported, tmp_p
     table = pq.read_table(exported / "multi_event.parquet")
     kinds = table.column("event_type").to_numpy(zero_copy_only=False)
     assert report.well_formed and report.layout == "flat"
-    assert report.events["listen"] == int((kinds == "listen").sum()) and report.events["like"] == int((kinds == "like").sum())
+    assert report.events["listen"] == int((kinds == "listen").sum())
+    assert report.events["like"] == int((kinds == "like").sum())
     assert report.users == 128 and not report.users_estimated
     assert report.cut["train_samples"] == 400 and report.cut["eval_window"] == SyntheticEventStreams(
         spec.dataset).eval_window

@@ -1,6 +1,8 @@
 """Users' event streams as a dataset for the HSTU ranker (``dlrmv4``): synthetic listening
 histories with a planted sequential teacher, cut into samples and windows as MLPerf's reference
-cuts Yambda.
+cuts Yambda. The cutting (:class:`EventStreams`: splits, windows, order, eval split, ranks' slices)
+runs over any source of events: the generator here (:class:`SyntheticEventStreams`), Yambda's parquet
+in :mod:`harness.reference.data.yambda`.
 
 **The streams.** Each user listens to tracks; a track (``item``) belongs to one album and an
 album to one artist (a fixed catalogue drawn from the seed). A user's events are listens, each

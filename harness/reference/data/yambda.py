@@ -213,8 +213,8 @@ def _batches(path: Path, pf: Any, columns: list[str], rows: int) -> Iterator[Any
 def _ints(path: Path, batch: Any, name: str, first_row: int) -> np.ndarray:
     column = batch.column(name)
     if column.null_count:
-        raise _bad(f"{path}: row {first_row + int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])}: "
-                   f"{name} is null")
+        row = first_row + int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+        raise _bad(f"{path}: row {row}: {name} is null")
     return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
@@ -550,7 +550,8 @@ class YambdaSpec:
         # the reference's hashed cross features are the model's and the planner's: the reader has no use for them
         unknown = sorted(set(dataset) - known - {"kind", "formats", "cross_features"})
         if dataset.get("kind") != cls.KIND or unknown:
-            raise _bad(f"yambda data set: kind {dataset.get('kind')!r}, unknown keys {unknown} (known: {sorted(known)})")
+            raise _bad(f"yambda data set: kind {dataset.get('kind')!r}, unknown keys {unknown} "
+                       f"(known: {sorted(known)})")
         values = {k: v for k, v in dataset.items() if k in known}
         try:
             return cls(**values)

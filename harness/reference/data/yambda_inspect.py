@@ -143,12 +143,6 @@ def inspect_yambda(path: Path | str, *, dataset: Mapping[str, Any] | None = None
         notes=tuple(notes))
 
 
-def _rows(path: Path) -> int:
-    from harness.reference.data.yambda import _parquet
-
-    return int(open_parquet(path).metadata.num_rows)
-
-
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.2f}%"
 
