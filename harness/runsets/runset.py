@@ -287,9 +287,10 @@ def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | No
 
 
 def _check_family(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile) -> None:
-    """An HSTU benchmark runs in one process, its tables in memory, on its generator (sharding, tiers
-    and a Yambda reader come later): anything else is refused in one line; its architecture is
-    checked here, before anything is written."""
+    """An HSTU benchmark runs on any profile (its tables sharded as planned: the ranks of a
+    multi-GPU profile, emulated or not), its tables in memory, on its generator (tiers and a
+    Yambda reader come later): anything else is refused in one line; its architecture is checked
+    here, before anything is written."""
     if spec.family is not ModelFamily.HSTU:
         return
     from harness.reference.data import open_dataset
@@ -298,11 +299,10 @@ def _check_family(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile)
     if spec.dataset["kind"] == "yambda":  # dlrmv4: what it needs, or that its reader is not there yet
         open_dataset(spec, request.data)
     asked = [what for what, yes in (
-        (f"profile {profile.name}'s {profile.world_size} ranks", profile.world_size > 1),
         (f"--embedding-tier {request.embedding_tier.value}", request.embedding_tier is not EmbeddingTierChoice.MEMORY),
         ("--data", request.data is not None)) if yes]
     if asked:
-        raise HarnessError(f"benchmark {spec.name} (an HSTU model) runs on one rank with its tables in memory on its "
+        raise HarnessError(f"benchmark {spec.name} (an HSTU model) runs with its tables in memory on its "
                            f"own generator for now; not with {', '.join(asked)}", ErrorCategory.BAD_INPUT)
     hstu_config(spec)
 

@@ -43,6 +43,12 @@ def ones(tmp_path_factory) -> dict:
     return {name: results["single"] for name, results in runs.items()}
 
 
+NOT_DP = [t for t in TYPES if t != "data_parallel"]
+# the same plan in memory and with every shard on the SSD tier behind 5% caches, on 2 ranks
+SSD_PLANS = {"memory": {"types": {"*": NOT_DP}},
+             "ssd_lru": {"types": {"*": NOT_DP}, "ssd": {"cache_fraction": 0.05, "policy": "lru"}}}
+
+
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory):
     launched: dict[tuple[int, int], dict] = {}
@@ -52,8 +58,9 @@ def sharded(tmp_path_factory):
             rowwise = {t: {"types": {"*": t}} for t in ROW_WHOLE}
             adagrad = {t: {"types": {"*": t}} for t in COLUMN_TYPES}
             adagrad["mixed"] = {"types": {"*": ["column_wise", "row_wise", "table_row_wise", "data_parallel"]}}
-            launched[(world, nodes)] = run_jobs(tmp_path_factory.mktemp(f"hstu_w{world}n{nodes}"), world,
-                                                jobs(rowwise, adagrad, nodes))
+            launched[(world, nodes)] = run_jobs(tmp_path_factory.mktemp(f"hstu_w{world}n{nodes}"), world, {
+                **jobs(rowwise, adagrad, nodes),
+                **({"ssd": dict(plans=SSD_PLANS, steps=20, auc=True, **BASE)} if world == 2 else {})})
         return launched[(world, nodes)]
 
     return get
@@ -87,3 +94,28 @@ def test_sharded_hstu_follows_single_process_training_under_every_sharding_type(
             gap = max(abs(a - b) for a, b in zip(single["losses"], got["losses"], strict=True))
             assert gap <= 1e-5, f"{plan} on {world} ranks: loss differs by {gap:.3g} from one process's"
             assert float((single["weight"] - got["weight"]).abs().max()) < 1e-4, plan
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("world", "nodes"), [(2, 1), (4, 2)])
+def test_every_rank_holds_what_the_plan_gives_it_in_each_tier(sharded, world, nodes):
+    for plan, got in sharded(world, nodes)["follow"].items():
+        ranks = got["memory"]["ranks"]
+        assert [r["rank"] for r in ranks] == list(range(world)), plan
+        for r in ranks:
+            assert sum(r["held"].values()) > 0 and r["held"] == r["planned"], (plan, r)
+
+
+@pytest.mark.slow
+def test_hstu_shards_on_the_ssd_tier_train_bit_for_bit_as_in_memory(sharded):
+    """The sequence and uid tables' shards in files behind 5% caches (each held by the plan in the
+    SSD tier, its cache in the rank's memory) train and evaluate exactly as in memory."""
+    results = sharded(2, 1)["ssd"]
+    memory, got = results["memory"], results["ssd_lru"]
+    assert got["losses"] == memory["losses"] and got["auc"] == memory["auc"]
+    assert torch.equal(got["weight"], memory["weight"])
+    cache = got["cache"]
+    assert cache["batches"] == 20 and cache["ranks"] == 2 and cache["memory_tables"] == []
+    assert 0 < cache["hit_rate"] < 1 and cache["ssd_bytes_read"] > 0 and cache["ssd_bytes_written"] > 0
+    for r in got["memory"]["ranks"]:  # the driver moved the planned shards to the SSD, their caches in HBM
+        assert r["held"]["ssd"] == r["planned"]["hbm"] > 0 and 0 < r["held"]["hbm"] < r["held"]["ssd"], r

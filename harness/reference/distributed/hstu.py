@@ -133,13 +133,22 @@ class ShardedHSTU(nn.Module):
         self.ledger = TierLedger(capacity.by_tier() if capacity is not None else dict.fromkeys(TIERS, 1 << 62),
                                  rank=emb_comm.rank)
 
-        def collection(full: Any, tables: list[TableSharding]) -> ShardedEmbeddingCollection:
-            return ShardedEmbeddingCollection(full, tables, emb_comm, input_comm, codecs, tiers, device=device,
+        def collection(full: Any, tables: list[TableSharding], name: str, ids_per_sample: int) -> ShardedEmbeddingCollection:
+            # each collection's shard files apart (they number their shards from 0 alike), and its
+            # caches sized for a global batch's ids: a sequence table takes up to max_sequence_length
+            # a sample (what the planner counts as its pooling), where the collection sees one per event
+            own = dict(tiers or {})
+            if own.get("path"):
+                own["path"] = f"{own['path']}.{name}"
+            if "batch" in own:
+                own["batch"] = int(own["batch"]) * ids_per_sample
+            return ShardedEmbeddingCollection(full, tables, emb_comm, input_comm, codecs, own, device=device,
                                               capacity=capacity, plan_config=plan.config, hierarchy=hierarchy,
                                               overlap=overlap, ledger=self.ledger)
 
-        self.sequence = collection(sequence, shardings[:_SEQUENCE_TABLES])
-        self.contextual = collection(contextual, [_renumbered(shardings[_SEQUENCE_TABLES], 0)])
+        self.sequence = collection(sequence, shardings[:_SEQUENCE_TABLES], "sequence",
+                                   ranker.config.max_sequence_length)
+        self.contextual = collection(contextual, [_renumbered(shardings[_SEQUENCE_TABLES], 0)], "contextual", 1)
         del ranker.embeddings, ranker.contextual_embeddings  # described only (meta); the shards replace them
         self.ranker = ranker
         self.overlap = overlap
@@ -201,10 +210,12 @@ class HSTUTables:
         """The four whole tables (item, artist, album, uid), on every rank (a collective)."""
         return [*self.model.sequence.table_weights(), *self.model.contextual.table_weights()]
 
-    def cache_stats(self, tier: Tier | None = None) -> tuple[CacheStats, int, int]:
+    def cache_stats(self, tier: Tier = Tier.SSD) -> tuple[CacheStats, int, int]:
+        """This rank's shards in ``tier`` behind caches, of both collections: as
+        :meth:`ShardedEmbeddingCollection.cache_stats`."""
         stats, rows, slots = CacheStats(), 0, 0
         for c in self.model.collections():
-            s, r, n = c.cache_stats(tier) if tier is not None else c.cache_stats()
+            s, r, n = c.cache_stats(tier)
             stats, rows, slots = stats + s, rows + r, slots + n
         return stats, rows, slots
 
@@ -239,6 +250,9 @@ class DistributedHSTUSession(DistributedSession):
         return self.model
 
     def _tables(self) -> list[torch.nn.Module]:
+        return list(self.model.collections())
+
+    def _sharded_collections(self) -> list[ShardedEmbeddingCollection]:
         return list(self.model.collections())
 
     @property

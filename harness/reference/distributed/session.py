@@ -424,25 +424,30 @@ class DistributedSession(TrainingSession):
         None when no shard is on the SSD tier."""
         if not self._ssd_shards:
             return None
-        tables = self.model.sparse_arch
-        stats, rows, slots = tables.cache_stats()
+        collections = self._sharded_collections()
+        stats, rows, slots = self.embeddings.cache_stats(Tier.SSD)
         fields = [f.name for f in dataclasses.fields(CacheStats)]
-        ahead = sum(c.read_ahead_batches for c in tables.cached.values() if c.store.tier is Tier.SSD)
+        ahead = sum(c.read_ahead_batches for tables in collections for c in tables.cached.values()
+                    if c.store.tier is Tier.SSD)
         local = torch.tensor([getattr(stats, f) for f in fields] + [rows, slots, ahead], dtype=torch.float64)
         dist.all_reduce(local)
         total = CacheStats(**{f: int(v) for f, v in zip(fields, local.tolist())})
         ssd_rows, cache_rows, read_ahead = int(local[-3]), int(local[-2]), int(local[-1])
         steps = max(self.step_count, 1)
         tier = self.config.embedding_tier or {}
-        on_ssd = {s.table for shards in tables.shards_of for s in shards if s.tier is Tier.SSD}
-        memory = [t for t in range(len(tables.table_rows)) if t not in on_ssd]
+        # tables numbered as the model numbers them, across its collections
+        on_ssd, table_rows = set(), []
+        for tables in collections:
+            on_ssd |= {len(table_rows) + s.table for shards in tables.shards_of for s in shards if s.tier is Tier.SSD}
+            table_rows += list(tables.table_rows)
+        memory = [t for t in range(len(table_rows)) if t not in on_ssd]
         return {
             **total.to_dict(Tier.SSD), "batches": self.step_count,
             "ssd_bytes_read_per_step": round(total.bytes_read / steps, 1),
             "ssd_bytes_written_per_step": round(total.bytes_written / steps, 1),
             # rows of the SSD shards of every rank (a column-sharded table's rows once per shard)
             "policy": tier.get("policy", "lru"), "cache_rows": cache_rows, "rows": ssd_rows,
-            "memory_tables": memory, "memory_rows": sum(tables.table_rows[t] for t in memory),
+            "memory_tables": memory, "memory_rows": sum(table_rows[t] for t in memory),
             "ranks": self.world_size, "read_ahead_shard_batches": read_ahead,
             **{k: tier[k] for k in ("table_tiers", "tier_plan") if k in tier},
         }
@@ -467,10 +472,14 @@ class DistributedSession(TrainingSession):
         dist.all_gather_object(gathered, mine)
         return {"ranks": gathered}
 
+    def _sharded_collections(self) -> list[ShardedEmbeddingCollection]:
+        """The model's sharded collections (a DLRM has one)."""
+        return [self.model.sparse_arch]
+
     def cache_hit_rate(self) -> float | None:
-        if not self._ssd_shards or not self.model.sparse_arch.cached:
+        if not self._ssd_shards or not any(c.cached for c in self._sharded_collections()):
             return None
-        return self.model.sparse_arch.cache_stats()[0].hit_rate  # this rank's
+        return self.embeddings.cache_stats(Tier.SSD)[0].hit_rate  # this rank's
 
     def cache_stats(self) -> Any:
-        return self.model.sparse_arch.cache_stats()[0] if self._ssd_shards else None
+        return self.embeddings.cache_stats(Tier.SSD)[0] if self._ssd_shards else None
