@@ -219,6 +219,7 @@ def test_a_small_memory_budget_reads_in_small_batches_and_the_same_samples(spec,
     listens = meta["counts"]["listen"]
     assert rows == 300 and listens > 5 * rows
     assert 0 < meta["peak_batch_rows"] <= rows and meta["batch_rows"] == rows
+    assert 0 < meta["peak_merge_rows"] <= rows  # the per-type files merged a few users at a time
     assert ds.chunk_rows == rows  # the keys' passes and the per-type merge go a chunk at a time too
     assert all(same(a, b) for a, b in zip(every_batch(ds), every_batch(generator), strict=True))
 

@@ -460,7 +460,7 @@ def _build(layout: YambdaLayout, bounds: Bounds, folder: Path, rows: int,
             parts.append(part)
             if progress is not None:
                 progress(f"{reader.path.name}: {counts[reader.event_type]:,} events")
-        out = _merge(parts, folder, bounds.users, rows)
+        out = _merge(parts, folder, bounds.users, rows, stats)
     total = _finish(out, folder, bounds.users, rows)
     np.save(folder / "item_artist.npy", mappings["artist"])
     np.save(folder / "item_album.npy", mappings["album"])
@@ -473,27 +473,35 @@ def _build(layout: YambdaLayout, bounds: Bounds, folder: Path, rows: int,
                  f"(listens and likes), {total['users_seen']:,} users")
 
 
-def _merge(parts: list[_Columns], folder: Path, users: int, rows: int) -> _Columns:
-    """The per-type parts (each in (uid, timestamp) order) merged a range of users at a time; at one
-    time a listen comes before a like (the parts' order), rows of one part keep theirs."""
+def _merge(parts: list[_Columns], folder: Path, users: int, rows: int, stats: dict[str, Any]) -> _Columns:
+    """The per-type parts (each in (uid, timestamp) order) merged a range of users at a time, at most
+    ``rows`` events (unless one user has more); at one time a listen comes before a like (the parts'
+    order), rows of one part keep theirs."""
     out = _Columns(folder)
     maps = [p.maps() for p in parts]
-    total = sum(p.rows for p in parts)
-    per_user = max(1, total // max(users, 1))
-    step = max(1, rows // per_user)
-    for lo in range(0, users, step):
+    step = max(1, rows // max(1, sum(p.rows for p in parts) // max(users, 1)))
+
+    def events(lo: int, hi: int) -> int:
+        return sum(int(np.searchsorted(m["uid"], hi) - np.searchsorted(m["uid"], lo)) for m in maps)
+
+    lo = 0
+    while lo < users:
         hi = min(users, lo + step)
+        while hi - lo > 1 and events(lo, hi) > rows:  # users with long streams: fewer of them at a time
+            hi = lo + (hi - lo) // 2
         pieces = []
         for rank, m in enumerate(maps):
             a, b = np.searchsorted(m["uid"], [lo, hi])
             if b > a:
                 pieces.append(({k: np.asarray(v[a:b]) for k, v in m.items()}, rank))
+        lo = hi
         if not pieces:
             continue
         cat = {k: np.concatenate([p[k] for p, _ in pieces]) for k in _COLUMNS}
         rank = np.concatenate([np.full(len(p["uid"]), r) for p, r in pieces])
         order = np.lexsort((rank, cat["timestamp"], cat["uid"]))  # stable: a part's rows keep their order
         out.append({k: v[order] for k, v in cat.items()})
+        stats["peak_merge_rows"] = max(stats.get("peak_merge_rows", 0), len(order))
     out.close()
     for p in parts:
         for name in _COLUMNS:
@@ -706,8 +714,10 @@ class YambdaEventStreams(EventStreams):
         }
 
     def manifest(self) -> dict[str, Any]:
-        """What a run's worker reopens the data from: its files (checked, not read again)."""
-        return {"format": self.format.value, "root": self.store.meta["root"], "files": self.store.meta["files"]}
+        """What a run's worker reopens the data from: its files' names and sizes (checked, not read
+        again; the run's fingerprint takes them, so a copy elsewhere is the same data)."""
+        files = [{"name": e["name"], "bytes": e["bytes"]} for e in self.store.meta["files"]]
+        return {"format": self.format.value, "root": self.store.meta["root"], "files": files}
 
 
 # --------------------------------------------------------------------------- opening
