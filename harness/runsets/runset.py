@@ -287,23 +287,16 @@ def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | No
 
 
 def _check_family(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile) -> None:
-    """An HSTU benchmark runs on any profile (its tables sharded as planned: the ranks of a
-    multi-GPU profile, emulated or not), its tables in memory, on its generator (tiers and a
-    Yambda reader come later): anything else is refused in one line; its architecture is checked
-    here, before anything is written."""
+    """An HSTU benchmark runs as a DLRM does (any profile, its tables sharded and tiered as planned,
+    its generator or ``--data``); its data's presence (dlrmv4 needs Yambda) and its architecture are
+    checked here, before anything is written."""
     if spec.family is not ModelFamily.HSTU:
         return
     from harness.reference.data import open_dataset
     from harness.reference.models.from_spec import hstu_config
 
-    if spec.dataset["kind"] == "yambda":  # dlrmv4: what it needs, or that its reader is not there yet
+    if spec.dataset["kind"] == "yambda":  # dlrmv4: what it needs (Yambda's folder), checked before anything is written
         open_dataset(spec, request.data)
-    asked = [what for what, yes in (
-        (f"--embedding-tier {request.embedding_tier.value}", request.embedding_tier is not EmbeddingTierChoice.MEMORY),
-        ("--data", request.data is not None)) if yes]
-    if asked:
-        raise HarnessError(f"benchmark {spec.name} (an HSTU model) runs with its tables in memory on its "
-                           f"own generator for now; not with {', '.join(asked)}", ErrorCategory.BAD_INPUT)
     hstu_config(spec)
 
 
