@@ -334,6 +334,7 @@ class EventStreams:
 
     format: EventFormat
     reshuffles = True
+    kind = "event_streams"  # the spec's data set kind, as messages name it
     users: int
     item_rows: int
     artist_rows: int
@@ -381,7 +382,7 @@ class EventStreams:
         first = np.concatenate([[0], np.cumsum(self._window_sizes(users, windows))]).astype(np.int64)
         if samples > first[-1]:
             raise HarnessError(
-                f"event_streams: {name}_samples = {samples:,} but the {name} windows hold {int(first[-1]):,} samples "
+                f"{self.kind}: {name}_samples = {samples:,} but the {name} windows hold {int(first[-1]):,} samples "
                 f"of {len(users):,} users; {self._more_samples_hint(name)}", ErrorCategory.BAD_INPUT)
         return _Split(users, windows, first, samples)
 

@@ -588,8 +588,8 @@ class YambdaEventStreams(EventStreams):
 
     def __init__(self, store: YambdaStore, timeline: Timeline, *, bounds: Bounds, actions: int, candidates: int,
                  max_sequence_length: int, seed: int, eval_user_fraction: float, train_samples: int,
-                 eval_samples: int, memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET):
-        self.store, self.timeline = store, timeline
+                 eval_samples: int, memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET, kind: str = "event_streams"):
+        self.store, self.timeline, self.kind = store, timeline, kind
         self.users, self.item_rows, self.artist_rows, self.album_rows = (
             bounds.users, bounds.item_rows, bounds.artist_rows, bounds.album_rows)
         self.actions, self.candidates, self.max_sequence_length = actions, candidates, max_sequence_length
@@ -757,4 +757,5 @@ def open_yambda(dataset: Mapping[str, Any], path: Path | str, *, manifest: Mappi
     return YambdaEventStreams(
         store, _timeline_of(spec, store), bounds=bounds, actions=spec.actions, candidates=spec.candidates,
         max_sequence_length=spec.max_sequence_length, seed=spec.seed, eval_user_fraction=spec.eval_user_fraction,
-        train_samples=spec.train_samples, eval_samples=spec.eval_samples, memory_budget_bytes=memory_budget_bytes)
+        train_samples=spec.train_samples, eval_samples=spec.eval_samples, memory_budget_bytes=memory_budget_bytes,
+        kind=str(dataset.get("kind")))
