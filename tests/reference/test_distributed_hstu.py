@@ -36,8 +36,10 @@ def jobs(plans_rowwise: dict, plans_adagrad: dict, nodes: int = 1) -> dict:
 @pytest.fixture(scope="module")
 def ones(tmp_path_factory) -> dict:
     one = {"single": {}}
+    every = jobs({}, {})
+    every["follow"]["auc"] = True
     runs = run_jobs(tmp_path_factory.mktemp("hstu_ones"), 1, {
-        **{name: {**job, "plans": one} for name, job in jobs({}, {}).items()},
+        **{name: {**job, "plans": one} for name, job in every.items()},
         "other_seed": dict(plans=one, steps=0, seed=8, **BASE),
     })
     return {name: results["single"] for name, results in runs.items()}
@@ -58,8 +60,10 @@ def sharded(tmp_path_factory):
             rowwise = {t: {"types": {"*": t}} for t in ROW_WHOLE}
             adagrad = {t: {"types": {"*": t}} for t in COLUMN_TYPES}
             adagrad["mixed"] = {"types": {"*": ["column_wise", "row_wise", "table_row_wise", "data_parallel"]}}
+            every = jobs(rowwise, adagrad, nodes)
+            every["follow"]["auc"] = world == 2  # the sharded evaluation, once
             launched[(world, nodes)] = run_jobs(tmp_path_factory.mktemp(f"hstu_w{world}n{nodes}"), world, {
-                **jobs(rowwise, adagrad, nodes),
+                **every,
                 **({"ssd": dict(plans=SSD_PLANS, steps=20, auc=True, **BASE)} if world == 2 else {})})
         return launched[(world, nodes)]
 
@@ -94,6 +98,8 @@ def test_sharded_hstu_follows_single_process_training_under_every_sharding_type(
             gap = max(abs(a - b) for a, b in zip(single["losses"], got["losses"], strict=True))
             assert gap <= 1e-5, f"{plan} on {world} ranks: loss differs by {gap:.3g} from one process's"
             assert float((single["weight"] - got["weight"]).abs().max()) < 1e-4, plan
+            if got["auc"] is not None:  # every rank's scores of its labelled candidates, gathered
+                assert abs(got["auc"] - single["auc"]) < 1e-4 and got["auc"] > 0.5, (plan, got["auc"], single["auc"])
 
 
 @pytest.mark.slow

@@ -30,7 +30,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -56,7 +55,6 @@ from harness.reference.models.hstu_attention import batch_max_seq_len
 from harness.reference.planner.types import TIERS, Plan, Tier
 from harness.reference.tiered import CacheStats
 from harness.reference.tiered.ledger import TierLedger
-from harness.rules.auc import roc_auc
 
 _SEQUENCE_TABLES = 3  # item, artist, album: the ranker's tables 0-2; uid is table 3
 _STATS = 5  # per rank and batch: events, users, labelled candidates, longest history, most candidates
@@ -300,38 +298,14 @@ class DistributedHSTUSession(DistributedSession):
         self._eval_plan = list(items())  # type: ignore[arg-type]
         return self._eval_plan  # type: ignore[return-value]
 
-    @torch.no_grad()
-    def evaluate(self, batches: Iterable[Any] | None = None) -> float:
-        """AUC over the eval split's labelled candidates: scores gathered to rank 0, its AUC
-        broadcast (every rank calls it)."""
-        if batches is not None:
-            raise HarnessError("a sharded session evaluates its eval split only", ErrorCategory.NOT_IMPLEMENTED)
-        self.model.eval()
-        comms = self._comms()
-        for c in comms:
-            c.stats = self.eval_comm_stats
-        scores, labels = [], []
-        try:
-            for batch in self._eval_items():
-                ids = self.model.distribute_batch(batch)
-                with self.autocast():
-                    logits = self.model(batch, ids)
-                mask = batch.label_mask
-                scores.append(torch.sigmoid(logits.float()[mask]).double().cpu())
-                labels.append(batch.labels[mask].cpu())
-        finally:
-            self.model.train()
-            for c in comms:
-                c.stats = self.comm_stats
-        mine = (torch.cat(scores).numpy(), torch.cat(labels).numpy())
-        gathered: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
-        dist.gather_object(mine, gathered, dst=0)
-        auc = torch.zeros(1, dtype=torch.float64)
-        if self.rank == 0:
-            assert gathered is not None
-            auc[0] = roc_auc(np.concatenate([g[1] for g in gathered]), np.concatenate([g[0] for g in gathered]))
-        dist.broadcast(auc, src=0)
-        return float(auc[0])
+    def _eval_scores(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Per evaluation step, this rank's scores and labels of its labelled candidates."""
+        for batch in self._eval_items():
+            ids = self.model.distribute_batch(batch)
+            with self.autocast():
+                logits = self.model(batch, ids)
+            mask = batch.label_mask
+            yield torch.sigmoid(logits.float()[mask]), batch.labels[mask]
 
 
 def _empty_batch(device: torch.device) -> EventBatch:

@@ -353,10 +353,9 @@ class DistributedSession(TrainingSession):
         for c in comms:  # the evaluation's traffic is not the training steps'
             c.stats = self.eval_comm_stats
         try:
-            for batch, sizes in self._eval_items():
-                logits = self.model(batch.dense, self.model.distribute(batch.sparse, sizes))
-                scores.append(torch.sigmoid(logits).double().cpu())
-                labels.append(batch.labels.cpu())
+            for score, label in self._eval_scores():
+                scores.append(score.double().cpu())
+                labels.append(label.cpu())
         finally:
             self.model.train()
             for c in comms:
@@ -370,6 +369,13 @@ class DistributedSession(TrainingSession):
             auc[0] = roc_auc(np.concatenate([g[1] for g in gathered]), np.concatenate([g[0] for g in gathered]))
         dist.broadcast(auc, src=0)
         return float(auc[0])
+
+    def _eval_scores(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Per evaluation step (every rank takes part in each), this rank's scores (probabilities)
+        and labels."""
+        for batch, sizes in self._eval_items():
+            logits = self.model(batch.dense, self.model.distribute(batch.sparse, sizes))
+            yield torch.sigmoid(logits), batch.labels
 
     # ------------------------------------------------------------------ state and caches
     def close(self) -> None:
