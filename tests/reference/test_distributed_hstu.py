@@ -125,3 +125,24 @@ def test_hstu_shards_on_the_ssd_tier_train_bit_for_bit_as_in_memory(sharded):
     assert 0 < cache["hit_rate"] < 1 and cache["ssd_bytes_read"] > 0 and cache["ssd_bytes_written"] > 0
     for r in got["memory"]["ranks"]:  # the driver moved the planned shards to the SSD, their caches in HBM
         assert r["held"]["ssd"] == r["planned"]["hbm"] > 0 and 0 < r["held"]["hbm"] < r["held"]["ssd"], r
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("world", "nodes"), [(2, 1), (4, 2)])
+def test_row_split_sequence_tables_send_only_the_vectors_of_the_ids_they_hold(sharded, world, nodes):
+    """A row shard of a sequence table sends each event's vector only from the shard that holds its
+    id (TorchRec's EmbeddingCollection; what the planner projects), not every shard's partial of
+    every event: row-wise sends what table-wise does (plus the uid table's row shards' partials),
+    and neither more than the planner's projection, which prices max_sequence_length events a
+    sample (an upper bound: the streams' samples are shorter)."""
+    follow = sharded(world, nodes)["follow"]
+
+    def sent(plan: str, kind: str) -> float:
+        return sum(v for k, v in follow[plan]["traffic"]["per_step"][kind].items() if k.endswith("_bytes"))
+
+    for kind in ("forward_all_to_all", "backward_all_to_all"):
+        assert sent("row_wise", kind) <= 1.1 * sent("table_wise", kind), kind
+        for plan in ("row_wise", "table_wise"):
+            projected = sum(v for k, v in follow[plan]["traffic"]["projection"]["per_step"][kind].items()
+                            if k.endswith("_bytes"))
+            assert 0.3 * projected < sent(plan, kind) <= projected, (plan, kind)

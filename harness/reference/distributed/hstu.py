@@ -131,7 +131,8 @@ class ShardedHSTU(nn.Module):
         self.ledger = TierLedger(capacity.by_tier() if capacity is not None else dict.fromkeys(TIERS, 1 << 62),
                                  rank=emb_comm.rank)
 
-        def collection(full: Any, tables: list[TableSharding], name: str, ids_per_sample: int) -> ShardedEmbeddingCollection:
+        def collection(full: Any, tables: list[TableSharding], name: str, ids_per_sample: int,
+                       is_sequence: bool) -> ShardedEmbeddingCollection:
             # each collection's shard files apart (they number their shards from 0 alike), and its
             # caches sized for a global batch's ids: a sequence table takes up to max_sequence_length
             # a sample (what the planner counts as its pooling), where the collection sees one per event
@@ -142,11 +143,12 @@ class ShardedHSTU(nn.Module):
                 own["batch"] = int(own["batch"]) * ids_per_sample
             return ShardedEmbeddingCollection(full, tables, emb_comm, input_comm, codecs, own, device=device,
                                               capacity=capacity, plan_config=plan.config, hierarchy=hierarchy,
-                                              overlap=overlap, ledger=self.ledger)
+                                              overlap=overlap, ledger=self.ledger, sequence=is_sequence)
 
         self.sequence = collection(sequence, shardings[:_SEQUENCE_TABLES], "sequence",
-                                   ranker.config.max_sequence_length)
-        self.contextual = collection(contextual, [_renumbered(shardings[_SEQUENCE_TABLES], 0)], "contextual", 1)
+                                   ranker.config.max_sequence_length, True)
+        self.contextual = collection(contextual, [_renumbered(shardings[_SEQUENCE_TABLES], 0)], "contextual", 1,
+                                     False)
         del ranker.embeddings, ranker.contextual_embeddings  # described only (meta); the shards replace them
         self.ranker = ranker
         self.overlap = overlap

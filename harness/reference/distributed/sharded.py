@@ -269,6 +269,10 @@ class InputDist:
             parts = [cache.setdefault(k, coll.bucket(sparse, k)) for k in keys]
             lengths.append(torch.cat([p[0] for p in parts]) if parts else sparse.new_empty(0))
             ids.append(torch.cat([p[1] for p in parts]) if parts else sparse.new_empty(0))
+        # a sequence collection's vectors travel for the ids a shard holds only: which of this
+        # rank's rows (events) have their id in each row range
+        self.present: dict[tuple[int, int, int], torch.Tensor] = (
+            {k: torch.nonzero(v[0]).reshape(-1) for k, v in cache.items()} if coll.sequence else {})
         self._send_ids: list[torch.Tensor] | None = ids
         k = len(coll.keys_of[coll.rank])
         coll.input_comm.stats.input_batches += 1
@@ -322,7 +326,7 @@ class _ShardedLookup(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         p = ctx.pending
-        p.coll._backward(p.keyed, p.sparse, p.sizes, grad)
+        p.coll._backward(p.keyed, p.sparse, p.sizes, grad, p.present)
         return None, None
 
 
@@ -331,8 +335,10 @@ class PendingPooled:
     embeddings (through the autograd function when training, so that backward reaches the shards)."""
 
     def __init__(self, coll: ShardedEmbeddingCollection, keyed: list[KeyedIds], sparse: torch.Tensor,
-                 sizes: list[int], finish: Callable[[], torch.Tensor], train: bool):
+                 sizes: list[int], finish: Callable[[], torch.Tensor], train: bool,
+                 present: dict[tuple[int, int, int], torch.Tensor] | None = None):
         self.coll, self.keyed, self.sparse, self.sizes = coll, keyed, sparse, sizes
+        self.present = present or {}
         self._finish, self._train, self._out = finish, train, None
 
     def finish(self) -> torch.Tensor:
@@ -382,8 +388,10 @@ class ShardedEmbeddingCollection(nn.Module):
     def __init__(self, full: FusedEmbeddingCollection, shardings: Sequence[TableSharding], comm: Comm,
                  input_comm: Comm, codecs: CommConfig, tiers: dict[str, Any] | None = None, *, device: Any = None,
                  capacity: Storage | None = None, plan_config: dict[str, Any] | None = None,
-                 hierarchy: Hierarchy | None = None, overlap: bool = False, ledger: TierLedger | None = None):
+                 hierarchy: Hierarchy | None = None, overlap: bool = False, ledger: TierLedger | None = None,
+                 sequence: bool = False):
         super().__init__()
+        self.sequence = sequence
         self.hier = hierarchy if hierarchy is not None and hierarchy.nodes > 1 else None
         self.overlap = overlap
         self._pending_backward: list[Callable[[], None]] = []
@@ -491,6 +499,7 @@ class ShardedEmbeddingCollection(nn.Module):
         self.hier_of = [[s for s in shards if s.table in hier] for shards in self.shards_of]
         self._flat_index = [i for i, s in enumerate(self.shards) if s.table not in hier]
         self._hier_index = [i for i, s in enumerate(self.shards) if s.table in hier]
+        self._hier_set = set(self._hier_index)
         self._two_stage = False
         if self.hier is None:
             return
@@ -657,27 +666,29 @@ class ShardedEmbeddingCollection(nn.Module):
         keyed = ids.wait()
         train = self.training and self.optimizer is not None and torch.is_grad_enabled()
         with torch.no_grad():
-            finish = self._start_pooled(keyed, ids.sparse, ids.sizes)
-        return PendingPooled(self, keyed, ids.sparse, ids.sizes, finish, train)
+            finish = self._start_pooled(keyed, ids.sparse, ids.sizes, ids.present)
+        return PendingPooled(self, keyed, ids.sparse, ids.sizes, finish, train, ids.present)
 
-    def _start_pooled(self, keyed: list[KeyedIds], sparse: torch.Tensor,
-                      sizes: list[int]) -> Callable[[], torch.Tensor]:
+    def _start_pooled(self, keyed: list[KeyedIds], sparse: torch.Tensor, sizes: list[int],
+                      present: dict[tuple[int, int, int], torch.Tensor]) -> Callable[[], torch.Tensor]:
         me = self.rank
         bounds = [0, *itertools.accumulate(sizes)]
         partials = []
         for i in range(len(self.shards)):
             k = keyed[self._key_index[i]]
             weight, ids = self._lookup_rows(i, k.values)
-            if k.one_per_sample:
+            if k.one_per_sample or (self.sequence and i not in self._hier_set):  # a vector per id it holds
                 partials.append(weight.index_select(0, ids))
             else:
                 partials.append(torch.nn.functional.embedding_bag(ids, weight, k.offsets, mode="sum"))
-        flat = self.comm.all_to_all_start(self.encode_pooled([partials[i] for i in self._flat_index], bounds),
-                                          self.pooled_sizes(sizes[me]), FORWARD)
+        flat_keyed = [keyed[self._key_index[i]] for i in self._flat_index]
+        flat = self.comm.all_to_all_start(
+            self.encode_pooled([partials[i] for i in self._flat_index], bounds, flat_keyed),
+            self.pooled_sizes(sizes[me], present), FORWARD)
         cross = self._start_two_stage([partials[i] for i in self._hier_index], sizes) if self._two_stage else None
 
         def finish() -> torch.Tensor:
-            out = self.decode_pooled(flat.wait(), sizes[me])
+            out = self.decode_pooled(flat.wait(), sizes[me], present)
             if cross is not None:
                 self._place_two_stage(out, cross.wait(), sizes[me])
             for g, rep in enumerate(self.replicas):
@@ -752,39 +763,63 @@ class ShardedEmbeddingCollection(nn.Module):
         return (sum((c.cache.stats for c in caches), CacheStats()), sum(c.store.rows for c in caches),
                 sum(c.cache.free_capacity for c in caches))
 
-    def encode_pooled(self, partials: Sequence[torch.Tensor], bounds: Sequence[int]) -> list[torch.Tensor]:
+    def _bounds(self, k: KeyedIds, bounds: Sequence[int]) -> list[int]:
+        """Where each rank's samples' rows start in a flat shard's partial vectors: every sample's
+        (``bounds``), or, in a sequence collection, only those of the ids the shard holds."""
+        if not self.sequence:
+            return list(bounds)
+        ends = torch.cumsum(k.lengths, 0)
+        return [0, *(int(ends[b - 1]) if b > 0 else 0 for b in bounds[1:])]
+
+    def encode_pooled(self, partials: Sequence[torch.Tensor], bounds: Sequence[int],
+                      keyed: Sequence[KeyedIds] | None = None) -> list[torch.Tensor]:
         """Per destination rank ``q``, this rank's shards' pooled vectors of ``q``'s samples
-        (rows ``bounds[q]:bounds[q + 1]``), encoded with the forward codec, shard after shard."""
+        (rows ``bounds[q]:bounds[q + 1]``; a sequence collection's, of its ids in the shard, with
+        ``keyed``), encoded with the forward codec, shard after shard."""
         codec = self.forward_codec
         empty = torch.empty(0, dtype=torch.uint8, device=self._dummy.device)
+        cuts = [self._bounds(k, bounds) for k in keyed] if keyed is not None else [list(bounds)] * len(partials)
         return [
-            torch.cat([encode(p[bounds[q] : bounds[q + 1]].float(), codec) for p in partials]) if partials else empty
+            torch.cat([encode(p[c[q] : c[q + 1]].float(), codec) for p, c in zip(partials, cuts)]) if partials else empty
             for q in range(self.world_size)
         ]
 
-    def pooled_sizes(self, batch: int) -> list[int]:
+    def _rows_of(self, s: ShardSpec, batch: int, present: dict[tuple[int, int, int], torch.Tensor]) -> int:
+        """This rank's rows whose vectors shard ``s`` sends: every sample's, or, in a sequence
+        collection, those whose id it holds."""
+        return int(present[s.key].numel()) if self.sequence else batch
+
+    def pooled_sizes(self, batch: int, present: dict[tuple[int, int, int], torch.Tensor] | None = None) -> list[int]:
         """Bytes this rank receives from each rank for its ``batch`` samples (flat all-to-all)."""
         codec = self.forward_codec
-        return [sum(wire_bytes(codec, batch, s.cols) for s in shards) for shards in self.flat_of]
+        return [sum(wire_bytes(codec, self._rows_of(s, batch, present or {}), s.cols) for s in shards)
+                for shards in self.flat_of]
 
-    def decode_pooled(self, got: Sequence[torch.Tensor], batch: int) -> torch.Tensor:
+    def decode_pooled(self, got: Sequence[torch.Tensor], batch: int,
+                      present: dict[tuple[int, int, int], torch.Tensor] | None = None) -> torch.Tensor:
         """The ``batch x sum(dims)`` embeddings from every rank's chunk of the flat all-to-all:
-        column shards side by side, row shards summed (data-parallel and two-stage tables are
-        left zero)."""
+        column shards side by side, row shards summed (a sequence collection's placed at the rows
+        of their ids; data-parallel and two-stage tables are left zero)."""
         codec = self.forward_codec
         out = torch.zeros(batch, self._out_start[-1], device=self._dummy.device)
         for p, chunk in enumerate(got):
             at = 0
             for s in self.flat_of[p]:
-                n = wire_bytes(codec, batch, s.cols)
+                rows = self._rows_of(s, batch, present or {})
+                n = wire_bytes(codec, rows, s.cols)
                 lo = self._out_start[s.table] + s.col_offset
-                out[:, lo : lo + s.cols] += decode(chunk[at : at + n], codec, batch, s.cols)
+                vectors = decode(chunk[at : at + n], codec, rows, s.cols)
+                if self.sequence:
+                    out[:, lo : lo + s.cols].index_copy_(0, present[s.key], vectors)  # type: ignore[index]
+                else:
+                    out[:, lo : lo + s.cols] += vectors
                 at += n
         return out
 
     # ------------------------------------------------------------------ backward
     @torch.no_grad()
-    def _backward(self, keyed: list[KeyedIds], sparse: torch.Tensor, sizes: list[int], grad: torch.Tensor) -> None:
+    def _backward(self, keyed: list[KeyedIds], sparse: torch.Tensor, sizes: list[int], grad: torch.Tensor,
+                  present: dict[tuple[int, int, int], torch.Tensor] | None = None) -> None:
         """Send the pooled gradients to the shards and update them: now, or with ``overlap`` when
         :meth:`finish_backward` is called (the all-to-alls travel meanwhile)."""
         codec, w = self.backward_codec, self.world_size
@@ -793,13 +828,21 @@ class ShardedEmbeddingCollection(nn.Module):
         # losslessly)
         grad = grad.reshape(grad.shape[0], -1).float()
 
+        present = present or {}
+
         def block(s: ShardSpec) -> torch.Tensor:
             lo = self._out_start[s.table] + s.col_offset
+            if self.sequence:  # the gradients of the vectors the shard sent: of the ids it holds
+                return grad[:, lo : lo + s.cols].index_select(0, present[s.key])
             return grad[:, lo : lo + s.cols].contiguous()
 
+        # rows of each rank's samples each flat shard of mine gets gradients for
+        bounds = [0, *itertools.accumulate(sizes)]
+        cuts = {i: self._bounds(keyed[self._key_index[i]], bounds) for i in self._flat_index}
+        rows = {i: [c[q + 1] - c[q] for q in range(w)] for i, c in cuts.items()}
         chunks = [torch.cat([encode(block(s), codec) for s in self.flat_of[p]]) if self.flat_of[p]
                   else self._empty_bytes() for p in range(w)]
-        recv = [sum(wire_bytes(codec, n, self.shards[i].cols) for i in self._flat_index) for n in sizes]
+        recv = [sum(wire_bytes(codec, rows[i][q], self.shards[i].cols) for i in self._flat_index) for q in range(w)]
         flat = self.comm.all_to_all_start(chunks, recv, BACKWARD)
         cross = self._start_two_stage_backward(grad, sizes) if self._two_stage else None
 
@@ -809,7 +852,7 @@ class ShardedEmbeddingCollection(nn.Module):
             pooled: dict[int, torch.Tensor] = {}
             for i in self._flat_index:
                 cols, blocks = self.shards[i].cols, []
-                for q, n in enumerate(sizes):
+                for q, n in enumerate(rows[i]):
                     size = wire_bytes(codec, n, cols)
                     blocks.append(decode(got[q][at[q] : at[q] + size], codec, n, cols))
                     at[q] += size
@@ -817,7 +860,8 @@ class ShardedEmbeddingCollection(nn.Module):
             if cross is not None:
                 pooled.update(self._finish_two_stage_backward(cross.wait(), sizes))
             for i in range(len(self.shards)):
-                self._update_shard(i, keyed[self._key_index[i]], pooled[i])
+                self._update_shard(i, keyed[self._key_index[i]], pooled[i],
+                                   per_id=self.sequence and i not in self._hier_set)
             for g, rep in enumerate(self.replicas):
                 columns, values = self._replica_columns(g)
                 rep_grad = grad.index_select(1, values).view(grad.shape[0], -1, rep.dim)
@@ -839,10 +883,11 @@ class ShardedEmbeddingCollection(nn.Module):
         for finish in pending:
             finish()
 
-    def _update_shard(self, i: int, k: KeyedIds, pooled_grad: torch.Tensor) -> None:
-        """Apply local shard ``i``'s pooled gradients (the global batch's) to the rows it looked up."""
+    def _update_shard(self, i: int, k: KeyedIds, pooled_grad: torch.Tensor, *, per_id: bool = False) -> None:
+        """Apply local shard ``i``'s pooled gradients (the global batch's; ``per_id``: one per id it
+        holds, a sequence collection's) to the rows it looked up."""
         # each id's bag: a segment sum of the bags' gradients, no copy per id
-        bag = None if k.one_per_sample else torch.repeat_interleave(
+        bag = None if k.one_per_sample or per_id else torch.repeat_interleave(
             torch.arange(k.lengths.numel(), device=pooled_grad.device), k.lengths)
         rounding = (self._layouts[i], self.update_step)
         if i not in self.cached:
