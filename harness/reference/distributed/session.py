@@ -151,7 +151,7 @@ class Pipeline:
     def __iter__(self) -> Iterator[tuple[Batch, InputDist]]:
         window, handed = self._window, self._handed
         for batch in self._batches:
-            window.append((batch, self._owner.distribute_batch(batch)))
+            window.append((batch, self._distribute(batch)))
             if len(window) >= 2:
                 window[-2][1].start_ids()
             if len(window) == 3:
@@ -163,6 +163,12 @@ class Pipeline:
             handed[:] = [window.popleft()]
             self._queue_next()
             yield handed[0]
+
+    def _distribute(self, batch: Any) -> Any:
+        """The batch's ids on their way: a sharded model's ``distribute_batch`` (a DLRM's ids or
+        an HSTU ranker's events), or a bare collection's ``distribute`` of the batch's ids."""
+        distribute_batch = getattr(self._owner, "distribute_batch", None)
+        return distribute_batch(batch) if distribute_batch is not None else self._owner.distribute(batch.sparse)
 
     def _queue_next(self) -> None:
         queue_next = getattr(self._owner, "queue_next", None)
