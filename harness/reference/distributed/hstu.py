@@ -14,7 +14,11 @@ as two collections sharing this rank's :class:`~harness.reference.tiered.TierLed
 Before a batch's ids travel, every rank learns every rank's event and user counts, labelled
 candidates and longest history and candidate list (one small all-to-all on the input group: the
 lengths of the jagged batch, as TorchRec's ``KeyedJaggedTensor`` all-to-all sends lengths
-before values); then the ids go as a DLRM's do (lengths, then ids, per shard's row range).
+before values); then the ids go as a DLRM's do (lengths, then ids, per shard's row range), and a
+row shard of a sequence table sends back the vectors of the ids it holds only (the collection's
+``sequence`` mode: nothing is summed, so no other shard's zeros need to travel), as TorchRec's
+``EmbeddingCollection`` does; the two-stage path of a multi-node table-row-wise split still sends
+every event's partial inside the node.
 
 So that a run at any world size trains what one process trains on the same global batch:
 
