@@ -172,3 +172,31 @@ def test_bf16_tables_train():
     model.loss(batch, logits).backward()
     assert model.embeddings.weight.dtype == torch.bfloat16
     assert not torch.equal(model.embeddings.weight.detach(), before)
+
+
+def test_the_dense_gradients_repeat_bit_for_bit_on_two_threads():
+    """The position, time and action tables' gradients are summed in index order (index_select's
+    backward), not by parallel atomic adds (advanced indexing's index_put_ with accumulate, which
+    made two runs of the same seed at 2 threads part by rounding): one batch of dlrmv4_synthetic's
+    size (thousands of events, so the backward runs in parallel), its backward five times."""
+    from harness.reference.data.events import open_event_streams
+    from harness.reference.models.from_spec import hstu_config
+    from harness.rules.specs import load_benchmark
+
+    spec = load_benchmark("dlrmv4_synthetic")
+    batch = next(iter(open_event_streams(spec.dataset).train_batches(512)))
+    model = HSTURanker(hstu_config(spec), None, seed=3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        grads = []
+        for _ in range(5):
+            model.zero_grad(set_to_none=True)
+            model.batch_loss(batch).backward()
+            grads.append([p.grad.clone() for p in (model.position_embeddings, model.time_embeddings,
+                                                   model.action_embeddings)])
+    finally:
+        torch.set_num_threads(threads)
+    assert int(batch.lengths.sum()) > 4096
+    for other in grads[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(grads[0], other))

@@ -337,7 +337,7 @@ class HSTURanker(nn.Module):
         ctx = c.num_contextual
         events = events.float()  # [N, 3, D]
         x = (self.content_mlp(events[:, 0]) + self.additional_mlp(events[:, 1:].flatten(1))
-             + self.action_mlp(self.action_embeddings[batch.action]))
+             + self.action_mlp(self.action_embeddings.index_select(0, batch.action)))
         lengths = batch.lengths + ctx
         offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
         event_rows, contextual_rows = self._sequence_rows(batch, offsets)
@@ -387,7 +387,10 @@ class HSTURanker(nn.Module):
         gap = (query_time - timestamps).double().clamp(min=1e-6) / 60.0
         scaled = gap.sqrt() if c.time_bucketing == "sqrt" else gap.log()
         bucket = scaled.clamp(min=0).long().clamp(max=c.time_buckets)
-        return self.position_embeddings[recency] + self.time_embeddings[bucket]
+        # index_select, not t[idx]: its backward (index_add_) sums each row's gradients in index order
+        # on any number of threads, where advanced indexing's (index_put_ with accumulate) adds them
+        # atomically in parallel: two runs of the same seed at 2 threads parted by rounding
+        return self.position_embeddings.index_select(0, recency) + self.time_embeddings.index_select(0, bucket)
 
     def loss(self, batch: EventBatch, logits: torch.Tensor) -> torch.Tensor:
         """Binary cross-entropy with logits over the candidates that carry a label, their mean (0 when
