@@ -581,9 +581,16 @@ def test_sigterm_stops_infer_and_its_loadgen_worker_and_keeps_the_model(quick, t
     while not (workers := ranks_below(proc.pid)) and time.time() < deadline:
         time.sleep(0.2)
     time.sleep(1.0)  # the worker is serving
+    # what the command's signal state was when signalled (README "Not implemented yet": at times
+    # the signal was not acted on), said if it ends otherwise than as asked
+    try:
+        state = [line for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+                 if line.startswith(("Sig", "Shd", "Threads"))]
+    except OSError as err:
+        state = [repr(err)]
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 143, err[-3000:]
+    assert proc.returncode == 143, (state, err[-3000:])
     assert "Traceback" not in err and err.strip().splitlines()[-1] == (
         "harness: error: interrupted by SIGTERM: a model already trained is kept and reused by the same command; "
         "the results of the LoadGen run it stopped are incomplete")
