@@ -35,30 +35,28 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference.data.event_batch import EventBatch
-from harness.reference.distributed.comm import INPUT, Comm, ddp_comm_hook
+from harness.reference.distributed.comm import INPUT, Comm
 from harness.reference.distributed.comm_codecs import CommConfig
 from harness.reference.distributed import session as distributed_session
-from harness.reference.distributed.session import _NO_BUFFER_SYNC, DistributedSession
+from harness.reference.distributed.session import DistributedSession, data_parallel
 from harness.reference.distributed.sharded import (
     Hierarchy,
     ShardedEmbeddingCollection,
     ShardSpec,
     TableSharding,
+    rank_ledger,
     shardings_from_plan,
 )
 from harness.reference.engine.session import prefetch
 from harness.reference.models.hstu import HSTURanker
 from harness.reference.models.hstu_attention import batch_max_seq_len
-from harness.reference.planner.types import TIERS, Plan, Tier
+from harness.reference.planner.types import Plan, Tier
 from harness.reference.tiered import CacheStats
-from harness.reference.tiered.ledger import TierLedger
 
 _SEQUENCE_TABLES = 3  # item, artist, album: the ranker's tables 0-2; uid is table 3
 _STATS = 5  # per rank and batch: events, users, labelled candidates, longest history, most candidates
@@ -132,8 +130,7 @@ class ShardedHSTU(nn.Module):
         rows = [*sequence.table_rows, *contextual.table_rows]
         shardings = shardings_from_plan(plan, rows, ranker.config.embedding_dim, emb_comm.world_size)
         capacity = plan.rank_capacity
-        self.ledger = TierLedger(capacity.by_tier() if capacity is not None else dict.fromkeys(TIERS, 1 << 62),
-                                 rank=emb_comm.rank)
+        self.ledger = rank_ledger(capacity, emb_comm.rank)
 
         def collection(full: Any, tables: list[TableSharding], name: str, ids_per_sample: int,
                        is_sequence: bool) -> ShardedEmbeddingCollection:
@@ -156,11 +153,7 @@ class ShardedHSTU(nn.Module):
         del ranker.embeddings, ranker.contextual_embeddings  # described only (meta); the shards replace them
         self.ranker = ranker
         self.overlap = overlap
-        self.dense = DistributedDataParallel(
-            _DenseHSTU(ranker), device_ids=device_ids, process_group=dense_comm.group, **_NO_BUFFER_SYNC,
-            **({"bucket_cap_mb": bucket_cap_mb} if bucket_cap_mb else {}),
-        )
-        self.dense.register_comm_hook((dense_comm, codecs.allreduce, overlap), ddp_comm_hook)
+        self.dense = data_parallel(_DenseHSTU(ranker), dense_comm, codecs, overlap, device_ids, bucket_cap_mb)
 
     def collections(self) -> tuple[ShardedEmbeddingCollection, ShardedEmbeddingCollection]:
         return self.sequence, self.contextual
@@ -232,23 +225,7 @@ class DistributedHSTUSession(DistributedSession):
     """:class:`DistributedSession` for the HSTU ranker: the same steps, pipeline, reports and
     evaluation protocol, over :class:`ShardedHSTU`."""
 
-    def _build(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-        per_node = self.ranks_per_node()
-        self.comms = tuple(Comm(dist.new_group(backend=None), self.comm_stats, per_node) for _ in range(3))
-        self.hierarchy = self._hierarchy(per_node)
-        ranker = self._unsharded(embedding_device="meta")
-        device_ids = [self.device.index] if self.device.type == "cuda" else None
-        tier = self.config.embedding_tier or {}
-        tiers = {"policy": tier.get("policy", "lru"), "batch": self.global_batch_size,
-                 **({"path": f"{tier['path']}.rank{self.rank}"} if tier.get("path") else {})}
-        plan = self.config.sharding_plan
-        assert plan is not None  # checked in __init__
-        model = ShardedHSTU(ranker, plan, self.comms, self.codecs, device_ids, tiers, device=self.device,
-                            hierarchy=self.hierarchy, overlap=self.overlap,
-                            bucket_cap_mb=self.config.profile.get("ddp_bucket_cap_mb"))
-        self._tiered = None
-        self._ssd_shards = any(s.tier is Tier.SSD for s in plan.shards)
-        return model, self._dense_optimizer(model.dense_parameters())
+    sharded_model = ShardedHSTU
 
     def _embeddings(self) -> Any:
         return self.model

@@ -63,6 +63,16 @@ _NO_BUFFER_SYNC = (
 )
 
 
+def data_parallel(module: nn.Module, comm: Comm, codecs: CommConfig, overlap: bool, device_ids: list[int] | None,
+                  bucket_cap_mb: float | None) -> DistributedDataParallel:
+    """A sharded model's dense part under DDP, its gradients all-reduced through
+    :func:`~harness.reference.distributed.comm.ddp_comm_hook` on ``comm`` (codec and byte count)."""
+    dense = DistributedDataParallel(module, device_ids=device_ids, process_group=comm.group, **_NO_BUFFER_SYNC,
+                                    **({"bucket_cap_mb": bucket_cap_mb} if bucket_cap_mb else {}))
+    dense.register_comm_hook((comm, codecs.allreduce, overlap), ddp_comm_hook)
+    return dense
+
+
 class DenseTower(nn.Module):
     """The dense part of the DLRM: bottom MLP, interaction and top MLP (data-parallel).
 
@@ -105,11 +115,7 @@ class ShardedDLRM(nn.Module):
                                                       plan_config=plan.config, hierarchy=hierarchy,
                                                       overlap=overlap)
         self.overlap = overlap
-        self.dense = DistributedDataParallel(
-            DenseTower(model), device_ids=device_ids, process_group=dense_comm.group, **_NO_BUFFER_SYNC,
-            **({"bucket_cap_mb": bucket_cap_mb} if bucket_cap_mb else {}),
-        )
-        self.dense.register_comm_hook((dense_comm, codecs.allreduce, overlap), ddp_comm_hook)
+        self.dense = data_parallel(DenseTower(model), dense_comm, codecs, overlap, device_ids, bucket_cap_mb)
 
     def distribute(self, sparse: torch.Tensor, sizes: list[int] | None = None) -> InputDist:
         return self.sparse_arch.distribute(sparse, sizes)
@@ -195,6 +201,8 @@ class DistributedSession(TrainingSession):
     """The session of one rank of a sharded run (see the module docstring); every rank makes one,
     inside the run's process group, and they take every step and evaluation together."""
 
+    sharded_model: Any = ShardedDLRM  # the model a rank trains (the HSTU session's: ShardedHSTU)
+
     def __init__(self, config: RunConfig, *, dataset: Dataset | None = None):
         if config.sharding_plan is None:
             raise HarnessError("a distributed run needs a sharding plan in its run config", ErrorCategory.BAD_INPUT)
@@ -231,9 +239,9 @@ class DistributedSession(TrainingSession):
                  **({"path": f"{tier['path']}.rank{self.rank}"} if tier.get("path") else {})}
         plan = self.config.sharding_plan
         assert plan is not None  # checked in __init__
-        model = ShardedDLRM(full, plan, self.comms, self.codecs, device_ids, tiers, device=self.device,
-                            hierarchy=self.hierarchy, overlap=self.overlap,
-                            bucket_cap_mb=self.config.profile.get("ddp_bucket_cap_mb"))
+        model = self.sharded_model(full, plan, self.comms, self.codecs, device_ids, tiers, device=self.device,
+                                   hierarchy=self.hierarchy, overlap=self.overlap,
+                                   bucket_cap_mb=self.config.profile.get("ddp_bucket_cap_mb"))
         self._tiered = None  # the sharded collection keeps its shards' caches itself
         # from the plan, not from this rank's shards: every rank must agree (the report is a collective)
         self._ssd_shards = any(s.tier is Tier.SSD for s in plan.shards)

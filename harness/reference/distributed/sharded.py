@@ -202,6 +202,11 @@ def shardings_from_plan(
     return out
 
 
+def rank_ledger(capacity: Storage | None, rank: int) -> TierLedger:
+    """A rank's ledger of the bytes per tier it may hold (``capacity``: the plan's; None: unbounded)."""
+    return TierLedger(capacity.by_tier() if capacity is not None else dict.fromkeys(TIERS, 1 << 62), rank=rank)
+
+
 def _nbytes(*tensors: torch.Tensor) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
@@ -434,8 +439,7 @@ class ShardedEmbeddingCollection(nn.Module):
         self.table_ids: tuple[int, ...] = tuple(getattr(full, "table_ids", None) or range(len(self.table_rows)))
         device = torch.device(device) if device is not None else torch.device("cpu")
         config = plan_config or {}
-        self.ledger = ledger if ledger is not None else TierLedger(
-            capacity.by_tier() if capacity is not None else dict.fromkeys(TIERS, 1 << 62), rank=self.rank)
+        self.ledger = ledger if ledger is not None else rank_ledger(capacity, self.rank)
         self.tiers = dict(tiers or {})
         self._cache_fraction = {Tier.DDR: float(config.get("ddr_cache_fraction", 0.0)),
                                 Tier.SSD: float(config.get("ssd_cache_fraction", 0.0))}
