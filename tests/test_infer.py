@@ -577,6 +577,7 @@ def test_sigterm_stops_infer_and_its_loadgen_worker_and_keeps_the_model(quick, t
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = _stderr_until(proc, "LoadGen offline performance", 300)
     assert "LoadGen offline performance" in seen, seen[-3000:]
+    t_seen = time.time()
     deadline = time.time() + 120  # the worker, forked from the command's fork server (harness.reference.engine.forked)
     while not (workers := ranks_below(proc.pid)) and time.time() < deadline:
         time.sleep(0.2)
@@ -586,11 +587,11 @@ def test_sigterm_stops_infer_and_its_loadgen_worker_and_keeps_the_model(quick, t
     def state() -> str:
         try:
             return " ".join(line.replace("\t", "") for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-                            if line.startswith(("Sig", "Shd", "Threads")))
+                            if line.startswith(("State", "Sig", "Shd", "Threads")))
         except OSError as err:
             return repr(err)
 
-    before = state()
+    before = f"{state()} (workers {workers} {time.time() - t_seen:.1f} s after the line)"
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.3)
     after = state()
