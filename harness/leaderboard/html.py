@@ -19,18 +19,31 @@ from html import escape
 from typing import Any
 
 from harness.leaderboard.labels import runs_text
+from harness.leaderboard.svg import (
+    BASE_CSS,
+    DASH,
+    Frame as _Frame,
+    LegendItem as _LegendItem,
+    Scale as _Scale,
+    Ticks as _Ticks,
+    empty_chart as _empty_chart,
+    finite as _finite,
+    legend as _legend,
+    log_ticks as _log_ticks,
+    nice_ticks as _nice_ticks,
+    px as _n,
+    series_colour,
+    svg,
+    swatch_line as _swatch_line,
+    swatch_rect as _swatch_rect,
+    tip as _tip,
+    x_axis as _x_axis,
+    y_axis as _y_axis,
+)
 
 Entry = dict[str, Any]
 
-DASH = "\u2014"
 _DOT = " \u00b7 "
-# Distinct colours for the first series: Kelly's colours of maximum contrast (less white,
-# black and grey, which mark axes and unranked entries), ordered so neighbours differ most;
-# past them :func:`series_colour` walks the hue circle by the golden angle, so no two series of
-# a page ever share a colour however many systems it shows.
-PALETTE = ("#0067a5", "#f38400", "#008856", "#be0032", "#875692", "#882d17", "#e68fac",
-           "#8db600", "#604e97", "#f6a600", "#a1caf1", "#b3446c", "#c2b280", "#2b3d26",
-           "#e25822", "#654522", "#f99379", "#dcd300", "#f3c300")
 _BADGE_CLASS = {"pass": "ok", "fail": "bad"}
 _FADED = ' fill-opacity="0.3" stroke="{colour}" stroke-dasharray="3 2"'  # an unranked entry's bar
 
@@ -67,13 +80,6 @@ def render_html(board: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------------------------
 # Formatting
-
-def _finite(value: Any) -> float | None:
-    """``value`` as a float when it is a finite number, else None (null, NaN, inf)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
 
 def _minutes(value: float) -> str:
     if abs(value) >= 100:
@@ -319,172 +325,12 @@ _COLUMNS: tuple[_Column, ...] = (
 
 
 # ---------------------------------------------------------------------------------------
-# Chart geometry
-
-@dataclass(frozen=True)
-class _Scale:
-    """Maps data values in [lo, hi] to pixels in [px_lo, px_hi], linearly or logarithmically."""
-
-    lo: float
-    hi: float
-    px_lo: float
-    px_hi: float
-    log: bool = False
-
-    def __call__(self, value: float) -> float:
-        if self.log:
-            t = (math.log(value) - math.log(self.lo)) / (math.log(self.hi) - math.log(self.lo))
-        else:
-            t = (value - self.lo) / (self.hi - self.lo)
-        return self.px_lo + t * (self.px_hi - self.px_lo)
-
-
-@dataclass(frozen=True)
-class _Ticks:
-    values: list[float]
-    labels: list[str]
-
-
-def _nice_ticks(lo: float, hi: float, *, count: int = 5, integer: bool = False) -> _Ticks:
-    """Round tick values (steps of 1, 2, 2.5 or 5 x 10^k) covering [lo, hi]."""
-    if hi <= lo:
-        pad = abs(lo) * 0.1 or 1.0
-        lo, hi = lo - pad, hi + pad
-    raw = (hi - lo) / count
-    magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw * (1 - 1e-9))
-    step = max(step, 1.0) if integer else step
-    start = math.floor(lo / step + 1e-9) * step
-    n = max(1, math.ceil((hi - start) / step - 1e-9))
-    values = [start + i * step for i in range(n + 1)]
-    decimals = next(d for d in range(10) if abs(round(step, d) - step) < 1e-9 * step)
-    return _Ticks(values, [f"{v:.{decimals}f}" for v in values])
-
-
-def _log_ticks(lo: float, hi: float) -> _Ticks:
-    """Powers of two (or of ten over a wide range) covering [lo, hi]."""
-    base = 2 if hi / lo <= 2 ** 10 else 10
-    first = math.floor(math.log(lo, base) + 1e-9)
-    last = math.ceil(math.log(hi, base) - 1e-9)
-    if last == first:
-        last += 1
-    values = [float(base ** k) for k in range(first, last + 1)]
-    return _Ticks(values, [f"{v:g}" for v in values])
-
-
-@dataclass(frozen=True)
-class _Frame:
-    """The plot area inside an SVG: width, plot height and the margins around it."""
-
-    height: float
-    left: float = 58
-    width: float = 480
-    top: float = 16
-    right: float = 18
-    bottom: float = 46
-
-    @property
-    def x0(self) -> float:
-        return self.left
-
-    @property
-    def x1(self) -> float:
-        return self.width - self.right
-
-    @property
-    def y0(self) -> float:
-        return self.top
-
-    @property
-    def y1(self) -> float:
-        return self.top + self.height
-
-    @property
-    def below(self) -> float:
-        return self.y1 + self.bottom
-
-
-def _n(value: float) -> str:
-    return f"{value:.1f}"
-
-
-def _tip(text: str) -> str:
-    return f"<title>{escape(text)}</title>"
-
-
-def _x_axis(scale: _Scale, ticks: _Ticks, frame: _Frame, title: str) -> str:
-    parts = [f'<line class="axis" x1="{_n(frame.x0)}" y1="{_n(frame.y1)}" x2="{_n(frame.x1)}" y2="{_n(frame.y1)}"/>']
-    for value, label in zip(ticks.values, ticks.labels):
-        x = _n(scale(value))
-        parts.append(f'<line class="grid" x1="{x}" y1="{_n(frame.y0)}" x2="{x}" y2="{_n(frame.y1)}"/>')
-        parts.append(f'<text x="{x}" y="{_n(frame.y1 + 15)}" text-anchor="middle">{escape(label)}</text>')
-    middle = _n((frame.x0 + frame.x1) / 2)
-    parts.append(f'<text class="axis-title" x="{middle}" y="{_n(frame.y1 + 36)}" text-anchor="middle">'
-                 f"{escape(title)}</text>")
-    return "".join(parts)
-
-
-def _y_axis(scale: _Scale, ticks: _Ticks, frame: _Frame, title: str) -> str:
-    parts = [f'<line class="axis" x1="{_n(frame.x0)}" y1="{_n(frame.y0)}" x2="{_n(frame.x0)}" y2="{_n(frame.y1)}"/>']
-    for value, label in zip(ticks.values, ticks.labels):
-        y = _n(scale(value))
-        parts.append(f'<line class="grid" x1="{_n(frame.x0)}" y1="{y}" x2="{_n(frame.x1)}" y2="{y}"/>')
-        parts.append(f'<text x="{_n(frame.x0 - 6)}" y="{y}" dy="0.32em" text-anchor="end">{escape(label)}</text>')
-    middle = _n((frame.y0 + frame.y1) / 2)
-    parts.append(f'<text class="axis-title" transform="translate(14 {middle}) rotate(-90)" '
-                 f'text-anchor="middle">{escape(title)}</text>')
-    return "".join(parts)
-
-
-@dataclass(frozen=True)
-class _LegendItem:
-    label: str  # user text, escaped when drawn
-    mark: str  # trusted SVG for a swatch drawn in a 16 x 10 box at the origin
-
-
-def _legend(items: Sequence[_LegendItem], top: float, frame: _Frame) -> tuple[str, float]:
-    """Legend items laid out in rows under the plot; returns the SVG and the height used."""
-    parts, x, y, row_height = [], frame.x0, top, 16.0
-    for item in items:
-        label = item.label  # never clipped: labels are unique only whole
-        width = 22 + 6.2 * len(label) + 14
-        if x + width > frame.width - 4 and x > frame.x0:
-            x, y = frame.x0, y + row_height
-        parts.append(f'<g class="legend-item" transform="translate({_n(x)} {_n(y)})">{_tip(item.label)}'
-                     f'{item.mark}<text x="22" y="5" dy="0.32em">{escape(label)}</text></g>')
-        x += width
-    height = (y - top + row_height) if items else 0.0
-    return f'<g class="legend">{"".join(parts)}</g>', height
-
-
-def _swatch_rect(colour: str, extra: str = "") -> str:
-    return f'<rect x="0" y="0" width="16" height="10" rx="2" fill="{colour}"{extra}/>'
-
-
-def _swatch_line(colour: str, extra: str = "") -> str:
-    return f'<line x1="0" y1="5" x2="16" y2="5" stroke="{colour}" stroke-width="2.5"{extra}/>'
-
+# Chart geometry (the primitives are harness.leaderboard.svg's)
 
 def _svg(kind: str, benchmark: str, title: str, body: str, height: float, width: float = 480,
          extra_attrs: str = "") -> str:
-    return (f'<svg class="chart chart-{kind}" data-benchmark="{escape(benchmark)}"{extra_attrs} '
-            f'viewBox="0 0 {_n(width)} {_n(height)}" '
-            f'role="img" aria-label="{escape(title)}">{_tip(title)}{body}</svg>')
+    return svg(kind, title, body, height, width=width, attrs=f' data-benchmark="{escape(benchmark)}"{extra_attrs}')
 
-
-def _empty_chart(frame: _Frame, message: str) -> str:
-    return (f'<text class="no-data" x="{_n((frame.x0 + frame.x1) / 2)}" y="{_n((frame.y0 + frame.y1) / 2)}" '
-            f'text-anchor="middle">{escape(message)}</text>')
-
-
-def series_colour(i: int) -> str:
-    """The ``i``-th series colour: the palette, then hues by the golden angle at three lightnesses."""
-    if i < len(PALETTE):
-        return PALETTE[i]
-    k = i - len(PALETTE)
-    hue = (k * 137.508 + 20.0) % 360.0
-    lightness = (38, 52, 64)[k % 3]
-    return f"hsl({hue:.1f} 62% {lightness}%)"
 
 
 def _system_colours(benchmarks: Iterable[dict[str, Any]]) -> dict[str, str]:
@@ -727,27 +573,9 @@ def _scaling_point(entry: Entry, x: _Scale, y: _Scale, colour: str, dodge: float
 # ---------------------------------------------------------------------------------------
 # Inline assets (constant: no user value is ever formatted into these)
 
-_CSS = """
-:root { --fg: #1f2328; --muted: #656d76; --line: #d0d7de; --soft: #eaeef2; --panel: #f6f8fa;
-        --accent: #0969da; --ok: #1a7f37; --bad: #cf222e; --warn: #9a6700; }
-* { box-sizing: border-box; }
-body { margin: 0; color: var(--fg); background: #fff;
-       font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Noto Sans", "Helvetica Neue", Arial, sans-serif; }
-code { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaVu Sans Mono", monospace; }
-header.page { background: #24292f; color: #f6f8fa; }
-header.page .inner, main { max-width: 1480px; margin: 0 auto; padding-left: 28px; padding-right: 28px; }
-header.page .inner { padding-top: 20px; padding-bottom: 18px; }
-header.page h1 { margin: 0; font-size: 22px; font-weight: 600; letter-spacing: -0.01em; }
-header.page .lede { margin: 4px 0 12px; color: #c9d1d9; font-size: 13px; }
-header.page dl { display: flex; flex-wrap: wrap; gap: 4px 28px; margin: 0; font-size: 13px; }
-header.page dt { display: inline; color: #8b949e; margin-right: 6px; }
-header.page dd { display: inline; margin: 0; color: #f6f8fa; }
-header.page code { color: #f6f8fa; }
-main { padding-bottom: 48px; }
+_CSS = BASE_CSS + """
 nav.contents ul { list-style: none; display: flex; flex-wrap: wrap; gap: 6px 24px; padding: 0; margin: 18px 0 0; }
 nav.contents a { color: var(--accent); text-decoration: none; font-weight: 600; }
-.muted, .note { color: var(--muted); }
-.note { font-size: 13px; margin: 6px 0 10px; }
 section.benchmark { margin-top: 30px; }
 section.benchmark h2 { font-size: 19px; margin: 0; padding-bottom: 6px; border-bottom: 1px solid var(--line); }
 p.facts { margin: 8px 0 12px; color: var(--muted); font-size: 13px; }
@@ -773,36 +601,10 @@ table.leaderboard th[aria-sort="descending"] button::after { content: "\\25BC"; 
 table.leaderboard tbody tr:nth-child(even) { background: #fafbfc; }
 table.leaderboard tbody tr:hover { background: #f1f6fe; }
 table.leaderboard td strong { font-weight: 600; }
-.sub { display: block; color: var(--muted); font-size: 11.5px; white-space: normal; }
-.badge { display: inline-block; padding: 0 7px; border-radius: 10px; border: 1px solid; font-size: 11px;
-  font-weight: 600; line-height: 17px; white-space: nowrap; }
-.badge.ok { color: var(--ok); background: #dafbe1; border-color: #aceebb; }
-.badge.bad { color: var(--bad); background: #ffebe9; border-color: #ffcecb; }
-.badge.neutral { color: var(--muted); background: var(--panel); border-color: var(--line); }
-.badge.emulated { color: var(--warn); background: #fff8c5; border-color: #eac54f; }
-.badge.baseline { color: var(--accent); background: #ddf4ff; border-color: #b6e3ff; }
 .unranked-block { margin-top: 18px; padding: 2px 0 2px 10px; border-left: 4px solid #d4a72c; }
 .unranked-block h3 { margin: 4px 0 0; font-size: 15px; }
 table.unranked tbody tr:nth-child(even) { background: #fffcf0; }
 ul.reasons { margin: 0; padding-left: 16px; white-space: normal; min-width: 170px; max-width: 280px; color: #6e4b00; }
-.charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(380px, 1fr)); gap: 16px; margin-top: 20px;
-  align-items: start; }
-figure.chart-box { margin: 0; padding: 12px 14px; border: 1px solid var(--line); border-radius: 6px; }
-figure.chart-box h4 { margin: 0 0 6px; font-size: 13px; font-weight: 600; }
-figcaption { margin-top: 6px; font-size: 12px; color: var(--muted); }
-svg.chart { display: block; width: 100%; height: auto; overflow: visible; }
-svg.chart text { font-size: 11px; fill: #57606a; }
-svg.chart .axis-title { font-size: 11.5px; font-weight: 600; fill: #424a53; }
-svg.chart .row-label { fill: #24292f; }
-svg.chart .row-label.muted { fill: #8c959f; font-style: italic; }
-svg.chart .axis { stroke: #8c959f; }
-svg.chart .grid { stroke: var(--soft); }
-svg.chart .curve { fill: none; stroke-width: 1.6; stroke-linejoin: round; }
-svg.chart .target { stroke: #24292f; stroke-width: 1.3; stroke-dasharray: 6 4; }
-svg.chart .target-label { fill: #24292f; font-weight: 600; }
-svg.chart .interval { fill: none; stroke: #24292f; stroke-width: 1.3; }
-svg.chart .run-dot { fill: #fff; stroke: #24292f; stroke-width: 1.1; }
-svg.chart .no-data { font-size: 13px; fill: #8c959f; }
 """
 
 _SORT_JS = """
