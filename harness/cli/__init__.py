@@ -35,6 +35,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profiles": ("harness.cli.profiles:profiles",
                  "List the hardware profiles (``local``, the default, is this machine as detected)."),
     "rcp": ("harness.cli.rcp:rcp", "Reference Convergence Points, as MLPerf's rcp_checker does them."),
+    "report": ("harness.cli.report:report",
+               "One run set (or every one below a folder) seen from inside: one HTML page of where its time, bytes "
+               "and memory went."),
     "rules": ("harness.cli.rules:rules", "Versioned rule sets (compliance/rulesets/) and their export."),
     "run": ("harness.cli.run:run", "Train the reference DLRM N times to the target AUC; write MLPerf logs; print the score."),
     "summarize": ("harness.cli.summarize:summarize",

@@ -72,6 +72,8 @@ HARNESS_PROFILE = "harness_profile"
 HARNESS_RULESET = "harness_ruleset"
 HARNESS_SELF_CHECK = "harness_self_check"
 HARNESS_SHARDING_PLAN = "harness_sharding_plan"
+# per rank: the step time and its phases (percentiles, a down-sampled series), and the evaluations' time
+HARNESS_STEP_PHASES = "harness_step_phases"
 HARNESS_TEACHER_BEST_AUC = "harness_teacher_best_auc"
 
 #: MLPerf's names above that ``mlperf_logging.mllog.constants`` does not have.

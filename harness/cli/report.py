@@ -1,0 +1,28 @@
+"""``harness report``: a run set seen from inside, as one HTML page and a terminal summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--output", "-o", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Folder for index.html [default: PATH/report].")
+def report(path: Path, out_dir: Path | None) -> None:
+    """Where the time, bytes and memory of the runs under PATH went: the AUC curves, step time and
+    its phases per rank, bytes per collective beside the planner's projection, memory per tier,
+    cache hit rates and what the runs were. PATH is a run set (results/<submitter>/results/<system>/
+    <benchmark>/) or a folder above run sets; a log without the harness's records (a real MLPerf
+    log) shows what it has and names what it lacks. Exit 2 when PATH holds no result logs."""
+    from harness.report import write_report
+    from harness.report.collect import collect_report
+    from harness.report.text import summary_lines
+
+    collected = collect_report(path)
+    index = write_report(collected, out_dir if out_dir is not None else path / "report")
+    for line in summary_lines(collected):
+        click.echo(line)
+    click.echo(f"report: {index}")
