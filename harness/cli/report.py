@@ -12,11 +12,14 @@ import click
 @click.option("--output", "-o", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Folder for index.html [default: PATH/report].")
 def report(path: Path, out_dir: Path | None) -> None:
-    """Where the time, bytes and memory of the runs under PATH went: the AUC curves, step time and
-    its phases per rank, bytes per collective beside the planner's projection, memory per tier,
-    cache hit rates and what the runs were. PATH is a run set (results/<submitter>/results/<system>/
-    <benchmark>/) or a folder above run sets; a log without the harness's records (a real MLPerf
-    log) shows what it has and names what it lacks. Exit 2 when PATH holds no result logs."""
+    """One run set (or every one below a folder) seen from inside: one HTML page of where its time, bytes
+    and memory went.
+
+    The page shows the AUC curves, step time and its phases per rank, bytes per collective beside the
+    planner's projection, memory per tier, cache hit rates and what the runs were; the terminal gets a
+    summary. PATH is a run set (results/<submitter>/results/<system>/<benchmark>/) or a folder above run
+    sets; a log without the harness's records (a real MLPerf log) shows what it has and names what it
+    lacks. Exit 2 when PATH holds no result logs."""
     from harness.report import write_report
     from harness.report.collect import collect_report
     from harness.report.text import summary_lines

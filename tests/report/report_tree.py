@@ -1,0 +1,121 @@
+"""A results tree for the report's tests, made once per test session (shared by the xdist workers
+through a lock): real run sets written by ``harness run`` on the smallest settings, and a copy of a
+real MLPerf log.
+
+- ``sharded``: the tiny benchmark on an emulated 2 nodes x 2 GPUs profile (4 gloo ranks): comm
+  stats with both link classes beside the planner's projection, memory per rank, plan, codecs.
+  Its log gets a ``harness_step_phases`` line appended (:func:`step_phases_record`), standing in
+  until the runs write that record themselves (issue 29, part 1).
+- ``cached``: the tiny benchmark on this machine's profile (one rank), two runs, two tables on the SSD tier behind an LRU
+  cache: cache hit rates, SSD bytes; no step phases (the page must say so).
+- ``mlperf``: a copy of a real MLPerf v4.1 dlrm_dcnv2 log under a system folder and name full of
+  HTML metacharacters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "tests" / "fixtures" / "tiny_benchmark.yaml"
+TWO_NODES = REPO / "tests" / "fixtures" / "two_nodes_2gpu.yaml"
+SCRIPT_SYSTEM = '<script>alert("x")</script> & co'  # the system's name in its description
+SCRIPT_FOLDER = '<script>alert("y")<script> & co'  # its folder (a name cannot hold "/")
+MLPERF_LOG = Path("v4.1/Dell/results/XE9680x8H200-SXM-141GB/dlrm_dcnv2/result_0.txt")
+PHASES = ("data_wait", "embedding_forward", "embedding_backward", "dense_forward", "dense_backward", "collectives",
+          "optimizer", "other")
+STRAGGLER = 3  # the rank whose phases the stand-in record makes 1.6x longer
+
+
+@dataclass(frozen=True)
+class Tree:
+    root: Path  # the results tree (three run sets below it)
+    sharded: Path  # each: a run set folder
+    cached: Path
+    mlperf: Path
+
+
+def harness(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def step_phases_record(steps: int, ranks: int) -> dict:
+    """A ``harness_step_phases`` value of the schema issue 29 fixes: every rank's phases, the
+    straggler's 1.6x longer; the step is the sum of its phases."""
+    out = []
+    for rank in range(ranks):
+        slow = 1.6 if rank == STRAGGLER else 1.0
+        means = [0.0004 * (i + 1) * slow for i in range(len(PHASES))]
+        step = sum(means)
+        pct = lambda m: {"mean": m, "p50": m * 0.97, "p90": m * 1.2, "p99": m * 1.5}  # noqa: E731
+        series = list(range(0, steps, max(1, steps // 24)))
+        out.append({"rank": rank, "step_s": pct(step), "phase_s": {p: pct(m) for p, m in zip(PHASES, means)},
+                    "series": {"step": series, "step_s": [step * (1.3 if s < 5 else 1.0) for s in series]}})
+    return {"steps": steps, "warmup_steps": 5, "phases": list(PHASES), "ranks": out,
+            "eval_s": {"count": 3, "mean": 0.05, "total": 0.15}}
+
+
+def append_step_phases(log: Path, ranks: int) -> None:
+    """Stands in until `harness run` writes harness_step_phases (issue 29, part 1): one MLLOG line
+    of that record appended to a run's log, as the trainer would log it after run_stop."""
+    lines = log.read_text().splitlines()
+    stop = next(json.loads(ln.split(":::MLLOG ", 1)[1]) for ln in lines if '"key": "run_stop"' in ln)
+    record = {"namespace": "", "time_ms": stop["time_ms"], "event_type": "POINT_IN_TIME", "key": "harness_step_phases",
+              "value": step_phases_record(480, ranks), "metadata": {"file": "tests/report/report_tree.py", "lineno": 0}}
+    with log.open("a") as f:
+        f.write(f":::MLLOG {json.dumps(record)}\n")
+
+
+def make_tree(base: Path, shared_logs: Path) -> Tree:
+    """The three run sets below ``base/results`` (skipped when already there: made once)."""
+    results = base / "results"
+    package = results / "reference" / "results"
+    sharded = package / "two-nodes-2gpu-emulated" / "tiny_synthetic"
+    mlperf_pkg = results / "v4.1" / "Dell"
+    mlperf = mlperf_pkg / "results" / SCRIPT_FOLDER / "dlrm_dcnv2"
+    if (base / "done").is_file():
+        return Tree(results, sharded, _local(package), mlperf)
+    base.mkdir(parents=True, exist_ok=True)
+    proc = harness("run", "--benchmark", str(TINY), "--profile", str(TWO_NODES), "--emulate", "--runs", "1",
+                   "--seed", "3", "--threads", "1", "--results", str(results), cwd=base)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    (base / "sharded.stdout").write_text(proc.stdout)
+    append_step_phases(sharded / "result_0.txt", ranks=4)
+    proc = harness("run", "--benchmark", str(TINY), "--runs", "2", "--seed", "5", "--threads", "1",
+                   "--embedding-tier", "ssd", "--ssd-tables", "3,5", "--cache-fraction", "0.1",
+                   "--results", str(results), cwd=base)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    mlperf.mkdir(parents=True)
+    shutil.copyfile(shared_logs / MLPERF_LOG, mlperf / "result_0.txt")
+    (mlperf_pkg / "systems").mkdir()
+    (mlperf_pkg / "systems" / f"{SCRIPT_FOLDER}.json").write_text(json.dumps(
+        {"submitter": "Dell & <b>friends</b>", "system_name": SCRIPT_SYSTEM, "accelerator_model_name": "H200"}))
+    (base / "done").write_text("")
+    return Tree(results, sharded, _local(package), mlperf)
+
+
+def _local(package: Path) -> Path:
+    """The one-rank run set (its system is this machine's: ``local-cpu-<cores>c``)."""
+    [local] = [p for p in package.glob("*/tiny_synthetic") if p.parent.name != "two-nodes-2gpu-emulated"]
+    return local
+
+
+@pytest.fixture(scope="session")
+def tree(tmp_path_factory: pytest.TempPathFactory, shared_logs: Path, worker_id: str) -> Tree:
+    """The tree, made by the first xdist worker that asks and reused by the others."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        root = root.parent  # shared by this session's workers
+    with FileLock(str(root / "report-tree.lock")):
+        return make_tree(root / "report-tree", shared_logs)

@@ -1,0 +1,138 @@
+"""The report's index.html in a real headless Chromium at 1500 px: every chart drawn with its data
+(one breakdown bar per rank, the projection beside each measured byte count, the target line), nothing
+wider than the viewport, user text escaped, no script errors.
+
+Needs Debian's chromium and Playwright for Python, as the leaderboard's browser tests do (their absence is
+a failure with the install commands). The full-page screenshot is kept as ``test-artifacts/report.png``;
+``docs/report.png`` is a copy of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.report import write_report
+from harness.report.collect import collect_report
+from tests.leaderboard.test_browser import PageLog, browser  # noqa: F401 - the fixture
+from tests.report.report_tree import PHASES, SCRIPT_FOLDER, SCRIPT_SYSTEM, STRAGGLER, Tree
+
+ARTIFACT = Path(__file__).resolve().parents[2] / "test-artifacts" / "report.png"
+VIEWPORT = 1500
+
+
+@pytest.fixture(scope="module")
+def loaded(browser: Any, tree: Tree, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, PageLog]]:  # noqa: F811
+    index = write_report(collect_report(tree.root), tmp_path_factory.mktemp("report"))
+    page = browser.new_page(viewport={"width": VIEWPORT, "height": 900})
+    log = PageLog()
+    log.attach(page)
+    page.goto(index.as_uri())
+    page.wait_for_load_state("load")
+    ARTIFACT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACT), full_page=True)
+    yield page, log
+    page.close()
+
+
+def runset(page: Any, system: str) -> str:
+    index = page.eval_on_selector_all("section.runset", f"""ss => ss.findIndex(s => s.dataset.system === {system!r})""")
+    assert index >= 0, system
+    return f'[data-runset="{index}"]'
+
+
+@pytest.mark.slow
+def test_every_auc_chart_draws_each_run_and_the_target(loaded: tuple[Any, PageLog], tree: Tree) -> None:
+    page, _ = loaded
+    for system, runs, target in ((tree.sharded.parent.name, 1, "0.6"), (tree.cached.parent.name, 2, "0.6"),
+                                 (SCRIPT_FOLDER, 1, "0.80275")):
+        rs = runset(page, system)
+        for kind in ("auc-samples", "auc-time"):
+            chart = f"svg.chart-{kind}{rs}"
+            assert page.locator(f"{chart} path.curve").count() == runs, (system, kind)
+            assert page.locator(f"{chart} line.target-line").get_attribute("data-target") == target
+            box = page.locator(chart).bounding_box()
+            assert box and box["width"] > 300 and box["height"] > 150
+    mlperf = runset(page, SCRIPT_FOLDER)
+    assert page.locator(f'svg.chart-auc-time{mlperf} path.curve').get_attribute("data-points") == "15"
+
+
+@pytest.mark.slow
+def test_one_breakdown_bar_per_rank_with_every_phase_and_the_straggler(loaded: tuple[Any, PageLog],
+                                                                      tree: Tree) -> None:
+    page, _ = loaded
+    rs = runset(page, tree.sharded.parent.name)
+    bars = page.locator(f"svg.chart-phases{rs} g.phase-bar")
+    assert bars.count() == 4
+    for rank in range(4):
+        bar = f'svg.chart-phases{rs} g.phase-bar[data-rank="{rank}"]'
+        phases = page.eval_on_selector_all(f"{bar} rect.phase", "rs => rs.map(r => [r.dataset.phase, "
+                                           "r.getBoundingClientRect().width])")
+        assert [p for p, _ in phases] == list(PHASES) and all(w > 0 for _, w in phases)
+        assert page.locator(bar).get_attribute("data-straggler") == ("True" if rank == STRAGGLER else "False")
+    widths = page.eval_on_selector_all(f"svg.chart-phases{rs} g.phase-bar", "gs => gs.map(g => "
+                                       "Array.from(g.querySelectorAll('rect.phase')).reduce((s, r) => s + "
+                                       "r.getBoundingClientRect().width, 0))")
+    assert widths[STRAGGLER] > 1.5 * widths[0]  # the straggler is visible at a glance
+    assert page.locator(f"svg.chart-step-time{rs} path.step-series").count() == 4
+    assert page.locator(f"{rs} table.percentiles tbody tr").count() == 4
+
+
+@pytest.mark.slow
+def test_projection_beside_every_measured_byte_count(loaded: tuple[Any, PageLog], tree: Tree) -> None:
+    page, _ = loaded
+    rs = runset(page, tree.sharded.parent.name)
+    pairs = page.eval_on_selector_all(f"svg.chart-comm{rs} g.row", """gs => gs.map(g => ({
+        kind: g.dataset.kind, link: g.dataset.link,
+        measured: g.querySelector('rect.measured') && Number(g.querySelector('rect.measured').dataset.bytes),
+        projected: g.querySelector('rect.projected') && Number(g.querySelector('rect.projected').dataset.bytes),
+        widths: Array.from(g.querySelectorAll('rect.bar')).map(r => r.getBoundingClientRect().width)}))""")
+    assert {p["link"] for p in pairs} == {"intra_node", "inter_node"} and len(pairs) >= 6
+    for p in pairs:
+        assert p["measured"] is not None and p["projected"] is not None, p
+        assert all(w > 0 for w in p["widths"]), p
+
+
+@pytest.mark.slow
+def test_memory_cache_and_blocks_are_drawn(loaded: tuple[Any, PageLog], tree: Tree) -> None:
+    page, _ = loaded
+    rs = runset(page, tree.sharded.parent.name)
+    for measure in ("planned", "held", "peak"):
+        assert page.locator(f'svg.chart-memory[data-tier="hbm"]{rs} rect.{measure}').count() == 4
+    cached = runset(page, tree.cached.parent.name)
+    assert page.locator(f'svg.chart-cache{cached} rect[data-measure="hit_rate"]').count() == 1
+    mlperf = runset(page, SCRIPT_FOLDER)
+    assert page.locator(f'svg.chart-blocks{mlperf} rect[data-block="eval"]').count() == 15
+    assert page.locator(f'svg.chart-blocks{mlperf} rect[data-block="init"]').count() == 1
+
+
+@pytest.mark.slow
+def test_what_a_log_lacks_is_said(loaded: tuple[Any, PageLog], tree: Tree) -> None:
+    page, _ = loaded
+    cached = runset(page, tree.cached.parent.name)
+    assert page.locator(f"svg.chart-step-time{cached}").count() == 0
+    assert "lack per-step timing" in page.locator(f"section.runset{cached}").inner_text()
+    lacks = page.locator(f"section.runset{runset(page, SCRIPT_FOLDER)} ul.missing li").all_inner_texts()
+    assert len(lacks) == 5 and any("harness_comm_stats" in t for t in lacks)
+
+
+@pytest.mark.slow
+def test_nothing_is_wider_than_1500_px(loaded: tuple[Any, PageLog]) -> None:
+    page, _ = loaded
+    assert page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT
+    wide = page.eval_on_selector_all("body *", f"""els => els.filter(e => e.getBoundingClientRect().right > {VIEWPORT})
+        .map(e => e.tagName + '.' + e.className)""")
+    assert wide == []
+
+
+@pytest.mark.slow
+def test_user_text_is_escaped_and_no_script_ran(loaded: tuple[Any, PageLog]) -> None:
+    page, log = loaded
+    assert page.locator("script").count() == 0
+    headings = page.locator("section.runset h2").all_inner_texts()
+    assert any(h.startswith(SCRIPT_FOLDER) for h in headings)
+    assert SCRIPT_SYSTEM in page.locator("dl.setup").last.inner_text()
+    assert log.console_errors == [] and log.page_errors == [] and log.dialogs == []

@@ -1,0 +1,65 @@
+"""`harness report` end to end: the page and the summary over the shared tree; its errors; the line
+`harness run` ends with."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.report.report_tree import SCRIPT_FOLDER, SCRIPT_SYSTEM, Tree
+
+
+def report(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", "report", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+@pytest.mark.slow
+def test_the_report_of_a_tree_is_one_page_and_a_summary(tree: Tree, tmp_path: Path) -> None:
+    proc = report(str(tree.root), "-o", str(tmp_path / "site"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.splitlines()[0] == f"3 run set(s) under {tree.root}"
+    assert "step, rank 3: P50 22.349 ms" in out  # the straggler of the stand-in record
+    assert re.search(r"collectives: [\d.]+ [KM]?B per step on the busiest rank \(planner's projection", out)
+    assert re.search(r"cache over SSD: hit rate \d+\.\d%", out)
+    assert "lacks: per-step timing and its breakdown by phase (the log has no harness_step_phases record)" in out
+    assert out.splitlines()[-1] == f"report: {tmp_path / 'site' / 'index.html'}"
+    page = (tmp_path / "site" / "index.html").read_text()
+    assert page.count('<section class="runset"') == 3
+    assert "<script" not in page and SCRIPT_SYSTEM not in page and SCRIPT_FOLDER not in page
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; co" in page
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)  # nothing fetched
+
+
+@pytest.mark.slow
+def test_the_default_output_is_beside_the_logs(tree: Tree, tmp_path: Path) -> None:
+    proc = report(str(tree.sharded), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tree.sharded / "report" / "index.html").is_file()
+    assert proc.stdout.splitlines()[-1] == f"report: {tree.sharded / 'report' / 'index.html'}"
+
+
+@pytest.mark.slow
+def test_harness_run_ends_by_naming_the_report_command(tree: Tree) -> None:
+    stdout = (tree.root.parent / "sharded.stdout").read_text().splitlines()
+    assert stdout[-2] == (f"report:      harness report {tree.sharded}   (then open "
+                          f"{tree.sharded / 'report' / 'index.html'})")
+    assert stdout[-1].startswith("leaderboard: harness leaderboard")
+
+
+@pytest.mark.parametrize("make", ["empty", "missing", "file"])
+def test_a_path_with_no_logs_is_exit_2_in_one_line_naming_it(tmp_path: Path, make: str) -> None:
+    path = tmp_path / "here"
+    if make == "empty":
+        (path / "results").mkdir(parents=True)
+    elif make == "file":
+        path.write_text("not a folder")
+    proc = report(str(path), cwd=tmp_path)
+    assert proc.returncode == 2
+    err = proc.stderr.strip()
+    assert err.startswith("harness: error: ") and str(path) in err and "\n" not in err and "Traceback" not in err
