@@ -14,11 +14,12 @@ as two collections sharing this rank's :class:`~harness.reference.tiered.TierLed
 Before a batch's ids travel, every rank learns every rank's event and user counts, labelled
 candidates and longest history and candidate list (one small all-to-all on the input group: the
 lengths of the jagged batch, as TorchRec's ``KeyedJaggedTensor`` all-to-all sends lengths
-before values); then the ids go as a DLRM's do (lengths, then ids, per shard's row range), and a
-row shard of a sequence table sends back the vectors of the ids it holds only (the collection's
-``sequence`` mode: nothing is summed, so no other shard's zeros need to travel), as TorchRec's
-``EmbeddingCollection`` does; the two-stage path of a multi-node table-row-wise split still sends
-every event's partial inside the node.
+before values); then the ids go as a DLRM's do (lengths per user and shard's row range, then the
+ids), and a row shard of a sequence table sends back the vectors of the ids it holds only (the
+collection's ``sequence`` mode: nothing is summed, so no other shard's zeros need to travel), as
+TorchRec's ``EmbeddingCollection`` does; over several nodes, a table-row-wise or
+table-column-wise table's vectors go through the rank of their sample's local index on the
+shard's node, as encoded by the shard (two stages, each vector once on each link).
 
 So that a run at any world size trains what one process trains on the same global batch:
 
@@ -83,8 +84,9 @@ class HSTUInput:
         ctx = model.ranker.config.num_contextual
         self.max_seq_len = (batch_max_seq_len(torch.zeros(0), torch.zeros(0), ctx) if sum(self.users) == 0
                             else int(every[:, 3].max()) + int(every[:, 4].max()) + ctx)
-        self.sequence = model.sequence.distribute(HSTURanker.sequence_ids(batch), self.events)
-        self.contextual = model.contextual.distribute(HSTURanker.contextual_ids(batch), self.users)
+        self.sequence = model.sequence.distribute(HSTURanker.sequence_ids(batch), self.events,
+                                                  segments=batch.lengths, samples=self.users)
+        self.contextual = model.contextual.distribute(HSTURanker.contextual_ids(batch), self.users, count=False)
 
     def start_ids(self) -> None:
         self.sequence.start_ids()

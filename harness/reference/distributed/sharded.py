@@ -31,7 +31,10 @@ samples of the ranks of local index ``j`` on every node, and sums the row shards
 the column shards' side by side), then across nodes (an all-to-all on the group of the ranks
 of local index ``j``, one per node): only the node's finished vectors cross the slow links,
 once per sample. The backward pass runs the same stages in reverse. Other types go through the
-flat all-to-all. On one node there is no second stage, and every type is flat.
+flat all-to-all. On one node there is no second stage, and every type is flat. A sequence
+collection (one vector per event: nothing to sum) passes each vector on as its shard encoded it,
+from the shard that holds its id only; its shards first tell the node's ranks how many ids each
+holds of their samples (:meth:`ShardedEmbeddingCollection._start_two_stage_sequence`).
 
 **Overlap** (``overlap=True``): the forward all-to-alls are started before the dense part's
 bottom MLP and waited for after it (:meth:`ShardedEmbeddingCollection.start`); the backward
@@ -266,13 +269,21 @@ class InputDist:
     the current step computes (:class:`harness.reference.distributed.trainer.DistributedTrainer`).
     """
 
-    def __init__(self, coll: ShardedEmbeddingCollection, sparse: torch.Tensor, sizes: Sequence[int]):
+    def __init__(self, coll: ShardedEmbeddingCollection, sparse: torch.Tensor, sizes: Sequence[int],
+                 segments: torch.Tensor | None = None, samples: Sequence[int] | None = None, *, count: bool = True):
         self.coll, self.sparse, self.sizes = coll, sparse, list(sizes)
+        # a sequence collection's rows are events, its samples (users) runs of them: the lengths
+        # travel per sample and row range (a KeyedJaggedTensor's), the ids per event
+        self.samples = list(samples) if coll.sequence and segments is not None and samples is not None else self.sizes
+        user_of = (torch.repeat_interleave(torch.arange(segments.numel(), device=sparse.device), segments)
+                   if coll.sequence and segments is not None else None)
         cache: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         lengths, ids = [], []
         for keys in coll.keys_of:
             parts = [cache.setdefault(k, coll.bucket(sparse, k)) for k in keys]
-            lengths.append(torch.cat([p[0] for p in parts]) if parts else sparse.new_empty(0))
+            per_sample = [p[0] if user_of is None else
+                          p[0].new_zeros(segments.numel()).index_add_(0, user_of, p[0]) for p in parts]  # type: ignore[union-attr]
+            lengths.append(torch.cat(per_sample) if parts else sparse.new_empty(0))
             ids.append(torch.cat([p[1] for p in parts]) if parts else sparse.new_empty(0))
         # a sequence collection's vectors travel for the ids a shard holds only: which of this
         # rank's rows (events) have their id in each row range
@@ -280,8 +291,8 @@ class InputDist:
             {k: torch.nonzero(v[0]).reshape(-1) for k, v in cache.items()} if coll.sequence else {})
         self._send_ids: list[torch.Tensor] | None = ids
         k = len(coll.keys_of[coll.rank])
-        coll.input_comm.stats.input_batches += 1
-        self._lengths = coll.input_comm.all_to_all_start(lengths, [k * n for n in self.sizes], INPUT)
+        coll.input_comm.stats.input_batches += int(count)  # a batch whose ids travel in several collections: once
+        self._lengths = coll.input_comm.all_to_all_start(lengths, [k * n for n in self.samples], INPUT)
         self._ids: PendingAllToAll | None = None
         self._received: list[torch.Tensor] = []
         self._keyed: list[KeyedIds] | None = None
@@ -290,7 +301,7 @@ class InputDist:
         if self._ids is not None:
             return
         k = len(self.coll.keys_of[self.coll.rank])
-        self._received = [chunk.view(k, n) for chunk, n in zip(self._lengths.wait(), self.sizes)]
+        self._received = [chunk.view(k, n) for chunk, n in zip(self._lengths.wait(), self.samples)]
         assert self._send_ids is not None
         self._ids = self.coll.input_comm.all_to_all_start(
             self._send_ids, [int(r.sum()) for r in self._received], INPUT
@@ -298,7 +309,8 @@ class InputDist:
         self._send_ids = None
 
     def wait(self) -> list[KeyedIds]:
-        """Per row range of this rank (``coll.keys_of[rank]``), the ids of the global batch."""
+        """Per row range of this rank (``coll.keys_of[rank]``), the ids of the global batch (their
+        lengths per sample: a sequence collection's per user, with ``segments``)."""
         if self._keyed is not None:
             return self._keyed
         self.start_ids()
@@ -331,7 +343,7 @@ class _ShardedLookup(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         p = ctx.pending
-        p.coll._backward(p.keyed, p.sparse, p.sizes, grad, p.present)
+        p.coll._backward(p.keyed, p.ids, grad, p.stage)
         return None, None
 
 
@@ -339,11 +351,10 @@ class PendingPooled:
     """A lookup whose output all-to-alls are on their way; :meth:`wait` gives the pooled
     embeddings (through the autograd function when training, so that backward reaches the shards)."""
 
-    def __init__(self, coll: ShardedEmbeddingCollection, keyed: list[KeyedIds], sparse: torch.Tensor,
-                 sizes: list[int], finish: Callable[[], torch.Tensor], train: bool,
-                 present: dict[tuple[int, int, int], torch.Tensor] | None = None):
-        self.coll, self.keyed, self.sparse, self.sizes = coll, keyed, sparse, sizes
-        self.present = present or {}
+    def __init__(self, coll: ShardedEmbeddingCollection, keyed: list[KeyedIds], ids: InputDist,
+                 finish: Callable[[], torch.Tensor], train: bool, stage: dict[str, Any]):
+        self.coll, self.keyed, self.ids = coll, keyed, ids
+        self.stage = stage  # what the forward's two-stage sequence path learnt, for the backward's
         self._finish, self._train, self._out = finish, train, None
 
     def finish(self) -> torch.Tensor:
@@ -637,9 +648,16 @@ class ShardedEmbeddingCollection(nn.Module):
         inside = (ids >= row_offset) & (ids < row_offset + rows)
         return inside.sum(1), ids[inside] - row_offset
 
-    def distribute(self, sparse: torch.Tensor, sizes: Sequence[int] | None = None) -> InputDist:
-        """Start sending a batch's ids (``sizes``: every rank's batch size; default all equal)."""
-        return InputDist(self, sparse, sizes if sizes is not None else [sparse.shape[0]] * self.world_size)
+    def distribute(self, sparse: torch.Tensor, sizes: Sequence[int] | None = None, *,
+                   segments: torch.Tensor | None = None, samples: Sequence[int] | None = None,
+                   count: bool = True) -> InputDist:
+        """Start sending a batch's ids (``sizes``: every rank's batch size, in rows of ``sparse``;
+        default all equal). A sequence collection's rows are events: ``segments``, this rank's
+        events per sample (user), and ``samples``, every rank's samples, make its lengths travel
+        per sample (default: every event a sample of its own). ``count``: the batch counts in the
+        input statistics (``input_batches``); False for the other collections of a model's batch."""
+        return InputDist(self, sparse, sizes if sizes is not None else [sparse.shape[0]] * self.world_size,
+                         segments, samples, count=count)
 
     def queue_next(self, ids: InputDist) -> None:
         """The next training batch, its ids on their way: the cached shards read its missing rows
@@ -669,31 +687,40 @@ class ShardedEmbeddingCollection(nn.Module):
         to their samples' ranks; the result's ``wait()`` gives this rank's pooled embeddings."""
         keyed = ids.wait()
         train = self.training and self.optimizer is not None and torch.is_grad_enabled()
+        stage: dict[str, Any] = {}
         with torch.no_grad():
-            finish = self._start_pooled(keyed, ids.sparse, ids.sizes, ids.present)
-        return PendingPooled(self, keyed, ids.sparse, ids.sizes, finish, train, ids.present)
+            finish = self._start_pooled(keyed, ids, stage)
+        return PendingPooled(self, keyed, ids, finish, train, stage)
 
-    def _start_pooled(self, keyed: list[KeyedIds], sparse: torch.Tensor, sizes: list[int],
-                      present: dict[tuple[int, int, int], torch.Tensor]) -> Callable[[], torch.Tensor]:
-        me = self.rank
-        bounds = [0, *itertools.accumulate(sizes)]
+    def _start_pooled(self, keyed: list[KeyedIds], ids: InputDist, stage: dict[str, Any]) -> Callable[[], torch.Tensor]:
+        me, sparse, sizes, present = self.rank, ids.sparse, ids.sizes, ids.present
+        # where each rank's samples start: in rows of the partials (pooled), or, in a sequence
+        # collection, in the lengths (per sample) that cut each shard's ids (_bounds)
+        bounds = [0, *itertools.accumulate(ids.samples if self.sequence else sizes)]
         partials = []
         for i in range(len(self.shards)):
             k = keyed[self._key_index[i]]
-            weight, ids = self._lookup_rows(i, k.values)
-            if k.one_per_sample or (self.sequence and i not in self._hier_set):  # a vector per id it holds
-                partials.append(weight.index_select(0, ids))
+            weight, rows = self._lookup_rows(i, k.values)
+            if k.one_per_sample or self.sequence:  # a vector per id it holds
+                partials.append(weight.index_select(0, rows))
             else:
-                partials.append(torch.nn.functional.embedding_bag(ids, weight, k.offsets, mode="sum"))
+                partials.append(torch.nn.functional.embedding_bag(rows, weight, k.offsets, mode="sum"))
         flat_keyed = [keyed[self._key_index[i]] for i in self._flat_index]
         flat = self.comm.all_to_all_start(
             self.encode_pooled([partials[i] for i in self._flat_index], bounds, flat_keyed),
             self.pooled_sizes(sizes[me], present), FORWARD)
-        cross = self._start_two_stage([partials[i] for i in self._hier_index], sizes) if self._two_stage else None
+        cross = None
+        if self._two_stage and self.sequence:
+            cuts = {i: self._bounds(keyed[self._key_index[i]], bounds) for i in self._hier_index}
+            cross = self._start_two_stage_sequence({i: partials[i] for i in self._hier_index}, cuts, present, stage)
+        elif self._two_stage:
+            cross = self._start_two_stage([partials[i] for i in self._hier_index], sizes)
 
         def finish() -> torch.Tensor:
             out = self.decode_pooled(flat.wait(), sizes[me], present)
-            if cross is not None:
+            if cross is not None and self.sequence:
+                self._place_two_stage_sequence(out, cross.wait(), present)
+            elif cross is not None:
                 self._place_two_stage(out, cross.wait(), sizes[me])
             for g, rep in enumerate(self.replicas):
                 columns, values = self._replica_columns(g)
@@ -741,6 +768,78 @@ class ShardedEmbeddingCollection(nn.Module):
                 lo = self._out_start[t]
                 out[:, lo : lo + self.dims[t]] = decode(chunk[at : at + n], codec, batch, self.dims[t])
                 at += n
+
+    def _node_ranks(self, node: int) -> range:
+        assert self.hier is not None
+        return range(node * self.hier.ranks_per_node, (node + 1) * self.hier.ranks_per_node)
+
+    def _start_two_stage_sequence(self, partials: dict[int, torch.Tensor], cuts: dict[int, list[int]],
+                                  present: dict[tuple[int, int, int], torch.Tensor],
+                                  stage: dict[str, Any]) -> PendingAllToAll:
+        """The two-stage tables of a sequence collection: nothing is summed, so a vector travels
+        from the shard that holds its id only, through the rank of its sample's local index on
+        the shard's node (stage one, inside the node) to its sample's rank (stage two, across
+        nodes, as it came: encoded once, by its shard). First, inside the node, how many ids each
+        shard holds of the samples of each local index and node (``stage["counts"]``: they size
+        both stages, forward and backward)."""
+        assert self.hier is not None
+        codec, per_node, nodes = self.forward_codec, self.hier.ranks_per_node, self.hier.nodes
+        node_ranks = self._node_ranks(self.node)
+
+        def block(i: int, j: int, m: int) -> tuple[int, int]:  # shard i's ids of the samples of rank (m, j)
+            q = m * per_node + j
+            return cuts[i][q], cuts[i][q + 1]
+
+        send = [torch.tensor([hi - lo for i in self._hier_index for m in range(nodes) for lo, hi in [block(i, j, m)]],
+                             dtype=torch.int64, device=self._dummy.device) for j in range(per_node)]
+        got = self.hier.intra.all_to_all(send, [len(self.hier_of[p]) * nodes for p in node_ranks], INPUT)
+        counts = [c.view(len(self.hier_of[p]), nodes).tolist() for p, c in zip(node_ranks, got)]
+        stage["counts"], stage["cuts"] = counts, cuts
+        chunks = [torch.cat([encode(partials[i][lo:hi].float(), codec) for i in self._hier_index for m in range(nodes)
+                             for lo, hi in [block(i, j, m)]]) if self._hier_index else self._empty_bytes()
+                  for j in range(per_node)]
+        got = self.hier.intra.all_to_all(chunks, [
+            sum(wire_bytes(codec, counts[a][b][m], s.cols) for b, s in enumerate(self.hier_of[p]) for m in range(nodes))
+            for a, p in enumerate(node_ranks)], FORWARD)
+        # stage two: to the rank of my local index on node m, its samples' blocks, shard after shard
+        send = self._regroup(got, counts, codec, by_node=True)
+        recv = [sum(wire_bytes(codec, int(present[s.key].numel()), s.cols)
+                    for p in self._node_ranks(m) for s in self.hier_of[p]) for m in range(nodes)]
+        return self.hier.cross.all_to_all_start(send, recv, FORWARD)
+
+    def _regroup(self, got: Sequence[torch.Tensor], counts: list[list[list[int]]], codec: Codec, *,
+                 by_node: bool) -> list[torch.Tensor]:
+        """Stage one's encoded blocks, as a sequence collection's two stages pass them on: from
+        the node's ranks (``got[a]``: each of its shards' blocks, node by node) to each node
+        (``by_node``: the forward's stage two), or from the nodes (``got[m]``: each rank's shards'
+        blocks, rank after rank) to each rank of the node (the backward's stage one)."""
+        assert self.hier is not None
+        nodes, per_node = self.hier.nodes, self.hier.ranks_per_node
+        node_ranks = self._node_ranks(self.node)
+        out: list[list[torch.Tensor]] = [[] for _ in range(nodes if by_node else per_node)]
+        at = [0] * len(got)
+        order = [(a, b, m) for a, p in enumerate(node_ranks) for b in range(len(self.hier_of[p])) for m in range(nodes)]
+        if not by_node:  # the backward's chunks come node by node, each rank's shards in order
+            order.sort(key=lambda abm: abm[2])
+        for a, b, m in order:
+            src = m if not by_node else a
+            n = wire_bytes(codec, counts[a][b][m], self.hier_of[node_ranks[a]][b].cols)
+            out[m if by_node else a].append(got[src][at[src] : at[src] + n])
+            at[src] += n
+        return [torch.cat(parts) if parts else self._empty_bytes() for parts in out]
+
+    def _place_two_stage_sequence(self, out: torch.Tensor, got: Sequence[torch.Tensor],
+                                  present: dict[tuple[int, int, int], torch.Tensor]) -> None:
+        codec = self.forward_codec
+        for m, chunk in enumerate(got):
+            at = 0
+            for p in self._node_ranks(m):
+                for s in self.hier_of[p]:
+                    rows = present[s.key]
+                    n = wire_bytes(codec, rows.numel(), s.cols)
+                    lo = self._out_start[s.table] + s.col_offset
+                    out[:, lo : lo + s.cols].index_copy_(0, rows, decode(chunk[at : at + n], codec, rows.numel(), s.cols))
+                    at += n
 
     def _empty_bytes(self) -> torch.Tensor:
         return torch.empty(0, dtype=torch.uint8, device=self._dummy.device)
@@ -822,17 +921,15 @@ class ShardedEmbeddingCollection(nn.Module):
 
     # ------------------------------------------------------------------ backward
     @torch.no_grad()
-    def _backward(self, keyed: list[KeyedIds], sparse: torch.Tensor, sizes: list[int], grad: torch.Tensor,
-                  present: dict[tuple[int, int, int], torch.Tensor] | None = None) -> None:
+    def _backward(self, keyed: list[KeyedIds], ids: InputDist, grad: torch.Tensor, stage: dict[str, Any]) -> None:
         """Send the pooled gradients to the shards and update them: now, or with ``overlap`` when
         :meth:`finish_backward` is called (the all-to-alls travel meanwhile)."""
         codec, w = self.backward_codec, self.world_size
+        sparse, sizes, present = ids.sparse, ids.sizes, ids.present
         # one row per sample, the gradient of the global batch's mean (see the module's docstring),
         # in fp32 (a bf16 model's gradients are bf16 values: exactly so, and they cross in bf16
         # losslessly)
         grad = grad.reshape(grad.shape[0], -1).float()
-
-        present = present or {}
 
         def block(s: ShardSpec) -> torch.Tensor:
             lo = self._out_start[s.table] + s.col_offset
@@ -841,14 +938,17 @@ class ShardedEmbeddingCollection(nn.Module):
             return grad[:, lo : lo + s.cols].contiguous()
 
         # rows of each rank's samples each flat shard of mine gets gradients for
-        bounds = [0, *itertools.accumulate(sizes)]
+        bounds = [0, *itertools.accumulate(ids.samples if self.sequence else sizes)]
         cuts = {i: self._bounds(keyed[self._key_index[i]], bounds) for i in self._flat_index}
         rows = {i: [c[q + 1] - c[q] for q in range(w)] for i, c in cuts.items()}
         chunks = [torch.cat([encode(block(s), codec) for s in self.flat_of[p]]) if self.flat_of[p]
                   else self._empty_bytes() for p in range(w)]
         recv = [sum(wire_bytes(codec, rows[i][q], self.shards[i].cols) for i in self._flat_index) for q in range(w)]
         flat = self.comm.all_to_all_start(chunks, recv, BACKWARD)
-        cross = self._start_two_stage_backward(grad, sizes) if self._two_stage else None
+        cross = None
+        if self._two_stage:
+            cross = (self._start_two_stage_sequence_backward(grad, present, stage) if self.sequence
+                     else self._start_two_stage_backward(grad, sizes))
 
         def finish() -> None:
             got = flat.wait()
@@ -862,10 +962,10 @@ class ShardedEmbeddingCollection(nn.Module):
                     at[q] += size
                 pooled[i] = torch.cat(blocks)
             if cross is not None:
-                pooled.update(self._finish_two_stage_backward(cross.wait(), sizes))
+                pooled.update(self._finish_two_stage_sequence_backward(cross.wait(), stage) if self.sequence
+                              else self._finish_two_stage_backward(cross.wait(), sizes))
             for i in range(len(self.shards)):
-                self._update_shard(i, keyed[self._key_index[i]], pooled[i],
-                                   per_id=self.sequence and i not in self._hier_set)
+                self._update_shard(i, keyed[self._key_index[i]], pooled[i], per_id=self.sequence)
             for g, rep in enumerate(self.replicas):
                 columns, values = self._replica_columns(g)
                 rep_grad = grad.index_select(1, values).view(grad.shape[0], -1, rep.dim)
@@ -916,6 +1016,46 @@ class ShardedEmbeddingCollection(nn.Module):
         recv = [sum(wire_bytes(codec, sizes[m * per_node + self.local], self.dims[t]) for t in tables)
                 for m in range(nodes)]
         return self.hier.cross.all_to_all_start(send, recv, BACKWARD)
+
+    def _start_two_stage_sequence_backward(self, grad: torch.Tensor, present: dict[tuple[int, int, int], torch.Tensor],
+                                           stage: dict[str, Any]) -> PendingAllToAll:
+        """A sequence collection's stage two in reverse: to the rank of my local index on node
+        ``m``, the gradients of my vectors that its node's shards sent, shard after shard."""
+        assert self.hier is not None
+        codec, nodes = self.backward_codec, self.hier.nodes
+
+        def block(s: ShardSpec) -> torch.Tensor:
+            lo = self._out_start[s.table] + s.col_offset
+            return grad[:, lo : lo + s.cols].index_select(0, present[s.key])
+
+        send = [torch.cat([encode(block(s), codec) for p in self._node_ranks(m) for s in self.hier_of[p]])
+                if any(self.hier_of[p] for p in self._node_ranks(m)) else self._empty_bytes() for m in range(nodes)]
+        counts, node_ranks = stage["counts"], self._node_ranks(self.node)
+        recv = [sum(wire_bytes(codec, counts[a][b][m], s.cols) for a, p in enumerate(node_ranks)
+                    for b, s in enumerate(self.hier_of[p])) for m in range(nodes)]
+        return self.hier.cross.all_to_all_start(send, recv, BACKWARD)
+
+    def _finish_two_stage_sequence_backward(self, got: Sequence[torch.Tensor], stage: dict[str, Any]) -> dict[int, torch.Tensor]:
+        """Stage one in reverse: each block on to the shard that sent its vectors, which gets the
+        gradients of its ids in the order of its ids (rank by rank of the samples)."""
+        assert self.hier is not None
+        codec, per_node, nodes = self.backward_codec, self.hier.ranks_per_node, self.hier.nodes
+        cuts = stage["cuts"]
+        send = self._regroup(got, stage["counts"], codec, by_node=False)
+        recv = [sum(wire_bytes(codec, cuts[i][m * per_node + j + 1] - cuts[i][m * per_node + j], self.shards[i].cols)
+                    for m in range(nodes) for i in self._hier_index) for j in range(per_node)]
+        got = self.hier.intra.all_to_all(send, recv, BACKWARD)
+        out = {i: torch.empty(cuts[i][-1], self.shards[i].cols, device=self._dummy.device) for i in self._hier_index}
+        for j, chunk in enumerate(got):
+            at = 0
+            for m in range(nodes):
+                q = m * per_node + j
+                for i in self._hier_index:
+                    c, (lo, hi) = self.shards[i].cols, (cuts[i][q], cuts[i][q + 1])
+                    n = wire_bytes(codec, hi - lo, c)
+                    out[i][lo:hi] = decode(chunk[at : at + n], codec, hi - lo, c)
+                    at += n
+        return out
 
     def _finish_two_stage_backward(self, got: Sequence[torch.Tensor], sizes: Sequence[int]) -> dict[int, torch.Tensor]:
         """Stage one in reverse (inside the node): every two-stage shard of this rank gets its

@@ -16,7 +16,9 @@ forward and backward all-to-alls carry the values alone); their backward returns
 vector. Both stages of table-row-wise and table-column-wise tables over several nodes follow the
 same rule: stage one gathers, inside the node, each shard's vectors for the samples of one local
 index of every node; stage two sends every sample's whole output (a pooled vector, or its
-sequence of ``pooling`` vectors) to its node.
+sequence of ``pooling`` vectors, each as the shard that holds its id encoded it) to its node. A
+sequence table's stage one is preceded by its shards' counts of the ids they hold of each local
+index's samples, per node (one int64 each, with the input all-to-all's bytes).
 
 What is exact and what is expected: every pooled-embedding all-to-all (flat, and both stages
 of table-row-wise and table-column-wise tables over several nodes), every sequence table's
@@ -38,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.planner.codecs import ROW_OVERHEAD, CommConfig, wire_bytes  # noqa: F401  (re-exported)
+from harness.reference.planner.codecs import ROW_OVERHEAD, Codec, CommConfig, wire_bytes  # noqa: F401  (re-exported)
 from harness.reference.planner.types import Plan, Shard, ShardingType
 
 INPUT, FORWARD, BACKWARD, DENSE, REPLICA = (
@@ -92,6 +94,7 @@ def project_traffic(plan: Plan, *, ranks_per_node: int, codecs: CommConfig,
     by_name = {table.name: table for table in tables}
     node_tables: list[list[int]] = [[] for _ in range(nodes)]
     replica_values = 0
+    shards_of = plan.table_shards()
     exact_ids = exact_vectors = True
     for t, (table, sharding, shards) in enumerate(zip(tables, plan.sharding_types, plan.table_shards())):
         if sharding is ShardingType.DATA_PARALLEL:
@@ -115,9 +118,12 @@ def project_traffic(plan: Plan, *, ranks_per_node: int, codecs: CommConfig,
         table = by_name[s.table]
         return samples * table.pooling * int(s.rows) / int(table.rows) if table.sequence else samples
 
-    def whole(t: int) -> float:
-        """Vectors of one sample's whole output of table ``t``."""
-        return tables[t].pooling if tables[t].sequence else 1
+    def stage_two(codec: Codec, t: int) -> float:
+        """Bytes of the outputs of two-stage table ``t`` for one rank's ``b`` samples: a pooled
+        vector each (summed in stage one), or a sequence table's vectors, shard by shard."""
+        if not tables[t].sequence:
+            return wire_bytes(codec, b, int(tables[t].dim))
+        return sum(wire_bytes(codec, vectors(s, b), int(s.cols)) for s in shards_of[t])
 
     for src in range(w):
         for dst in range(w):
@@ -131,13 +137,14 @@ def project_traffic(plan: Plan, *, ranks_per_node: int, codecs: CommConfig,
             if not two_stage_on or not any(node_tables):
                 continue
             if node(src) == node(dst):  # stage one: the samples of dst's local index, nodes times b
+                # (a sequence table's shards first say how many ids each holds of them, per node)
+                send(INPUT, src, dst, sum(nodes * ID_BYTES for s in hier[src] if by_name[s.table].sequence))
                 send(FORWARD, src, dst, sum(wire_bytes(fwd, vectors(s, nodes * b), int(s.cols)) for s in hier[src]))
                 send(BACKWARD, src, dst, sum(wire_bytes(bwd, vectors(s, nodes * b), int(s.cols)) for s in hier[dst]))
             elif src % per_node == dst % per_node:  # stage two: one local index, across nodes
-                send(FORWARD, src, dst, sum(wire_bytes(fwd, b * whole(t), int(tables[t].dim))
-                                            for t in node_tables[node(src)]))
-                send(BACKWARD, src, dst, sum(wire_bytes(bwd, b * whole(t), int(tables[t].dim))
-                                             for t in node_tables[node(dst)]))
+                # (a pooled table's finished vectors; a sequence table's, each as its shard encoded it)
+                send(FORWARD, src, dst, sum(stage_two(fwd, t) for t in node_tables[node(src)]))
+                send(BACKWARD, src, dst, sum(stage_two(bwd, t) for t in node_tables[node(dst)]))
 
     # the all-reduces: reduce-scatter then all-gather of chunks; over the ranks, each chunk goes
     # to every other rank once in each stage
