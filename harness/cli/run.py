@@ -125,6 +125,14 @@ class TerminalReporter(Reporter):
 @click.option("--overlap/--no-overlap", default=True, show_default=True,
               help="In a sharded run, overlap the all-to-alls and the dense all-reduce with computation (the "
                    "arithmetic is the same either way).")
+@click.option("--step-phases/--no-step-phases", default=True, show_default=True,
+              help="Measure where each training step's time goes (data wait, embeddings and dense forward and "
+                   "backward, collectives waited for, optimizer), per rank, into the log's harness_step_phases "
+                   "(harness report draws it); --no-step-phases leaves the steps unmeasured.")
+@click.option("--trace", is_flag=True, default=False,
+              help="Profile 3 training steps after the warm-up on every rank (PyTorch profiler) and write them "
+                   "as one timeline, a process per rank (Chrome trace JSON: Perfetto, chrome://tracing), in the "
+                   "run's staging folder, named by the log's harness_trace and by harness report.")
 @click.option("--precision", type=click.Choice([p.value for p in Precision]), default=None,
               help="The dense layers' compute type, the tables' storage type and the pooled embeddings' type on "
                    "the wire (fp16 scales the loss) [default: the submitter config's choice for the profile, else "
@@ -144,7 +152,8 @@ class TerminalReporter(Reporter):
 def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_dir: Path, seeds: tuple[int, ...],
         resume: bool, division: str, status: str, threads: int | None, emulate: bool, comm_forward: str,
         comm_backward: str, comm_allreduce: str, embedding_tier: str, cache_fraction: float,
-        cache_policy: str, ssd_tables: str | None, data: Path | None, overlap: bool, precision: str | None,
+        cache_policy: str, ssd_tables: str | None, data: Path | None, overlap: bool, step_phases: bool,
+        trace: bool, precision: str | None,
         nnodes: int, node_rank: int,
         rdzv_endpoint: str | None, rdzv_id: str, local_addr: str | None) -> None:
     """Train the reference DLRM N times to the target AUC; write MLPerf logs; print the score."""
@@ -161,7 +170,7 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
         comm=CommConfig(forward=Codec(comm_forward), backward=Codec(comm_backward), allreduce=Codec(comm_allreduce)),
         embedding_tier=EmbeddingTierChoice(embedding_tier), cache_fraction=cache_fraction,
         cache_policy=CachePolicy(cache_policy), ssd_tables=_indices(ssd_tables), data=data, nodes=nodes,
-        overlap=overlap, precision=Precision(precision) if precision is not None else None,
+        overlap=overlap, step_phases=step_phases, trace=trace, precision=Precision(precision) if precision is not None else None,
     ), progress=lambda message: click.echo(f"  {message}"))
     click.echo(
         f"{plan.spec.name} on {plan.system}: {plan.runs} run(s) to AUC {plan.spec.target_auc} "

@@ -75,6 +75,7 @@ HARNESS_SHARDING_PLAN = "harness_sharding_plan"
 # per rank: the step time and its phases (percentiles, a down-sampled series), and the evaluations' time
 HARNESS_STEP_PHASES = "harness_step_phases"
 HARNESS_TEACHER_BEST_AUC = "harness_teacher_best_auc"
+HARNESS_TRACE = "harness_trace"
 
 #: MLPerf's names above that ``mlperf_logging.mllog.constants`` does not have.
 NOT_IN_MLPERF_CONSTANTS = frozenset({"DATA_PARALLELISM", "EVAL_ERROR", "TRACKED_STATS", "TRAIN_STEP_TIME", "THROUGHPUT",

@@ -427,7 +427,19 @@ def _setup(v: Mapping[str, Any]) -> dict[str, str]:
     put("dataset", keys.HARNESS_DATASET, _words)
     put("rules", keys.HARNESS_RULESET)
     put("fingerprint", keys.HARNESS_FINGERPRINT, _short_hash)
+    put("profiler trace", keys.HARNESS_TRACE, _trace_words)
     return setup
+
+
+def _trace_words(value: Any) -> str:
+    """``harness run --trace``'s merged timeline: where it is and what it holds."""
+    if not isinstance(value, Mapping) or not isinstance(value.get("file"), str):
+        return _words(value)
+    ranks, steps = value.get("ranks") or [], value.get("steps") or []
+    held = f"ranks {', '.join(map(str, ranks))}" if ranks else "no rank"
+    if len(steps) == 2:
+        held += f", steps {steps[0]}-{steps[1]}"
+    return f"{value['file']} ({held}; Chrome trace JSON: open it in Perfetto or chrome://tracing)"
 
 
 def _plan_words(plan: Any) -> str:

@@ -43,6 +43,7 @@ def _run_set_lines(rs: RunSetReport) -> list[str]:
     run = rs.first_with("cache")
     if run is not None and run.cache is not None and run.cache.hit_rate is not None:
         lines.append(f"  cache over {run.cache.tier.upper()}: hit rate {run.cache.hit_rate:.1%}")
+    lines += [f"  profiler trace: {r.setup['profiler trace']}" for r in rs.runs if "profiler trace" in r.setup]
     lacks = dict.fromkeys(item for r in rs.runs for item in r.missing)
     lines += [f"  lacks: {item}" for item in lacks]
     return lines

@@ -108,6 +108,8 @@ class RunSetRequest:
     ssd_tables: tuple[int, ...] | None = None  # set to the SSD tier (indices); with SSD, None: all
     data: Path | None = None  # the dataset's files (--data); None: the benchmark's generator
     overlap: bool = True  # overlap a sharded run's communication with its computation (the same arithmetic)
+    step_phases: bool = True  # each run measures where its steps' time goes (harness_step_phases)
+    trace: bool = False  # each run writes a profiler trace of a few steps, every rank's, in its staging folder
     # --precision; None: the submitter config's choice for the profile, else the fastest precision
     # the hardware computes natively
     precision: Precision | None = None
@@ -526,6 +528,8 @@ def set_settings(plan: RunSetPlan) -> dict[str, Any]:
                            "ssd_tables": list(r.ssd_tables) if r.ssd_tables is not None else None},
         "threads": r.threads,
         "overlap": r.overlap,
+        "step phases": r.step_phases,
+        "trace": r.trace,
         "emulate": r.emulate,
         "precision": plan.precision.value,
     }
@@ -619,6 +623,8 @@ def _worker_config(plan: RunSetPlan, index: int, seed: Seed, log_path: Path, bes
         ),
         data=plan.data,
         overlap=plan.request.overlap,
+        step_phases=plan.request.step_phases,
+        trace_path=str((plan.staging_dir / f"result_{index}.trace.json").resolve()) if plan.request.trace else None,
         precision=plan.precision.value,
     )
 

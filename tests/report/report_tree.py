@@ -3,11 +3,10 @@ through a lock): real run sets written by ``harness run`` on the smallest settin
 real MLPerf log.
 
 - ``sharded``: the tiny benchmark on an emulated 2 nodes x 2 GPUs profile (4 gloo ranks): comm
-  stats with both link classes beside the planner's projection, memory per rank, plan, codecs.
-  Its log gets a ``harness_step_phases`` line appended (:func:`step_phases_record`), standing in
-  until the runs write that record themselves (issue 29, part 1).
+  stats with both link classes beside the planner's projection, memory per rank, plan, codecs,
+  every rank's step phases, and a profiler trace (``--trace``) of its 4 ranks.
 - ``cached``: the tiny benchmark on this machine's profile (one rank), two runs, two tables on the SSD tier behind an LRU
-  cache: cache hit rates, SSD bytes; no step phases (the page must say so).
+  cache: cache hit rates, SSD bytes; ``--no-step-phases``: no step phases (the page must say so).
 - ``mlperf``: a copy of a real MLPerf v4.1 dlrm_dcnv2 log under a system folder and name full of
   HTML metacharacters.
 """
@@ -30,9 +29,8 @@ TWO_NODES = REPO / "tests" / "fixtures" / "two_nodes_2gpu.yaml"
 SCRIPT_SYSTEM = '<script>alert("x")</script> & co'  # the system's name in its description
 SCRIPT_FOLDER = '<script>alert("y")<script> & co'  # its folder (a name cannot hold "/")
 MLPERF_LOG = Path("v4.1/Dell/results/XE9680x8H200-SXM-141GB/dlrm_dcnv2/result_0.txt")
-PHASES = ("data_wait", "embedding_forward", "embedding_backward", "dense_forward", "dense_backward", "collectives",
-          "optimizer", "other")
-STRAGGLER = 3  # the rank whose phases the stand-in record makes 1.6x longer
+PHASES = ("data_wait", "embedding_forward", "dense_forward", "dense_backward", "embedding_backward", "optimizer",
+          "collectives")  # harness.reference.engine.phases.PHASES, written out: the record's order is its schema
 
 
 @dataclass(frozen=True)
@@ -48,33 +46,6 @@ def harness(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=600, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-def step_phases_record(steps: int, ranks: int) -> dict:
-    """A ``harness_step_phases`` value of the schema issue 29 fixes: every rank's phases, the
-    straggler's 1.6x longer; the step is the sum of its phases."""
-    out = []
-    for rank in range(ranks):
-        slow = 1.6 if rank == STRAGGLER else 1.0
-        means = [0.0004 * (i + 1) * slow for i in range(len(PHASES))]
-        step = sum(means)
-        pct = lambda m: {"mean": m, "p50": m * 0.97, "p90": m * 1.2, "p99": m * 1.5}  # noqa: E731
-        series = list(range(0, steps, max(1, steps // 24)))
-        out.append({"rank": rank, "step_s": pct(step), "phase_s": {p: pct(m) for p, m in zip(PHASES, means)},
-                    "series": {"step": series, "step_s": [step * (1.3 if s < 5 else 1.0) for s in series]}})
-    return {"steps": steps, "warmup_steps": 5, "phases": list(PHASES), "ranks": out,
-            "eval_s": {"count": 3, "mean": 0.05, "total": 0.15}}
-
-
-def append_step_phases(log: Path, ranks: int) -> None:
-    """Stands in until `harness run` writes harness_step_phases (issue 29, part 1): one MLLOG line
-    of that record appended to a run's log, as the trainer would log it after run_stop."""
-    lines = log.read_text().splitlines()
-    stop = next(json.loads(ln.split(":::MLLOG ", 1)[1]) for ln in lines if '"key": "run_stop"' in ln)
-    record = {"namespace": "", "time_ms": stop["time_ms"], "event_type": "POINT_IN_TIME", "key": "harness_step_phases",
-              "value": step_phases_record(480, ranks), "metadata": {"file": "tests/report/report_tree.py", "lineno": 0}}
-    with log.open("a") as f:
-        f.write(f":::MLLOG {json.dumps(record)}\n")
-
-
 def make_tree(base: Path, shared_logs: Path) -> Tree:
     """The three run sets below ``base/results`` (skipped when already there: made once)."""
     results = base / "results"
@@ -86,11 +57,10 @@ def make_tree(base: Path, shared_logs: Path) -> Tree:
         return Tree(results, sharded, _local(package), mlperf)
     base.mkdir(parents=True, exist_ok=True)
     proc = harness("run", "--benchmark", str(TINY), "--profile", str(TWO_NODES), "--emulate", "--runs", "1",
-                   "--seed", "3", "--threads", "1", "--results", str(results), cwd=base)
+                   "--seed", "3", "--threads", "1", "--trace", "--results", str(results), cwd=base)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     (base / "sharded.stdout").write_text(proc.stdout)
-    append_step_phases(sharded / "result_0.txt", ranks=4)
-    proc = harness("run", "--benchmark", str(TINY), "--runs", "2", "--seed", "5", "--threads", "1",
+    proc = harness("run", "--benchmark", str(TINY), "--runs", "2", "--seed", "5", "--threads", "1", "--no-step-phases",
                    "--embedding-tier", "ssd", "--ssd-tables", "3,5", "--cache-fraction", "0.1",
                    "--results", str(results), cwd=base)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]

@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 
 from harness.reference.distributed.comm_codecs import Codec, decode, encode, is_scaled, wire_bytes
+from harness.reference.engine import phases
 
 # the kinds of collectives as logged, their link classes, and the all-reduce's row of values for
 # fp8/int8 (one scale each): the traffic model's names, so counts and projections speak alike.
@@ -102,7 +103,8 @@ class PendingAllToAll:
         if self._chunks is None:
             t0 = time.perf_counter()
             if self._work is not None:
-                self._work.wait()
+                with phases.CLOCK.phase(phases.COLLECTIVES):
+                    self._work.wait()
             self._stats.add(self._kind, 0, time.perf_counter() - t0, calls=0)
             self._chunks = list(self._out.split(self._sizes))
         return self._chunks

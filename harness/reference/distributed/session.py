@@ -45,6 +45,8 @@ from harness.reference.distributed.sharded import (
 )
 from harness.reference.models.dlrm import DLRM
 from harness.reference.planner.types import Plan, Tier
+from harness.reference.engine import phases
+from harness.reference.engine.trace import merge
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import (
     EVAL_CACHE_BYTES,
@@ -420,6 +422,18 @@ class DistributedSession(TrainingSession):
         first = report["ranks"][0]
         return measured_per_step(report["total"], first["steps"], sum(r["input_batches"] for r in report["ranks"])
                                  // self.world_size, self.world_size)
+
+    def step_phases_report(self) -> dict[str, Any] | None:
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, self.clock.summary(self.rank))
+        return phases.record(gathered, self.clock.evals)
+
+    def trace_report(self) -> dict[str, Any] | None:
+        if self.tracer is None:
+            return None
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, self._own_trace())
+        return merge(gathered)
 
     def comm_report(self) -> dict[str, Any]:
         """Every rank's training traffic per kind and link class, and their sum (a collective)."""

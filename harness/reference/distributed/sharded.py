@@ -96,6 +96,7 @@ from harness.reference.distributed.comm import (
     CommStats,
     PendingAllToAll,
 )
+from harness.reference.engine import phases
 from harness.reference.models.embeddings import (
     FusedEmbeddingCollection,
     coalesce,
@@ -343,7 +344,8 @@ class _ShardedLookup(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         p = ctx.pending
-        p.coll._backward(p.keyed, p.ids, grad, p.stage)
+        with phases.CLOCK.phase(phases.EMBEDDING_BACKWARD):
+            p.coll._backward(p.keyed, p.ids, grad, p.stage)
         return None, None
 
 
@@ -361,6 +363,10 @@ class PendingPooled:
         return self._finish()
 
     def wait(self) -> torch.Tensor:
+        with phases.CLOCK.phase(phases.EMBEDDING_FORWARD):
+            return self._wait()
+
+    def _wait(self) -> torch.Tensor:
         if self._out is None:
             if self._train:
                 out = _ShardedLookup.apply(self.coll._dummy, self)
@@ -685,11 +691,12 @@ class ShardedEmbeddingCollection(nn.Module):
     def start(self, ids: InputDist) -> PendingPooled:
         """Look up this rank's shards for the global batch and start sending the pooled vectors
         to their samples' ranks; the result's ``wait()`` gives this rank's pooled embeddings."""
-        keyed = ids.wait()
-        train = self.training and self.optimizer is not None and torch.is_grad_enabled()
-        stage: dict[str, Any] = {}
-        with torch.no_grad():
-            finish = self._start_pooled(keyed, ids, stage)
+        with phases.CLOCK.phase(phases.EMBEDDING_FORWARD):
+            keyed = ids.wait()
+            train = self.training and self.optimizer is not None and torch.is_grad_enabled()
+            stage: dict[str, Any] = {}
+            with torch.no_grad():
+                finish = self._start_pooled(keyed, ids, stage)
         return PendingPooled(self, keyed, ids, finish, train, stage)
 
     def _start_pooled(self, keyed: list[KeyedIds], ids: InputDist, stage: dict[str, Any]) -> Callable[[], torch.Tensor]:

@@ -47,6 +47,11 @@ class RunConfig:
     # overlap communication with computation (a sharded run): the dense all-reduce with the
     # backward pass, the pooled embeddings' all-to-alls with the bottom MLP and its backward
     overlap: bool = True
+    # each step's time per phase, measured by the run (harness.reference.engine.phases): harness_step_phases
+    step_phases: bool = True
+    # where rank 0 writes the merged profiler trace of a few steps after the warm-up
+    # (harness.reference.engine.trace); None: no trace
+    trace_path: str | None = None
     # a sharded run proves its collectives at init (harness.reference.distributed.self_check)
     self_check: bool = True
     # the run's precision (harness.rules.precision.Precision's value): the dense layers' compute

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,8 @@ from harness.hw_profiles.tiers import Tier
 from harness.reference.data.batches import Batch
 from harness.reference.data import open_dataset
 from harness.reference.data.datasets import Dataset, check_epoch
+from harness.reference.engine import phases
+from harness.reference.engine.trace import StepTracer, merge
 from harness.reference.models import numerics
 from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig, SparseOptimizerKind
 from harness.reference.models.from_spec import build_model, sparse_optimizer_kind
@@ -213,6 +216,10 @@ class TrainingSession:
         self._clip_norm = (float(self.hyperparameters["opt_gradient_clip_norm"])
                            if "opt_gradient_clip_norm" in self.hyperparameters else None)
         self._clipped = [p for group in self.dense_optimizer.param_groups for p in group["params"]]
+        # where each step's time goes (harness.reference.engine.phases); a GPU's phases end synchronised
+        self.clock = phases.CLOCK = phases.PhaseClock(
+            enabled=config.step_phases, sync=torch.cuda.synchronize if self.device.type == "cuda" else None)
+        self.tracer = StepTracer(self.device.type) if config.trace_path else None
 
     # ------------------------------------------------------------------ building
     def _placement(self) -> tuple[int, int]:
@@ -435,25 +442,29 @@ class TrainingSession:
         session's device): the schedule's rates, forward (under the precision's autocast),
         backward (which updates the embeddings), the dense optimizer's step. Returns the loss
         (fp32), detached."""
-        self._apply_learning_rate(self._step)
-        scaler = self.scaler
-        self._embeddings().set_step(self._step, None if scaler is None else 1.0 / scaler.get_scale())
-        self.dense_optimizer.zero_grad(set_to_none=True)
-        with self.autocast():
+        clock = self.clock
+        with clock.phase(phases.OPTIMIZER):
+            self._apply_learning_rate(self._step)
+            scaler = self.scaler
+            self._embeddings().set_step(self._step, None if scaler is None else 1.0 / scaler.get_scale())
+            self.dense_optimizer.zero_grad(set_to_none=True)
+        with clock.phase(phases.DENSE_FORWARD), self.autocast():  # the lookups inside are the embeddings'
             loss = self._loss(item)
-        objective = self._objective(loss)
-        if scaler is None:
-            objective.backward()
-            self._clip_gradients()
-            self.dense_optimizer.step()
-        else:
-            scaler.scale(objective).backward()
-            if self._clip_norm is not None:
-                scaler.unscale_(self.dense_optimizer)
-            self._clip_gradients()
-            scaler.step(self.dense_optimizer)
-            scaler.update()
-        self._after_backward()
+            objective = self._objective(loss)
+        with clock.phase(phases.DENSE_BACKWARD):  # the embeddings' backward and the collectives inside are theirs
+            (objective if scaler is None else scaler.scale(objective)).backward()
+        with clock.phase(phases.OPTIMIZER):
+            if scaler is None:
+                self._clip_gradients()
+                self.dense_optimizer.step()
+            else:
+                if self._clip_norm is not None:
+                    scaler.unscale_(self.dense_optimizer)
+                self._clip_gradients()
+                scaler.step(self.dense_optimizer)
+                scaler.update()
+        with clock.phase(phases.EMBEDDING_BACKWARD):
+            self._after_backward()
         self._step += 1
         return loss.detach()
 
@@ -524,15 +535,32 @@ class TrainingSession:
             return outcome
         feed = self.batches(until=last)
         clean = False
+        clock = self.clock
         try:
-            for item in feed:
-                loss = self.step(item)
+            items = iter(feed)
+            while True:
+                clock.begin_step()
+                with clock.phase(phases.DATA_WAIT):
+                    item = next(items, None)
+                if item is None:
+                    clock.cancel_step()
+                    break
+                if self.tracer is None:
+                    loss = self.step(item)
+                    clock.end_step(self._step)
+                else:
+                    with self.tracer.step(self._step + 1):
+                        loss = self.step(item)
+                    clock.end_step(self._step)
+                    self.tracer.after_step(self._step)  # the trace's export: not the step's time
                 if hooks.after_step(self, loss):
                     outcome.reason = f"stopped after step {self._step}"
                     break
                 if self._step in evals:
                     hooks.before_eval(self)
+                    t0 = time.perf_counter()
                     auc = self.evaluate()
+                    clock.add_eval(time.perf_counter() - t0)
                     outcome.eval_accuracies.append((self.epoch_num, auc))
                     stop = hooks.after_eval(self, auc)
                     if stop_at_target and auc >= self.spec.target_auc:
@@ -549,6 +577,8 @@ class TrainingSession:
             clean = True
         finally:
             outcome.steps = self._step
+            if self.tracer is not None:
+                self.tracer.finish(self._step)
             if clean:
                 feed.close()  # what is in flight finishes (every rank stops at the same step)
             else:
@@ -608,6 +638,20 @@ class TrainingSession:
                 "cache_rows": cache.free_capacity, "rows": tables.store.rows - memory_rows,
                 "memory_tables": list(tables.memory_tables), "memory_rows": memory_rows,
                 "read_ahead_batches": tables.read_ahead_batches, **placement}
+
+    def step_phases_report(self) -> dict[str, Any] | None:
+        """The run's ``harness_step_phases`` record (every rank's, a collective in a sharded run);
+        None when the steps were not measured (``--no-step-phases``) or too few were taken."""
+        return phases.record([self.clock.summary(self.rank)], self.clock.evals)
+
+    def trace_report(self) -> dict[str, Any] | None:
+        """The merged profiler trace of the run's traced steps (every rank's, gathered on every
+        rank in a sharded run: a collective); None without ``trace_path``."""
+        return merge([self._own_trace()])
+
+    def _own_trace(self) -> dict[str, Any] | None:
+        t = self.tracer
+        return None if t is None or t.events is None else {"events": t.events, "steps": t.steps}
 
     def memory_report(self) -> dict[str, Any]:
         """Per rank: the bytes the plan gave each tier, those held (and their peak) per tier, and

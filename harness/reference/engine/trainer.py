@@ -16,6 +16,7 @@ records are emitted from the ``_log_*`` hooks only, through
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from pathlib import Path
 import torch
 
 from harness.errors import interrupt_reason
+from harness.files import replace_atomic
 from harness.mllog import keys
 from harness.reference.distributed.comm_codecs import Codec, CommConfig, mlperf_precision
 from harness.reference.engine.mlperf_log import MLPerfLog
@@ -191,6 +193,15 @@ class Trainer:
             if report is not None:
                 self.log.event(keys.HARNESS_EMBEDDING_CACHE, report)
             self.log.event(keys.HARNESS_MEMORY, session.memory_report())
+            phases = session.step_phases_report()
+            if phases is not None:
+                self.log.event(keys.HARNESS_STEP_PHASES, phases)
+            trace = session.trace_report()
+            if trace is not None and session.rank == 0:
+                path = Path(self.config.trace_path)  # type: ignore[arg-type]
+                replace_atomic(path, lambda tmp: tmp.write_text(json.dumps(trace)), doing="writing the trace")
+                self.log.event(keys.HARNESS_TRACE, {"file": str(path), "ranks": trace["otherData"]["harness"]["ranks"],
+                                                    "steps": trace["otherData"]["harness"]["steps"]})
 
     def _cache_progress(self) -> dict[str, float]:
         rate = self.session.cache_hit_rate() if self.session is not None else None

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.reference.engine import phases
 from harness.reference.models.hugepages import empty_table
 from harness.reference.models.numerics import TableLayout, fused_layout, stochastic_round, workspace as _workspace
 from harness.rules.specs import EmbeddingOptimizer
@@ -397,7 +398,8 @@ class _FusedLookup(torch.autograd.Function):
         owner: FusedEmbeddingCollection = ctx.owner
         # summed and applied in fp32 whatever the tables' type; widened into a buffer kept from
         # step to step (a fresh one costs more in page faults than the conversion)
-        owner._update_from_pooled(ids, _workspace("pooled_grad", grad_pooled, torch.float32).copy_(grad_pooled))
+        with phases.CLOCK.phase(phases.EMBEDDING_BACKWARD):
+            owner._update_from_pooled(ids, _workspace("pooled_grad", grad_pooled, torch.float32).copy_(grad_pooled))
         return None, None, None
 
 
@@ -534,11 +536,12 @@ class FusedEmbeddingCollection(nn.Module):
             emb = FusedEmbeddingCollection([10, 20], dim=4, pooling=[1, 2])
             emb(torch.tensor([[3, 0, 19]])).shape  # torch.Size([1, 2, 4])
         """
-        ids = self.global_ids(sparse)
-        if self.training and self.optimizer is not None and torch.is_grad_enabled():
-            return _FusedLookup.apply(self.weight, ids, self)
-        with torch.no_grad():
-            return self._lookup(self.weight, ids)
+        with phases.CLOCK.phase(phases.EMBEDDING_FORWARD):
+            ids = self.global_ids(sparse)
+            if self.training and self.optimizer is not None and torch.is_grad_enabled():
+                return _FusedLookup.apply(self.weight, ids, self)
+            with torch.no_grad():
+                return self._lookup(self.weight, ids)
 
 
 class GroupedEmbeddingCollection(nn.Module):
@@ -587,8 +590,9 @@ class GroupedEmbeddingCollection(nn.Module):
 
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:
         """``B x L`` per-table ids -> ``B x sum(dims)`` pooled embeddings in feature order."""
-        outs = [group(sparse.index_select(1, self.columns(g))).flatten(1) for g, group in enumerate(self.groups)]
-        return torch.cat(outs, dim=1).index_select(1, self._order)
+        with phases.CLOCK.phase(phases.EMBEDDING_FORWARD):
+            outs = [group(sparse.index_select(1, self.columns(g))).flatten(1) for g, group in enumerate(self.groups)]
+            return torch.cat(outs, dim=1).index_select(1, self._order)
 
     def set_learning_rate(self, lr: float) -> None:
         for group in self.groups:
