@@ -30,7 +30,8 @@ SCRIPT_SYSTEM = '<script>alert("x")</script> & co'  # the system's name in its d
 SCRIPT_FOLDER = '<script>alert("y")<script> & co'  # its folder (a name cannot hold "/")
 MLPERF_LOG = Path("v4.1/Dell/results/XE9680x8H200-SXM-141GB/dlrm_dcnv2/result_0.txt")
 PHASES = ("data_wait", "embedding_forward", "dense_forward", "dense_backward", "embedding_backward", "optimizer",
-          "collectives")  # harness.reference.engine.phases.PHASES, written out: the record's order is its schema
+          "input_all_to_all", "forward_all_to_all", "backward_all_to_all", "dense_all_reduce",
+          "replica_all_reduce")  # harness.reference.engine.phases.PHASES, written out: the record's order is its schema
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,7 @@ class PendingAllToAll:
         if self._chunks is None:
             t0 = time.perf_counter()
             if self._work is not None:
-                with phases.CLOCK.phase(phases.COLLECTIVES):
+                with phases.CLOCK.phase(self._kind):
                     self._work.wait()
             self._stats.add(self._kind, 0, time.perf_counter() - t0, calls=0)
             self._chunks = list(self._out.split(self._sizes))

@@ -4,8 +4,9 @@ Each step is cut into phases by the code that does the work: the wait for the ne
 ids' input distribution included), the embedding lookups forward, the dense forward, the dense
 backward, the embedding backward (the fused updates: the single-process tables' in their
 backward pass, a sharded run's when its gradients have arrived), the optimizer (the dense
-optimizer's step, clipping, the schedule) and the collectives (the time a rank *waits* for an
-all-to-all or an all-reduce of its own thread: launched but not waited-for time is not theirs).
+optimizer's step, clipping, the schedule) and each kind of collective (the time a rank *waits*
+for an input, forward or backward all-to-all, a dense or replica all-reduce, on its own thread:
+launched but not waited-for time is not theirs).
 Phases nest: a collective waited for inside the embedding lookup counts as the collective's,
 not the lookup's (each moment of the step is charged to the innermost phase open on the
 training thread). The phases are measured independently of the step's own time (first moment
@@ -34,10 +35,13 @@ from typing import Any
 
 import numpy as np
 
-DATA_WAIT, EMBEDDING_FORWARD, DENSE_FORWARD, DENSE_BACKWARD, EMBEDDING_BACKWARD, OPTIMIZER, COLLECTIVES = (
-    "data_wait", "embedding_forward", "dense_forward", "dense_backward", "embedding_backward", "optimizer",
-    "collectives")
-PHASES = (DATA_WAIT, EMBEDDING_FORWARD, DENSE_FORWARD, DENSE_BACKWARD, EMBEDDING_BACKWARD, OPTIMIZER, COLLECTIVES)
+from harness.reference.planner.traffic import KINDS
+
+DATA_WAIT, EMBEDDING_FORWARD, DENSE_FORWARD, DENSE_BACKWARD, EMBEDDING_BACKWARD, OPTIMIZER = (
+    "data_wait", "embedding_forward", "dense_forward", "dense_backward", "embedding_backward", "optimizer")
+# each collective's waited-for time is a phase of its own, named by its kind (the comm's)
+COLLECTIVES = KINDS  # input_all_to_all, forward_all_to_all, backward_all_to_all, dense_all_reduce, replica_all_reduce
+PHASES = (DATA_WAIT, EMBEDDING_FORWARD, DENSE_FORWARD, DENSE_BACKWARD, EMBEDDING_BACKWARD, OPTIMIZER, *COLLECTIVES)
 WARMUP_STEPS = 5  # left out of the statistics: first calls allocate, warm caches, build kernels
 SERIES_POINTS = 200  # the step-time series over the run, down-sampled to at most this many points
 
