@@ -515,7 +515,9 @@ def run_name(index: int) -> str:
 def set_settings(plan: RunSetPlan) -> dict[str, Any]:
     """What every run of a set must share beyond the fingerprint (the benchmark, hyperparameters,
     profile, plan, codecs, tiers and data): the settings its logs and system description state or
-    its runs are made with. Kept in the manifest; a resume that changes one is refused."""
+    its runs are made with. Kept in the manifest; a resume that changes one is refused. What
+    only measures a run (``--no-step-phases``, ``--trace``) is not among them: a set may be
+    resumed with or without it."""
     r = plan.request
     return {
         "division": r.division,
@@ -528,8 +530,6 @@ def set_settings(plan: RunSetPlan) -> dict[str, Any]:
                            "ssd_tables": list(r.ssd_tables) if r.ssd_tables is not None else None},
         "threads": r.threads,
         "overlap": r.overlap,
-        "step phases": r.step_phases,
-        "trace": r.trace,
         "emulate": r.emulate,
         "precision": plan.precision.value,
     }
