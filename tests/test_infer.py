@@ -276,6 +276,28 @@ def test_each_query_reads_exactly_its_cache_misses_with_pread(tmp_path, direct, 
     tables.store.close()
 
 
+def test_a_batch_larger_than_the_cache_admits_its_hottest_rows_and_the_next_one_hits_them(tmp_path):
+    """A full cache is not bypassed (issue 30): of a batch with more distinct rows than it holds,
+    it keeps what is resident and admits the missing rows that serve the most ids, as many as it
+    has slots; the others are read once and not kept. The same batch again hits what was kept."""
+    full, tables = _tables(tmp_path, cache_rows=12)
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.stack([torch.randint(0, r, (64,), generator=gen) for r in (50, 40, 40, 30)], dim=1)
+    rows, counts = torch.unique(ids + full.column_offsets, return_counts=True)
+    assert rows.numel() > 12
+    out = tables(ids)
+    assert torch.equal(out, full(ids)) and tables.store.reads == rows.numel() == tables.misses
+    kept = rows[tables.cache.row_slot[rows] >= 0]
+    hottest = rows[torch.argsort(counts, descending=True, stable=True)[:12]]
+    assert torch.equal(kept.sort().values, hottest.sort().values)
+    reads = tables.store.reads
+    assert torch.equal(tables(ids), out)  # again: the kept rows hit, the others are read again
+    assert tables.store.reads - reads == rows.numel() - 12
+    hits = tables.table_hits.sum()
+    assert hits == int(counts[torch.isin(rows, hottest)].sum())  # every id of the kept rows, once
+    tables.store.close()
+
+
 def test_the_added_read_latency_is_calibrated_and_paid_per_read(tmp_path):
     """At queue depth 1 every read waits the latency; at 4, reads in flight together wait once:
     20 reads, 5 waves."""

@@ -177,7 +177,7 @@ def render(report: InferReport) -> str:
             same = "= misses" if st.reads == st.misses and st.reads_equal_misses_per_call else "!= misses"
             lines.append(f"  {r.variant.system} {r.scenario.value}: {st.reads:,} reads {same}, "
                          f"{format_bytes(st.bytes_read)} over {st.samples:,} users ({st.rows:,} rows) in {st.model_calls:,} model calls "
-                         f"({st.bypass_calls:,} bypassing the cache){lat}")
+                         f"({st.bypass_calls:,} larger than the cache, which kept their hottest rows){lat}")
     lines += ["", "runs (LoadGen test wall time, performance + accuracy):"]
     for r in report.results:
         lines.append(f"  {r.variant.system} {r.scenario.value}: {r.performance_s:.0f} s + {r.accuracy_s:.0f} s; "

@@ -277,7 +277,7 @@ class Storage:
     samples: int  # LoadGen's samples answered: users
     rows: int  # their rows (user-item pairs)
     model_calls: int
-    bypass_calls: int  # calls with more distinct rows than the cache holds
+    bypass_calls: int  # calls with more distinct rows than the cache holds (it keeps their hottest rows)
     reads_equal_misses_per_call: bool
     table_lookups: list[int]
     table_hits: list[int]

@@ -19,8 +19,9 @@ its reads (calibrated at start: the median of repeated waits of one latency is
 
 :class:`SdmEmbeddings` serves a model's tables from such a file through a
 :class:`~harness.reference.tiered.RowCache`: a batch whose distinct rows fit the cache
-is admitted (its missing rows read and cached, evicting others); a larger batch reads its
-missing rows without admitting them. Either way the rows read are exactly the batch's
+is admitted (its missing rows read and cached, evicting others); of a larger batch the cache
+admits what it holds (the rows resident already, then the hottest missing ones: the most ids of
+the batch, with LFU the most so far) and reads the others without admitting them. Either way the rows read are exactly the batch's
 distinct rows that were not resident, its *misses*, which it counts (with the lookups and
 hits of each table) independently of the store's count of reads. The training path's
 classes (:class:`~harness.reference.tiered.SsdRows`, :class:`~harness.reference.tiered.TieredEmbeddingCollection`)
@@ -267,12 +268,26 @@ class SdmEmbeddings(FusedEmbeddingCollection):
             if unique.numel() <= self.cache.free_capacity:
                 slots = self.cache.admit(unique, counts=counts)
                 return self._lookup(self.cache.weights, slots[inverse])
+            # more distinct rows than the cache holds: it admits what it can (the resident rows,
+            # then the batch's hottest missing ones), the others are read without being admitted
             self.bypass_batches += 1
+            admitted = self._admitted(unique, resident, counts)
             values = torch.empty(unique.numel(), self.dim)
-            slots = self.cache.row_slot.index_select(0, unique[resident]).long()
-            values[resident] = self.cache.weights.index_select(0, slots)
-            values[~resident] = self.store.read(unique[~resident])
+            values[admitted] = self.cache.weights.index_select(0, self.cache.admit(unique[admitted], counts=counts[admitted]))
+            values[~admitted] = self.store.read(unique[~admitted])
             return self._lookup(values, inverse)
+
+    def _admitted(self, unique: torch.Tensor, resident: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Which of a batch's distinct rows a full cache admits: every resident row (it stays),
+        then the missing rows that serve the most ids of the batch (LFU: the most ids so far, the
+        batch's included), as many as the cache has slots; ties in row order."""
+        heat = counts if self.cache.row_uses is None else counts + self.cache.row_uses.index_select(0, unique)
+        room = self.cache.free_capacity - int(resident.sum())
+        missing = torch.nonzero(~resident).reshape(-1)
+        hottest = missing[torch.argsort(heat[missing], descending=True, stable=True)[:room]]
+        admitted = resident.clone()
+        admitted[hottest] = True
+        return admitted
 
     def resident_bytes(self) -> int:
         """The cache's memory: its slots, its bookkeeping and its row -> slot map (int32 per row)."""
