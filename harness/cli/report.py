@@ -10,7 +10,8 @@ import click
 @click.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--output", "-o", "out_dir", type=click.Path(path_type=Path), default=None,
-              help="Folder for index.html [default: PATH/report].")
+              help="Folder for index.html [default: report, in the working folder: never inside the results tree, "
+                   "whose package check would flag a folder it does not expect].")
 def report(path: Path, out_dir: Path | None) -> None:
     """One run set (or every one below a folder) seen from inside: one HTML page of where its time, bytes
     and memory went.
@@ -25,7 +26,7 @@ def report(path: Path, out_dir: Path | None) -> None:
     from harness.report.text import summary_lines
 
     collected = collect_report(path)
-    index = write_report(collected, out_dir if out_dir is not None else path / "report")
+    index = write_report(collected, out_dir if out_dir is not None else Path("report"))
     for line in summary_lines(collected):
         click.echo(line)
     click.echo(f"report: {index}")

@@ -202,7 +202,7 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
     click.echo(f"result logs:        {outcome.results_dir}")
     compliance = _compliance(outcome.results_dir, short_by_request=short_by_request(plan))
     fails = run_set_fails(outcome, compliance)
-    hint = (f"report:      harness report {outcome.results_dir}   (then open {outcome.results_dir / 'report' / 'index.html'})\n"
+    hint = (f"report:      harness report {outcome.results_dir} -o report   (then open report/index.html)\n"
             f"leaderboard: harness leaderboard {results_dir} -o site   (then open site/index.html)")
     if outcome.score is None:
         click.echo(f"score: none ({outcome.score_error})")
