@@ -86,15 +86,37 @@ def interrupt_category(err: BaseException) -> ErrorCategory:
 def stop_on_signals(*signums: int) -> None:
     """Turn the first of these signals into :class:`Interrupted` (raised where the main thread
     is), and ignore the later ones, so that a second signal cannot cut short the record of the
-    first being written."""
+    first being written.
+
+    A signal that comes while torch is being imported waits for the import to end: torch's
+    import runs Python code from inside its C++ initialisation, and an exception raised there
+    aborts the process (``terminate called after throwing an instance of
+    'pybind11::error_already_set'``, exit -6) instead of stopping it in one line. The signal is
+    sent again once the import is done, and handled then."""
 
     def handler(signum, frame):  # noqa: ARG001
+        if _importing("torch"):
+            threading.Thread(target=_resend_after_import, args=("torch", signum), daemon=True,
+                             name="harness-signal-after-import").start()
+            return
         for s in signums:
             signal.signal(s, signal.SIG_IGN)
         raise Interrupted(signum)
 
     for s in signums:
         signal.signal(s, handler)
+
+
+def _importing(name: str) -> bool:
+    """Whether module ``name`` is being imported now (its code running, not yet done)."""
+    module = sys.modules.get(name)
+    return module is not None and bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
+def _resend_after_import(name: str, signum: int) -> None:
+    while _importing(name):
+        threading.Event().wait(0.01)
+    os.kill(os.getpid(), signum)
 
 
 def forked_rank() -> bool:

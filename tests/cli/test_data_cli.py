@@ -199,3 +199,31 @@ def test_event_streams_export_as_yambda_and_inspect(tmp_path: Path, capsys, monk
     (out / "multi_event.parquet").write_bytes(b"PAR1 not really")
     code, stdout, _ = run(capsys, "data", "inspect", str(out))
     assert code == 2 and "first malformed: " in stdout and "multi_event.parquet: not a readable parquet file" in stdout
+
+
+SIGNAL_DURING_IMPORT = """
+import os, signal, sys, threading, time
+from harness.errors import stop_on_signals
+stop_on_signals(signal.SIGINT, signal.SIGTERM)
+threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()  # torch's import takes seconds
+try:
+    import torch
+    print("imported", flush=True)
+    time.sleep(30)
+except KeyboardInterrupt as err:
+    print("interrupted", err.signum, "torch" in sys.modules, flush=True)
+    sys.exit(143)
+"""
+
+
+def test_a_signal_during_torchs_import_stops_the_command_once_the_import_is_done() -> None:
+    """What made the export's SIGTERM test fail once: a signal while a command imported torch
+    raised inside torch's C++ initialisation, which aborted the process (pybind11's
+    error_already_set, exit -6). The handler lets the import end, then stops the command as
+    usual (the test's own except clause standing in for the CLI's)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", SIGNAL_DURING_IMPORT], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 143, proc.stdout + proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == ["imported", "interrupted 15 True"], proc.stdout
