@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 
@@ -115,7 +116,7 @@ def _importing(name: str) -> bool:
 
 def _resend_after_import(name: str, signum: int) -> None:
     while _importing(name):
-        threading.Event().wait(0.01)
+        time.sleep(0.01)
     os.kill(os.getpid(), signum)
 
 

@@ -520,7 +520,6 @@ class ShardedEmbeddingCollection(nn.Module):
         self.hier_of = [[s for s in shards if s.table in hier] for shards in self.shards_of]
         self._flat_index = [i for i, s in enumerate(self.shards) if s.table not in hier]
         self._hier_index = [i for i, s in enumerate(self.shards) if s.table in hier]
-        self._hier_set = set(self._hier_index)
         self._two_stage = False
         if self.hier is None:
             return
@@ -746,7 +745,7 @@ class ShardedEmbeddingCollection(nn.Module):
         chunks = [torch.cat([encode(p.index_select(0, rows[j]).float(), codec) for p in partials]) if partials
                   else self._empty_bytes() for j in range(per_node)]
         n_me = rows[self.local].numel()
-        node_ranks = range(self.node * per_node, (self.node + 1) * per_node)
+        node_ranks = self._node_ranks(self.node)
         got = self.hier.intra.all_to_all(chunks, [sum(wire_bytes(codec, n_me, s.cols) for s in self.hier_of[p])
                                                   for p in node_ranks], FORWARD)
         tables = self.node_tables[self.node]
@@ -1078,7 +1077,7 @@ class ShardedEmbeddingCollection(nn.Module):
                 parts[t].append(decode(chunk[at : at + size], codec, n, self.dims[t]))
                 at += size
         node_grad = {t: torch.cat(parts[t]) for t in tables}  # the samples of my local index, node by node
-        node_ranks = range(self.node * per_node, (self.node + 1) * per_node)
+        node_ranks = self._node_ranks(self.node)
         send = [torch.cat([encode(node_grad[s.table][:, s.col_offset : s.col_offset + s.cols].contiguous(), codec)
                            for s in self.hier_of[p]]) if self.hier_of[p] else self._empty_bytes() for p in node_ranks]
         rows = self._local_rows(sizes)

@@ -13,6 +13,7 @@ in the statistics.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -46,7 +47,7 @@ class StepTracer:
             self._profiler.start()
             self._from = step
         if self._profiler is None:
-            return _NOTHING
+            return contextlib.nullcontext()
         return torch.profiler.record_function(f"harness step {step}")
 
     def after_step(self, step: int) -> None:
@@ -71,15 +72,6 @@ class StepTracer:
         self.steps = (self._from, step if step is not None else self.last)
 
 
-class _Nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-
-_NOTHING = _Nothing()
 
 
 def merge(per_rank: list[dict[str, Any] | None]) -> dict[str, Any] | None:
