@@ -146,8 +146,10 @@ def test_harness_run_reaches_the_target_and_its_log_passes_harness_check_and_the
         return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=tmp_path,
                               timeout=600)
 
-    # a seed whose run reaches the target at its third evaluation here (92,160 samples, 29 s of 2-core CPU)
-    out = run("-m", "harness", "run", "--benchmark", "dlrmv4_synthetic", "--runs", "1", "--seed", "1142293218",
+    # a seed whose run reaches the target at its first evaluation here (55,296 samples, 16 s of one
+    # thread; AUC 0.5782 against 0.578: other rounding may take it to the next evaluation, and every
+    # reference run reaches the target by 0.62 of the epoch)
+    out = run("-m", "harness", "run", "--benchmark", "dlrmv4_synthetic", "--runs", "1", "--seed", "932005563",
               "--precision", "fp32", "--results", str(tmp_path / "res"))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr
     assert "planted teacher's AUC" in out.stdout
