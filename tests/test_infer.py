@@ -256,9 +256,38 @@ def _tables(tmp_path: Path, *, cache_rows: int, latency_us: float = 0.0, direct:
     return full, SdmEmbeddings(rows, dim, pooling, store, cache_rows, CachePolicy.LRU)
 
 
+@pytest.fixture(params=["compiled", "python"])
+def reader(request, monkeypatch):
+    """Each SSD read path: the compiled io_uring reader, and the Python threads it falls back to."""
+    from harness.inference import rowio
+
+    if request.param == "python":
+        monkeypatch.setenv("HARNESS_ROWIO", "python")
+    rowio.compiled_reader.cache_clear()
+    yield request.param
+    rowio.compiled_reader.cache_clear()
+
+
+def test_the_compiled_reader_is_built_at_install_and_io_uring_reads_rows(tmp_path):
+    """The install built harness/inference/_rowio.c (setup.py) and this kernel takes io_uring: its
+    reads at depth 16 return exactly the rows asked for, in order, repeats included."""
+    from harness.inference import rowio
+
+    rowio.compiled_reader.cache_clear()
+    assert rowio.reader_name() == rowio.COMPILED
+    weight = torch.randn(3000, 16)
+    layout = write_rows(tmp_path / "rows.bin", weight)
+    store = PreadRows(tmp_path / "rows.bin", layout, queue_depth=16)
+    ids = torch.randint(0, 3000, (1000,), generator=torch.Generator().manual_seed(0))
+    assert store.reader == rowio.COMPILED and torch.equal(store.read(ids), weight[ids])
+    assert store.reads == 1000
+    store.close()
+
+
 @pytest.mark.parametrize("direct,queue_depth", [(True, 1), (False, 1), (True, 4), (False, 3)])
-def test_each_query_reads_exactly_its_cache_misses_with_pread(tmp_path, direct, queue_depth):
+def test_each_query_reads_exactly_its_cache_misses_with_pread(tmp_path, reader, direct, queue_depth):
     full, tables = _tables(tmp_path, cache_rows=12, direct=direct, queue_depth=queue_depth)
+    assert tables.store.reader.startswith("io_uring" if reader == "compiled" else "python threads")
     gen = torch.Generator().manual_seed(0)
     ids = torch.stack([torch.randint(0, r, (200,), generator=gen) for r in (50, 40, 40, 30)], dim=1)
     queries = [ids[i : i + 1] for i in range(150)] + [ids[150:200]]  # one-sample queries, then one too big to cache

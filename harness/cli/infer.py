@@ -144,8 +144,9 @@ def render(report: InferReport) -> str:
          f"a Server call per query; "
          f"{c.threads} torch thread(s)"),
         (f"ssd tier: {report.table_rows} rows, {format_bytes(report.ssd_file_bytes)} file, read {report.storage_mode} "
-         f"at queue depth {c.storage_queue_depth}; "
+         f"by {report.reader or 'pread'} at queue depth {c.storage_queue_depth}; "
          f"cache {report.cache_rows} rows ({c.cache_fraction:g}, {c.cache_policy.value})"),
+        *([report.device_probe.describe()] if report.device_probe is not None else []),
         (f"accuracy: {c.model_name}, AUC >= {100 * (0.999 if c.high_accuracy else 0.99):g}% of the reference AUC: "
          f"the in-memory model's on the same eval rows, computed directly (on the whole eval split: "
          f"{report.reference_auc:.6f})"),
@@ -172,6 +173,10 @@ def render(report: InferReport) -> str:
         for r in ssd:
             st = r.storage
             lat = f", {st.read_us:.1f} us in the reads per read (queue depth {c.storage_queue_depth})"
+            probe = report.device_probe
+            if probe is not None and probe.reads_per_s > 0 and st.reads:
+                lat += (f"; {st.reads_per_s:,.0f} reads/s while reading = {st.reads_per_s / probe.reads_per_s:.2f} "
+                        f"of the device probe's {probe.reads_per_s:,.0f}")
             if r.variant.latency_us:
                 lat += f" (added {st.added_latency_us:.1f} us: the busy-wait's median, measured at start)"
             same = "= misses" if st.reads == st.misses and st.reads_equal_misses_per_call else "!= misses"

@@ -42,7 +42,7 @@ import torch
 
 from harness.errors import EXIT_CODES, ErrorCategory, HarnessError, io_fault
 from harness.files import replace_atomic, write_atomic
-from harness.inference import mlperf
+from harness.inference import mlperf, rowio
 from harness.inference.storage import Layout, PreadRows, SdmEmbeddings, write_rows
 from harness.inference.worker import main as worker_main
 from harness.reference.data import synthetic
@@ -291,6 +291,11 @@ class Storage:
         return self.read_s / self.reads * 1e6 if self.reads else 0.0
 
     @property
+    def reads_per_s(self) -> float:
+        """Reads per second of time in the reads: what the device gave this run's calls."""
+        return self.reads / self.read_s if self.read_s > 0 else 0.0
+
+    @property
     def reads_per_sample(self) -> float:
         return self.reads / self.samples if self.samples else 0.0
 
@@ -311,6 +316,7 @@ class Storage:
         return {**asdict(self), "reads_per_sample": round(self.reads_per_sample, 4),
                 "bytes_per_sample": round(self.bytes_per_sample, 1),
                 "hit_rate": None if self.hit_rate is None else round(self.hit_rate, 6), "read_us": round(self.read_us, 2),
+                "reads_per_s": round(self.reads_per_s, 1),
                 "table_hit_rates": [None if r is None else round(r, 4) for r in self.table_hit_rates]}
 
 
@@ -363,6 +369,8 @@ class InferReport:
     mlperf_conf_sha1_matches: bool
     wall_s: float
     notes: list[str] = field(default_factory=list)
+    reader: str = ""  # what read the SSD tier's rows (rowio.reader_name())
+    device_probe: rowio.DeviceProbe | None = None  # the device's random reads/s at the run's queue depth
 
     @property
     def label(self) -> str | None:
@@ -399,7 +407,11 @@ class InferReport:
             "reference_auc": self.reference_auc,
             "tables": {"rows": self.table_rows, "cache_rows": self.cache_rows,
                        "memory_table_bytes": self.memory_table_bytes, "ssd_file_bytes": self.ssd_file_bytes,
-                       "storage_mode": self.storage_mode},
+                       "storage_mode": self.storage_mode, "reader": self.reader},
+            "device_probe": None if self.device_probe is None else {
+                "reads": self.device_probe.reads, "seconds": round(self.device_probe.seconds, 4),
+                "queue_depth": self.device_probe.depth, "slot_bytes": self.device_probe.slot_bytes,
+                "reader": self.device_probe.reader, "reads_per_s": round(self.device_probe.reads_per_s, 1)},
             "results": [r.to_dict() for r in self.results],
             "all_valid": self.all_valid,
             "accuracy_passed": self.accuracy_passed,
@@ -847,7 +859,11 @@ def _run_inference(config: InferConfig, spec: BenchmarkSpec, data: Any, model_di
         except OSError as err:
             raise io_fault(err, rows_file, "writing the tables to the SSD tier", AGAIN) from None
         progress(f"tables on the SSD tier: {rows_file} ({rows} rows of {layout.row_bytes} bytes), "
-                 f"read {layout.mode}")
+                 f"read {layout.mode} by {rowio.reader_name()}")
+        # the device's own limit at the run's queue depth, for the fraction every report prints
+        probe = rowio.probe_device(rows_file, rows=layout.rows, stride=layout.stride, direct=layout.direct,
+                                   depth=config.storage_queue_depth)
+        progress(probe.describe())
         served = [_Served(v, memory_net) if not v.ssd else _Served(v, *ssd_model(
             spec, state, rows_file, layout, cache_rows=cache_rows, policy=config.cache_policy,
             latency_us=v.latency_us, queue_depth=config.storage_queue_depth)) for v in variants]
@@ -911,7 +927,7 @@ def _run_inference(config: InferConfig, spec: BenchmarkSpec, data: Any, model_di
         memory_table_bytes=weight.numel() * weight.element_size(), ssd_file_bytes=layout.rows * layout.stride,
         storage_mode=layout.mode, identical_samples=identical, reference_auc=ref_auc, results=results,
         loadgen_version=loadgen_version(), mlperf_conf_sha1_matches=sha_ok, wall_s=time.perf_counter() - t_start,
-        notes=notes,
+        notes=notes, reader=rowio.reader_name(), device_probe=probe,
     )
 
 

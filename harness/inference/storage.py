@@ -9,9 +9,12 @@ bypassing the page cache: every read is a device read. Where it does not, the fi
 packed (one row after another) and read with buffered ``os.pread``; :attr:`PreadRows.mode`
 says which, and why (``direct``, or ``buffered (<reason>)``), and every report prints it.
 
-Reads are issued at a *queue depth*: a batch's rows are split over ``queue_depth`` threads,
-each issuing its share one ``pread`` after another (the call releases the GIL, so up to
-``queue_depth`` reads are in flight, as a device's queue holds them; at 1, one after another).
+Reads are issued at a *queue depth*: a batch's rows go to the device in one submission through
+io_uring, ``queue_depth`` in flight at once (:mod:`harness.inference.rowio`: a small C reader
+built at install, no GIL held while the reads are in flight). Where that reader is missing or
+io_uring refused, a batch's rows are split over ``queue_depth`` threads, each issuing its share
+one ``pread`` after another (the call releases the GIL, so up to ``queue_depth`` reads are in
+flight; at 1, one after another); :attr:`PreadRows.reader` says which, and why.
 ``latency_us`` adds a device latency to every read: reads in flight together wait together,
 so a batch of ``n`` reads waits ``ceil(n / queue_depth)`` times the latency, a busy-wait after
 its reads (calibrated at start: the median of repeated waits of one latency is
@@ -43,6 +46,7 @@ from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.hw_profiles.tiers import Tier
+from harness.inference import rowio
 from harness.reference.models.embeddings import FusedEmbeddingCollection, distinct
 from harness.reference.tiered import CachePolicy, RowCache, RowStore
 
@@ -150,7 +154,11 @@ class PreadRows(RowStore):
         # one aligned buffer per read in flight
         self._bufs = [mmap.mmap(-1, max(layout.stride, mmap.PAGESIZE)) for _ in range(queue_depth)] \
             if layout.direct else []
-        self._pool = ThreadPoolExecutor(queue_depth, thread_name_prefix="pread") if queue_depth > 1 else None
+        lib, _ = rowio.compiled_reader()
+        self._ring = rowio.RingReader(queue_depth) if lib is not None else None
+        self.reader = rowio.reader_name()
+        self._pool = ThreadPoolExecutor(queue_depth, thread_name_prefix="pread") \
+            if queue_depth > 1 and self._ring is None else None
         self.latency_ns = round(latency_us * 1000)
         self.added_latency_us = self._calibrate() if self.latency_ns else 0.0
         self.reads = 0
@@ -197,7 +205,12 @@ class PreadRows(RowStore):
         out = np.empty((n, self.cols), dtype=np.float32)
         t0 = time.perf_counter()
         depth = min(self.queue_depth, n)
-        if depth <= 1 or self._pool is None:
+        if self._ring is not None:
+            self._ring_read(ids, out)
+            if self.latency_ns and n:  # reads in flight together wait together
+                busy_wait_ns(self.latency_ns * -(-n // self.queue_depth))
+                self.latency_waits += -(-n // self.queue_depth)
+        elif depth <= 1 or self._pool is None:
             if self.latency_ns and self.queue_depth == 1:  # the latency after every read
                 for i in range(n):
                     self._read_into(ids[i : i + 1], out[i : i + 1], 0)
@@ -222,10 +235,25 @@ class PreadRows(RowStore):
         self.bytes_read += n * self.transfer_bytes
         return torch.from_numpy(out)
 
+    def _ring_read(self, ids: list[int], out: np.ndarray) -> None:
+        """Every row of ``ids`` in one submission through the compiled reader."""
+        n, slot = len(ids), self.transfer_bytes
+        buf = rowio.aligned_empty(n * slot)
+        try:
+            self._ring.read(self._fd, np.asarray(ids, dtype=np.int64) * self.layout.stride, slot, buf)
+        except OSError as err:
+            row = getattr(err, "row", -1)
+            what = f"row {ids[row]}" if 0 <= row < n else "rows"
+            raise HarnessError(f"{self.path}: reading {what} failed: {err.strerror}", ErrorCategory.RUN_FAILED) from None
+        out[:] = buf.view(np.float32).reshape(n, slot // 4)[:, : self.cols]
+
     def write(self, rows: torch.Tensor, values: torch.Tensor) -> None:
         raise HarnessError("the inference row file is read-only", ErrorCategory.RUN_FAILED)
 
     def close(self) -> None:
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
