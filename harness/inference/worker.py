@@ -31,6 +31,7 @@ from harness.errors import ErrorCategory, HarnessError, exit_now, io_fault
 from harness.files import write_atomic
 
 _STOP = object()
+_AHEAD = 2  # model calls whose lookups may be done ahead of their dense part
 
 
 class FastSut:
@@ -42,7 +43,14 @@ class FastSut:
     answered together in calls of about ``max_rows`` rows (a call ends with the user that
     reaches it). Each sample is completed with ``QuerySamplesComplete``, its data a float32
     (prediction, label) pair per row, as the reference's post-processing writes it. Per model
-    call it records the users, the rows and, for an SSD variant, the storage reads and misses."""
+    call it records the users, the rows and, for an SSD variant, the storage reads and misses.
+
+    A model call runs in two stages on two threads, as a serving pipeline does: the embedding
+    lookups (for an SSD variant the cache and the device reads, which hold no GIL while in
+    flight) on the SUT's worker thread, then the dense part (bottom MLP, interaction, top MLP)
+    and the completion on a second; the lookups of the next call proceed while the dense part of
+    this one computes (at most ``_AHEAD`` calls ahead). The values are the same as one
+    ``model(dense, sparse)`` call's: the same operations on the same inputs."""
 
     def __init__(self, lg: Any, model: Any, library: Any, max_rows: int, tables: Any = None):
         self.lg, self.model, self.library, self.max_rows, self.tables = lg, model, library, max_rows, tables
@@ -51,6 +59,8 @@ class FastSut:
         # (users, rows, reads, misses, device latencies waited) per model call
         self.calls: list[tuple[int, int, int, int, int]] = []
         self._thread = threading.Thread(target=self._work, name="harness-infer-sut", daemon=True)
+        self._stage: queue.Queue = queue.Queue(maxsize=_AHEAD)
+        self._dense_thread = threading.Thread(target=self._dense_stage, name="harness-infer-dense", daemon=True)
 
     def issue(self, ids: list[int], indices: list[int]) -> None:
         self._queue.put((np.array(ids, dtype=np.uint64), np.array(indices, dtype=np.int64)))
@@ -59,7 +69,8 @@ class FastSut:
         """Nothing is held back."""
 
     def answer(self, ids: np.ndarray, users: np.ndarray) -> None:
-        lg, lib = self.lg, self.library
+        """The first stage of a call: its embedding lookups, handed to the dense stage."""
+        lib = self.library
         if self.error is None:
             try:
                 rows = lib.rows_of(users)
@@ -68,25 +79,46 @@ class FastSut:
                 misses0 = self.tables.misses if self.tables is not None else 0
                 waits0 = self.tables.store.latency_waits if self.tables is not None else 0
                 with torch.no_grad():
-                    logits = self.model(lib.dense.index_select(0, t), lib.sparse.index_select(0, t))
-                out = np.empty((rows.size, 2), dtype=np.float32)
-                out[:, 0] = torch.sigmoid(logits).numpy()
-                out[:, 1] = lib.labels.index_select(0, t).numpy()
-                sizes = lib.sizes[users]
-                starts = (np.cumsum(sizes) - sizes).tolist()
-                base = out.ctypes.data
-                lg.QuerySamplesComplete([lg.QuerySampleResponse(i, base + 8 * lo, 8 * n)
-                                         for i, lo, n in zip(ids.tolist(), starts, sizes.tolist())])
+                    pooled = self.model.sparse_arch(lib.sparse.index_select(0, t))
                 if self.tables is not None:
                     store = self.tables.store
                     self.calls.append((users.size, rows.size, store.reads - reads0, self.tables.misses - misses0,
                                        store.latency_waits - waits0))
                 else:
                     self.calls.append((users.size, rows.size, 0, 0, 0))
+                self._stage.put((ids, users, rows, t, pooled))
                 return
             except Exception as err:  # noqa: BLE001 - LoadGen must still finish; raised after it returns
                 self.error = err
-        lg.QuerySamplesComplete([lg.QuerySampleResponse(i, 0, 0) for i in ids.tolist()])
+        self._fail(ids)
+
+    def _fail(self, ids: np.ndarray) -> None:
+        self.lg.QuerySamplesComplete([self.lg.QuerySampleResponse(i, 0, 0) for i in ids.tolist()])
+
+    def _dense_stage(self) -> None:
+        lg, lib, model = self.lg, self.library, self.model
+        while True:
+            item = self._stage.get()
+            if item is _STOP:
+                return
+            ids, users, rows, t, pooled = item
+            if self.error is None:
+                try:
+                    with torch.no_grad():
+                        d = model.dense_arch(lib.dense.index_select(0, t))
+                        logits = model.over_arch(model.interaction(d, pooled))
+                    out = np.empty((rows.size, 2), dtype=np.float32)
+                    out[:, 0] = torch.sigmoid(logits).numpy()
+                    out[:, 1] = lib.labels.index_select(0, t).numpy()
+                    sizes = lib.sizes[users]
+                    starts = (np.cumsum(sizes) - sizes).tolist()
+                    base = out.ctypes.data
+                    lg.QuerySamplesComplete([lg.QuerySampleResponse(i, base + 8 * lo, 8 * n)
+                                             for i, lo, n in zip(ids.tolist(), starts, sizes.tolist())])
+                    continue
+                except Exception as err:  # noqa: BLE001 - LoadGen must still finish; raised after it returns
+                    self.error = err
+            self._fail(ids)
 
     def calls_of(self, users: np.ndarray) -> list[slice]:
         """``users`` cut into model calls: one each (``max_rows`` 0), or runs of about ``max_rows`` rows."""
@@ -120,6 +152,7 @@ class FastSut:
                 return
 
     def __enter__(self) -> int:
+        self._dense_thread.start()
         self._thread.start()
         self.handle = self.lg.ConstructFastSUT(self.issue, self.flush)
         return self.handle
@@ -128,6 +161,8 @@ class FastSut:
         self.lg.DestroyFastSUT(self.handle)
         self._queue.put(_STOP)
         self._thread.join()
+        self._stage.put(_STOP)
+        self._dense_thread.join()
 
 
 def peak_rss_bytes() -> int:
