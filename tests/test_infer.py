@@ -86,11 +86,12 @@ def harness(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str
 def quick(tmp_path_factory):
     """``harness infer --quick`` (20 training steps, a third variant at +20 us per read), in
     process: the report, its text, its JSON, and the directories. The Server target is given
-    (20 QPS: LoadGen's 100 queries in 5 s), as ``--server-qps`` does: a calibrated one sizes the
-    SSD variants' load to about 2 QPS here, a minute per run, and nothing below asserts it."""
+    (40 QPS: the quick Server runs' 600 queries in 15 s), as ``--server-qps`` does: the default,
+    a search over LoadGen runs per variant (``test_the_server_target_search_...``), costs about a
+    minute, and nothing below asserts the rate it finds."""
     root = tmp_path_factory.mktemp("infer")
     config = InferConfig(quick=True, train_steps=20, storage_latency_us=LATENCY_US, results=root / "results",
-                         server_qps=20.0)
+                         server_qps=40.0)
     messages: list[str] = []
     report = run_inference(config, progress=messages.append)
     return {"report": report, "text": render(report), "json": report.to_dict(), "progress": messages,
@@ -118,7 +119,8 @@ def test_quick_labels_every_output_not_a_valid_mlperf_result(quick):
     for r in js["results"]:
         eff = r["effective_settings"]
         assert eff["effective_min_duration_ms"] == eff["requested_min_duration_ms"] == 2000
-        assert eff["requested_min_query_count"] == 100
+        # Server's quick count lets LoadGen's early stopping judge the p99 (about 460 queries)
+        assert eff["requested_min_query_count"] == (600 if r["scenario"] == "server" else 100)
         if r["scenario"] == "server":
             assert eff["effective_target_latency_ns"] == 60_000_000
 
@@ -366,6 +368,40 @@ def _server_run(tmp_path: Path, model_dir: Path, latency_us: float, qps: float) 
     result = run_worker(job, tmp_path)
     assert result["reads"] == result["misses"] > 0
     return result, parse_summary(out / mlperf.SUMMARY, Scenario.SERVER)
+
+
+@pytest.mark.slow
+def test_the_server_target_search_doubles_while_runs_pass_then_bisects_and_stops_at_its_floor(quick, tmp_path):
+    """The default Server target: real LoadGen Server runs in one worker, doubling from the start
+    rate while a run passes (p99 within the margin of the bound, kept up with the schedule), then
+    bisecting between the highest pass and the lowest failure; with nothing passing it halves down
+    to its floor and stops there. Small runs (30 queries, 0.3 s) of the in-memory model."""
+    from harness.inference.run import run_worker
+
+    def search(margin: float, floor: float, out: str, start: float = 40.0, probes: int = 3) -> dict:
+        job = {"benchmark": "dlrm_synthetic", "state": str(quick["model"] / "model.pt"), "variant": "memory",
+               "variant_name": out, "scenario": "server", "mode": "search", "max_batch": 0, "threads": 1,
+               "out_dir": str(tmp_path / out), "search_start_qps": start, "search_bound_ns": 60_000_000,
+               "search_margin": margin, "search_queries": 30, "search_ms": 300, "search_probes": probes,
+               "search_floor_qps": floor}
+        return run_worker(job, tmp_path)
+
+    # from 160 one-user queries/s, which the in-memory model serves; by 640 (or 1,280) it cannot
+    # keep up (it answers about 400 a second here) and a queue builds: both branches are taken
+    found = search(0.8, 0.0, "a", start=160.0, probes=5)
+    rates = [p["qps"] for p in found["probes"]]
+    assert len(rates) == 5 and rates[0] == 160.0
+    assert any(p["passed"] for p in found["probes"]) and not all(p["passed"] for p in found["probes"]), found
+    for k in range(1, 5):
+        passed = [p["qps"] for p in found["probes"][:k] if p["passed"]]
+        failed = [p["qps"] for p in found["probes"][:k] if not p["passed"]]
+        expect = (max(passed) + min(failed)) / 2 if passed and failed else \
+            (2 * max(passed) if passed else min(failed) / 2)
+        assert rates[k] == pytest.approx(expect), found["probes"]
+    assert found["best_qps"] == max((p["qps"] for p in found["probes"] if p["passed"]), default=None)
+    none = search(1e-6, 12.0, "b")  # no p99 is within a nanosecond of 0: every run fails
+    assert [p["qps"] for p in none["probes"]] == [40.0, 20.0, 12.0] and none["best_qps"] is None
+    assert not any(p["passed"] for p in none["probes"])
 
 
 @pytest.mark.slow

@@ -63,15 +63,26 @@ DEFAULT_STORAGE_LATENCY_US = 100.0  # a NAND-flash read; 3D XPoint (Optane) is a
 # io_uring 69.6k random reads/s at 16 and 90.1k at 64, and the device probe 67-87k and 98-120k
 DEFAULT_STORAGE_QUEUE_DEPTH = 64
 SYSTEM_PREFIX = "harness"
-# The default Server rate of a variant: this fraction of the rate at which it answers
-# one-user queries back to back, so its worker is about half busy, less as its slowest queries
-# near the latency bound: times 1 - SERVER_TAIL_FACTOR x p99 query time / bound (the queueing
-# they leave room for), at least SERVER_MIN_ROOM. In a run, LoadGen's threads, the reads'
-# threads and the queue took the SSD variant's p99 to 1.9x its calibrated p99 (57.7 against
-# 29.9 ms, at 0.25 of its rate: INVALID by early stopping), hence the factor 2.
-SERVER_LOAD_FRACTION = 0.5
-SERVER_TAIL_FACTOR = 2.0
-SERVER_MIN_ROOM = 0.1
+# The default Server rate of a variant: the highest that passed a short search over LoadGen
+# Server runs in one worker (:func:`harness.inference.worker.search_server_qps`): from half the
+# rate at which it answers one-user queries back to back, doubling while a run passes, bisecting
+# once one fails, SERVER_SEARCH_PROBES runs of at least SERVER_SEARCH_QUERIES queries and
+# SERVER_SEARCH_MS (with the official settings: ..._OFFICIAL), so that a rate the variant cannot
+# keep up with builds a queue; a run passes when it keeps up, its p99 is within
+# SERVER_SEARCH_MARGIN of the bound and its p99.9 within the bound. The target is SERVER_SEARCH_HEADROOM of the highest rate that
+# passed: a short run's tail is an optimistic estimate of a long run's, which LoadGen's early
+# stopping then judges (measured here, the SSD variant's runs of 600 queries after searches of
+# 200: VALID at 24 and 36 QPS, INVALID at 37 and 46, where 0.85 of the rate found had put them). The search goes no lower than a rate at which the quick Server run's
+# queries take SERVER_SEARCH_FLOOR_S: a variant whose largest users alone take most of the bound
+# (+100 us a read: a p99 of 38-43 ms at any load) would otherwise halve its way to a run of minutes
+SERVER_SEARCH_PROBES = 6
+SERVER_SEARCH_QUERIES = 200
+SERVER_SEARCH_QUERIES_OFFICIAL = 2000
+SERVER_SEARCH_MS = 2000
+SERVER_SEARCH_MS_OFFICIAL = 10000
+SERVER_SEARCH_MARGIN = 0.8
+SERVER_SEARCH_HEADROOM = 0.6
+SERVER_SEARCH_FLOOR_S = 60.0
 # ... of the rate of queries through the whole Server path: the model call plus LoadGen's
 # issue and completion of the query in Python, about this long (measured here with one-row
 # queries: at most 5,200 queries/s while the model call took 0.09 ms)
@@ -80,6 +91,9 @@ VARIANT_KINDS = ("memory", "ssd", "ssd-latency")
 # --quick: LoadGen's minimum duration and query count instead of the official ones
 QUICK_MIN_DURATION_MS = 2000
 QUICK_MIN_QUERY_COUNT = 100
+# ... but Server's: LoadGen's early stopping judges its p99 only from about 460 queries on (with
+# none over the bound; 100 "would need 359 more"), so fewer make every quick Server run INVALID
+QUICK_SERVER_MIN_QUERY_COUNT = 600
 QUICK_ACCURACY_SAMPLES = 32  # the accuracy runs' samples, users (LoadGen's accuracy_sample_count_override)
 # Offline: LoadGen issues one query of max(min_query_count, 1.1 x target QPS x min duration)
 # samples; with LoadGen 6.0.17 and the SUT's lists of ids it holds about this many bytes per
@@ -144,7 +158,7 @@ class InferConfig:
         storage_latency_us: the per-read latency of the third variant (0: no third variant).
         storage_queue_depth: the SSD variants' reads in flight at once (:class:`PreadRows`).
         offline_qps, server_qps: the target QPS written to every variant's ``user.conf``
-            (``None``: each variant's calibrated rate; Server: ``SERVER_LOAD_FRACTION`` of it).
+            (``None``: each variant's calibrated rate; Server: the highest rate a short search over LoadGen runs passed).
         user_conf: one ``user.conf`` for every variant instead of the generated ones.
         high_accuracy: check the 99.9% target (``dlrm-v2-99.9``) instead of 99% (``dlrm-v2-99``).
         direct: read the rows file with O_DIRECT where the file system takes it.
@@ -210,7 +224,8 @@ class InferConfig:
         if not self.quick:
             return None
         return (f"{mlperf.NOT_VALID} (--quick: min duration {QUICK_MIN_DURATION_MS / 1000:g} s and min query "
-                f"count {QUICK_MIN_QUERY_COUNT} instead of mlperf.conf's, accuracy on {QUICK_ACCURACY_SAMPLES} "
+                f"count {QUICK_MIN_QUERY_COUNT} (Server {QUICK_SERVER_MIN_QUERY_COUNT}) instead of mlperf.conf's, "
+                f"accuracy on {QUICK_ACCURACY_SAMPLES} "
                 f"samples (users) of the eval split)")
 
 
@@ -949,17 +964,7 @@ def _target(config: InferConfig, s: _Served, scenario: Scenario, notes: list[str
     if scenario is Scenario.SERVER:
         if config.server_qps:
             return config.server_qps, "--server-qps"
-        rate = 1 / (s.single_query_s + SERVER_QUERY_OVERHEAD_S)
-        bound_s = (mlperf.official("Server", "target_latency") or 60) / 1000
-        room = 1 - SERVER_TAIL_FACTOR * (s.single_query_p99_s + SERVER_QUERY_OVERHEAD_S) / bound_s
-        if room < SERVER_MIN_ROOM:
-            notes.append(f"{s.variant.system} server: its slowest one-user queries took {s.single_query_p99_s * 1e3:.1f} "
-                         f"ms (p99) against the {bound_s * 1e3:g} ms bound: the default load is "
-                         f"{SERVER_LOAD_FRACTION * SERVER_MIN_ROOM:g} of its rate, and may still be INVALID "
-                         f"(--server-qps chooses another)")
-            room = SERVER_MIN_ROOM
-        load = SERVER_LOAD_FRACTION * room
-        return load * rate, f"calibrated ({load:.2g} x one-user query rate)"
+        raise AssertionError("a Server target without --server-qps is searched (_search_server_qps)")
     qps, source = (config.offline_qps, "--offline-qps") if config.offline_qps else \
         (config.max_batch / s.batch_s / mean_rows * OFFLINE_HEADROOM,
          f"calibrated ({OFFLINE_HEADROOM:g} x calibrated rate)")
@@ -976,6 +981,36 @@ def _target(config: InferConfig, s: _Served, scenario: Scenario, notes: list[str
     return qps, source
 
 
+def _search_server_qps(config: InferConfig, s: _Served, job: dict[str, Any], work_dir: Path, notes: list[str],
+                       progress: Callable[[str], None]) -> tuple[float, str]:
+    """The variant's Server target: the highest rate that passed a short search over LoadGen runs
+    (:data:`SERVER_SEARCH_PROBES`), its runs' logs in ``work_dir`` (not in the results tree)."""
+    bound_ms = mlperf.official("Server", "target_latency") or 60
+    start = 0.5 / (s.single_query_s + SERVER_QUERY_OVERHEAD_S)
+    queries = SERVER_SEARCH_QUERIES if config.quick else SERVER_SEARCH_QUERIES_OFFICIAL
+    progress(f"Server target search, {s.variant.system}: {SERVER_SEARCH_PROBES} LoadGen runs of {queries} queries "
+             f"from {start:,.1f} QPS (p99 within {SERVER_SEARCH_MARGIN:g} of {bound_ms:g} ms, p99.9 within it) ...")
+    result = run_worker({**job, "mode": "search", "out_dir": str(work_dir / f"search-{s.variant.name}"),
+                         "search_start_qps": start, "search_bound_ns": int(bound_ms * 1e6),
+                         "search_margin": SERVER_SEARCH_MARGIN, "search_queries": queries,
+                         "search_ms": SERVER_SEARCH_MS if config.quick else SERVER_SEARCH_MS_OFFICIAL,
+                         "search_probes": SERVER_SEARCH_PROBES,
+                         "search_floor_qps": QUICK_SERVER_MIN_QUERY_COUNT / SERVER_SEARCH_FLOOR_S if config.quick else 0.0},
+                        work_dir)
+    runs = ", ".join(f"{p['qps']:,.1f} ({p['p99_ms']:.1f}/{p['p999_ms']:.1f} ms{'' if p['passed'] else ', failed'})"
+                     for p in result["probes"])
+    progress(f"  QPS (p99/p99.9): {runs}")
+    best = result["best_qps"]
+    if best is None:
+        lowest = min(p["qps"] for p in result["probes"])
+        notes.append(f"{s.variant.system} server: no rate passed the target search (down to {lowest:,.1f} QPS, "
+                     f"p99 within {SERVER_SEARCH_MARGIN:g} of the {bound_ms:g} ms bound); its run at that rate may "
+                     f"be INVALID (--server-qps chooses another)")
+        return lowest, f"searched ({len(result['probes'])} LoadGen runs, none passed)"
+    return SERVER_SEARCH_HEADROOM * best, (f"searched: {SERVER_SEARCH_HEADROOM:g} x {best:,.1f}, the highest of "
+                                           f"{len(result['probes'])} LoadGen runs that passed: {runs}")
+
+
 def _run_variant(config: InferConfig, spec: BenchmarkSpec, s: _Served, scenario: Scenario, *, model_dir: Path,
                  rows_file: Path, layout: Layout, cache_rows: int, library: SampleLibrary, labels: np.ndarray,
                  ref_probs: np.ndarray,
@@ -985,7 +1020,22 @@ def _run_variant(config: InferConfig, spec: BenchmarkSpec, s: _Served, scenario:
     scen_dir = mlperf.scenario_dir(config.results, v.system, model_name, scenario.value)
     perf_dir = mlperf.performance_dir(config.results, v.system, model_name, scenario.value)
     acc_dir = mlperf.accuracy_dir(config.results, v.system, model_name, scenario.value)
-    qps, source = _target(config, s, scenario, notes, library.mean_rows)
+    job = {
+        "benchmark": spec.name, "state": str(model_dir / MODEL_FILE), "variant": "ssd" if v.ssd else "memory",
+        "variant_name": v.name, "rows_file": str(rows_file), "layout": layout.to_dict(), "latency_us": v.latency_us,
+        "cache_rows": cache_rows, "policy": config.cache_policy.value, "scenario": scenario.value,
+        "queue_depth": config.storage_queue_depth,
+        "quick": config.quick, "quick_min_duration_ms": QUICK_MIN_DURATION_MS,
+        "quick_min_query_count": QUICK_SERVER_MIN_QUERY_COUNT if scenario is Scenario.SERVER else QUICK_MIN_QUERY_COUNT,
+        "quick_accuracy_samples": QUICK_ACCURACY_SAMPLES,
+        # Server: a model call per query (one user), so that a user's predictions do not depend on
+        # which queries arrived with it (float32 sums differ in the last bits with the batch's size)
+        "max_batch": config.max_batch if scenario is Scenario.OFFLINE else 0, "threads": config.threads,
+    }
+    if scenario is Scenario.SERVER and not config.server_qps and config.user_conf is None:
+        qps, source = _search_server_qps(config, s, job, work_dir, notes, progress)
+    else:
+        qps, source = _target(config, s, scenario, notes, library.mean_rows)
     if config.user_conf is not None:
         user_conf, source = config.user_conf.resolve(), "--user-conf"
         qps = float("nan")
@@ -994,17 +1044,7 @@ def _run_variant(config: InferConfig, spec: BenchmarkSpec, s: _Served, scenario:
         if config.label:
             note += f"; {config.label}"
         user_conf = mlperf.write_user_conf(scen_dir / "user.conf", scenario.value, target_qps=qps, note=note)
-    job = {
-        "benchmark": spec.name, "state": str(model_dir / MODEL_FILE), "variant": "ssd" if v.ssd else "memory",
-        "variant_name": v.name, "rows_file": str(rows_file), "layout": layout.to_dict(), "latency_us": v.latency_us,
-        "cache_rows": cache_rows, "policy": config.cache_policy.value, "scenario": scenario.value,
-        "queue_depth": config.storage_queue_depth,
-        "user_conf": str(user_conf), "quick": config.quick, "quick_min_duration_ms": QUICK_MIN_DURATION_MS,
-        "quick_min_query_count": QUICK_MIN_QUERY_COUNT, "quick_accuracy_samples": QUICK_ACCURACY_SAMPLES,
-        # Server: a model call per query (one user), so that a user's predictions do not depend on
-        # which queries arrived with it (float32 sums differ in the last bits with the batch's size)
-        "max_batch": config.max_batch if scenario is Scenario.OFFLINE else 0, "threads": config.threads,
-    }
+    job["user_conf"] = str(user_conf)
     shown = "from --user-conf" if config.user_conf is not None else f"{qps:,.0f} QPS"
     outcomes = {}
     for mode, out_dir in (("performance", perf_dir), ("accuracy", acc_dir)):

@@ -205,6 +205,11 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     model, tables = build(job)
     data = SyntheticDataset(load_benchmark(job["benchmark"]).dataset).generator
     library = SampleLibrary(data)
+    if job["mode"] == "search":
+        result = search_server_qps(job, lg, model, tables, library)
+        if tables is not None:
+            tables.store.close()
+        return {**result, "wall_s": time.perf_counter() - t_start}
     scenario = mlperf.SCENARIO_NAMES[job["scenario"]]
     settings = lg.TestSettings()
     settings.scenario = getattr(lg.TestScenario, scenario)
@@ -259,6 +264,70 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         })
         store.close()
     return result
+
+
+def search_server_qps(job: dict[str, Any], lg: Any, model: Any, tables: Any, library: Any) -> dict[str, Any]:
+    """The Server target QPS by a short search over LoadGen runs in this one process (settings set
+    directly: a search needs no ``mlperf.conf``, which LoadGen applies to a process's first test
+    only): runs of at least ``search_queries`` one-user queries and ``search_ms``, from ``search_start_qps``, doubling while
+    a run passes and bisecting once one fails, ``search_probes`` runs in all, never below
+    ``search_floor_qps`` (a failure there ends the search). A run passes when
+    its p99 latency is within ``search_margin`` of the bound, its p99.9 within the bound, and it
+    kept up with the schedule
+    (completed at least 0.95 of the queries per second LoadGen scheduled). The cache stays warm
+    from one run to the next. Returns every run and the highest rate that passed (None if none)."""
+    from harness.inference.run import Scenario, parse_summary
+    from harness.inference import mlperf
+
+    bound_ns = int(job["search_bound_ns"])
+    margin = float(job["search_margin"])
+    qsl = lg.ConstructQSL(library.count, library.count, library.load, library.unload)
+    probes: list[dict[str, Any]] = []
+    best = failed = None
+    qps = float(job["search_start_qps"])
+    floor = float(job.get("search_floor_qps") or 0.0)
+    try:
+        for k in range(int(job["search_probes"])):
+            settings = lg.TestSettings()
+            settings.scenario = lg.TestScenario.Server
+            settings.mode = lg.TestMode.PerformanceOnly
+            settings.server_target_qps = qps
+            settings.server_target_latency_ns = bound_ns
+            settings.min_duration_ms = int(job["search_ms"])
+            settings.min_query_count = int(job["search_queries"])
+            out_dir = Path(job["out_dir"]) / f"probe_{k}"
+            out_dir.mkdir(parents=True, exist_ok=True)
+            output = lg.LogOutputSettings()
+            output.outdir = str(out_dir)
+            output.copy_summary_to_stdout = False
+            log = lg.LogSettings()
+            log.log_output = output
+            log.enable_trace = False
+            sut = FastSut(lg, model, library, 0, tables)
+            with sut as handle:
+                lg.StartTestWithLogSettings(handle, qsl, settings, log)
+            if sut.error is not None:
+                raise HarnessError(f"the model failed during the Server target search: {type(sut.error).__name__}: "
+                                   f"{sut.error}", ErrorCategory.RUN_FAILED)
+            summary = parse_summary(out_dir / mlperf.SUMMARY, Scenario.SERVER)
+            kept_up = summary.scheduled_per_s is None or summary.samples_per_s >= 0.95 * summary.scheduled_per_s
+            # the p99.9 (of a few hundred queries, about the slowest) within the bound too: a
+            # long run's early stopping fails on a handful of queries over it
+            passed = kept_up and summary.p99_latency_ms * 1e6 <= margin * bound_ns \
+                and summary.p999_latency_ms * 1e6 <= bound_ns
+            probes.append({"qps": qps, "p99_ms": summary.p99_latency_ms, "p999_ms": summary.p999_latency_ms,
+                           "samples_per_s": summary.samples_per_s, "passed": passed})
+            if passed:
+                best = qps
+                qps = qps * 2 if failed is None else (qps + failed) / 2
+            else:
+                failed = qps
+                if best is None and qps <= floor:
+                    break  # nothing lower: the caller runs at the floor and says so
+                qps = max(qps / 2, floor) if best is None else (best + qps) / 2
+    finally:
+        lg.DestroyQSL(qsl)
+    return {"probes": probes, "best_qps": best}
 
 
 def main(argv: list[str]) -> int:
