@@ -192,6 +192,8 @@ class InferConfig:
     max_batch: int = 16384
     threads: int = 1
     precision: str = Precision.FP32.value
+    # --quick's Server query count (the suite's shared run takes LoadGen's old 100, asserting no verdict)
+    quick_server_queries: int = QUICK_SERVER_MIN_QUERY_COUNT
 
     def __post_init__(self) -> None:
         parse_precision(self.precision, what="--precision")
@@ -224,7 +226,7 @@ class InferConfig:
         if not self.quick:
             return None
         return (f"{mlperf.NOT_VALID} (--quick: min duration {QUICK_MIN_DURATION_MS / 1000:g} s and min query "
-                f"count {QUICK_MIN_QUERY_COUNT} (Server {QUICK_SERVER_MIN_QUERY_COUNT}) instead of mlperf.conf's, "
+                f"count {QUICK_MIN_QUERY_COUNT} (Server {self.quick_server_queries}) instead of mlperf.conf's, "
                 f"accuracy on {QUICK_ACCURACY_SAMPLES} "
                 f"samples (users) of the eval split)")
 
@@ -995,7 +997,7 @@ def _search_server_qps(config: InferConfig, s: _Served, job: dict[str, Any], wor
                          "search_margin": SERVER_SEARCH_MARGIN, "search_queries": queries,
                          "search_ms": SERVER_SEARCH_MS if config.quick else SERVER_SEARCH_MS_OFFICIAL,
                          "search_probes": SERVER_SEARCH_PROBES,
-                         "search_floor_qps": QUICK_SERVER_MIN_QUERY_COUNT / SERVER_SEARCH_FLOOR_S if config.quick else 0.0},
+                         "search_floor_qps": config.quick_server_queries / SERVER_SEARCH_FLOOR_S if config.quick else 0.0},
                         work_dir)
     runs = ", ".join(f"{p['qps']:,.1f} ({p['p99_ms']:.1f}/{p['p999_ms']:.1f} ms{'' if p['passed'] else ', failed'})"
                      for p in result["probes"])
@@ -1026,7 +1028,7 @@ def _run_variant(config: InferConfig, spec: BenchmarkSpec, s: _Served, scenario:
         "cache_rows": cache_rows, "policy": config.cache_policy.value, "scenario": scenario.value,
         "queue_depth": config.storage_queue_depth,
         "quick": config.quick, "quick_min_duration_ms": QUICK_MIN_DURATION_MS,
-        "quick_min_query_count": QUICK_SERVER_MIN_QUERY_COUNT if scenario is Scenario.SERVER else QUICK_MIN_QUERY_COUNT,
+        "quick_min_query_count": config.quick_server_queries if scenario is Scenario.SERVER else QUICK_MIN_QUERY_COUNT,
         "quick_accuracy_samples": QUICK_ACCURACY_SAMPLES,
         # Server: a model call per query (one user), so that a user's predictions do not depend on
         # which queries arrived with it (float32 sums differ in the last bits with the batch's size)

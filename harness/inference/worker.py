@@ -193,6 +193,17 @@ def build(job: dict[str, Any]) -> tuple[Any, Any]:
     return model.eval(), tables
 
 
+def log_settings(lg: Any, out_dir: Path) -> Any:
+    """LoadGen's log settings: its files in ``out_dir``, no summary on stdout, no trace."""
+    output = lg.LogOutputSettings()
+    output.outdir = str(out_dir)
+    output.copy_summary_to_stdout = False
+    log = lg.LogSettings()
+    log.log_output = output
+    log.enable_trace = False
+    return log
+
+
 def run(job: dict[str, Any]) -> dict[str, Any]:
     from harness.inference.run import SampleLibrary, loadgen
     from harness.inference import mlperf
@@ -221,13 +232,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         settings.min_query_count = int(job["quick_min_query_count"])
         if job.get("quick_accuracy_samples"):
             settings.accuracy_sample_count_override = int(job["quick_accuracy_samples"])
-    out_dir = Path(job["out_dir"])
-    output = lg.LogOutputSettings()
-    output.outdir = str(out_dir)
-    output.copy_summary_to_stdout = False
-    log = lg.LogSettings()
-    log.log_output = output
-    log.enable_trace = False
+    log = log_settings(lg, Path(job["out_dir"]))
     sut = FastSut(lg, model, library, int(job["max_batch"]), tables)
     qsl = lg.ConstructQSL(library.count, library.count, library.load, library.unload)
     try:
@@ -297,12 +302,7 @@ def search_server_qps(job: dict[str, Any], lg: Any, model: Any, tables: Any, lib
             settings.min_query_count = int(job["search_queries"])
             out_dir = Path(job["out_dir"]) / f"probe_{k}"
             out_dir.mkdir(parents=True, exist_ok=True)
-            output = lg.LogOutputSettings()
-            output.outdir = str(out_dir)
-            output.copy_summary_to_stdout = False
-            log = lg.LogSettings()
-            log.log_output = output
-            log.enable_trace = False
+            log = log_settings(lg, out_dir)
             sut = FastSut(lg, model, library, 0, tables)
             with sut as handle:
                 lg.StartTestWithLogSettings(handle, qsl, settings, log)
