@@ -15,6 +15,7 @@ model), so a serving run can print its own reads/s as a fraction of what the dev
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import mmap
 import os
@@ -112,7 +113,7 @@ class RingReader:
         rc = self._lib.rowio_read(self._ring(), fd, offsets.ctypes.data, n, slot, out.ctypes.data, self.depth,
                                   ctypes.byref(failed))
         if rc != 0:
-            err = OSError(-rc, os.strerror(-rc) if rc != -5 or failed.value < 0 else "short read")
+            err = OSError(-rc, "short read or I/O error" if rc == -errno.EIO else os.strerror(-rc))
             err.row = int(failed.value)  # type: ignore[attr-defined]
             raise err
 
