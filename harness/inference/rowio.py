@@ -7,9 +7,9 @@ platform) or the kernel refuses io_uring (``io_uring_setup`` fails: an old kerne
 profile), :func:`compiled_reader` says why and the callers fall back to Python threads issuing
 one ``pread`` each, and print that they did: :data:`FALLBACK` names it.
 
-:func:`probe_device` measures the device itself: random reads of one row slot each over a row
-file, at a queue depth, through the same reader, with nothing else in the loop (no cache, no
-model), so a serving run can print its own reads/s as a fraction of what the device gave.
+:class:`DeviceProbe` is what :func:`harness.inference.storage.probe_device` measured of the
+device itself: random reads of one row slot each, at a queue depth, through the same reader,
+with nothing else in the loop, so a serving run can print its own reads/s as a fraction of it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import functools
 import mmap
 import os
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,53 +137,7 @@ class DeviceProbe:
     def reads_per_s(self) -> float:
         return self.reads / self.seconds if self.seconds > 0 else 0.0
 
-    @property
-    def us_per_read(self) -> float:
-        return 1e6 * self.seconds / self.reads if self.reads else 0.0
-
     def describe(self) -> str:
         return (f"device probe: {self.reads_per_s:,.0f} random {self.slot_bytes}-byte reads/s at queue depth "
                 f"{self.depth} ({self.reads:,} reads, {self.reader})")
 
-
-def probe_device(path: Path, *, rows: int, stride: int, direct: bool, depth: int, reads: int = 20000,
-                 seed: int = 0, seconds: float = 1.0) -> DeviceProbe:
-    """Random reads of one ``stride``-byte slot each over the first ``rows`` slots of ``path``
-    (O_DIRECT where ``direct``), ``depth`` in flight, through the compiled reader (or Python
-    threads, named); stops after ``reads`` reads or about ``seconds``, whichever comes first."""
-    rng = np.random.default_rng(seed)
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
-    lib, _ = compiled_reader()
-    try:
-        chunk = max(depth * 32, 256)
-        done, t0 = 0, time.perf_counter()
-        if lib is not None:
-            reader = RingReader(depth)
-            buf = aligned_empty(chunk * stride)
-            try:
-                while done < reads and time.perf_counter() - t0 < seconds:
-                    offsets = rng.integers(0, rows, size=chunk, dtype=np.int64) * stride
-                    reader.read(fd, offsets, stride, buf)
-                    done += chunk
-            finally:
-                reader.close()
-            name = COMPILED
-        else:
-            from concurrent.futures import ThreadPoolExecutor
-
-            bufs = [aligned_empty(stride) for _ in range(depth)]
-
-            def one(k: int, offs: np.ndarray) -> None:
-                view = memoryview(bufs[k])
-                for off in offs.tolist():
-                    os.preadv(fd, [view], off)
-
-            with ThreadPoolExecutor(depth) as pool:
-                while done < reads and time.perf_counter() - t0 < seconds:
-                    offsets = rng.integers(0, rows, size=chunk, dtype=np.int64) * stride
-                    list(pool.map(one, range(depth), np.array_split(offsets, depth)))
-                    done += chunk
-            name = reader_name()
-        return DeviceProbe(reads=done, seconds=time.perf_counter() - t0, depth=depth, slot_bytes=stride, reader=name)
-    finally:
-        os.close(fd)

@@ -43,7 +43,7 @@ import torch
 from harness.errors import EXIT_CODES, ErrorCategory, HarnessError, io_fault
 from harness.files import replace_atomic, write_atomic
 from harness.inference import mlperf, rowio
-from harness.inference.storage import Layout, PreadRows, SdmEmbeddings, write_rows
+from harness.inference.storage import Layout, PreadRows, SdmEmbeddings, probe_device, write_rows
 from harness.inference.worker import main as worker_main
 from harness.reference.data import synthetic
 from harness.reference.data.batches import NUM_DENSE
@@ -884,8 +884,7 @@ def _run_inference(config: InferConfig, spec: BenchmarkSpec, data: Any, model_di
         progress(f"tables on the SSD tier: {rows_file} ({rows} rows of {layout.row_bytes} bytes), "
                  f"read {layout.mode} by {rowio.reader_name()}")
         # the device's own limit at the run's queue depth, for the fraction every report prints
-        probe = rowio.probe_device(rows_file, rows=layout.rows, stride=layout.stride, direct=layout.direct,
-                                   depth=config.storage_queue_depth)
+        probe = probe_device(rows_file, layout, depth=config.storage_queue_depth)
         progress(probe.describe())
         served = [_Served(v, memory_net) if not v.ssd else _Served(v, *ssd_model(
             spec, state, rows_file, layout, cache_rows=cache_rows, policy=config.cache_policy,

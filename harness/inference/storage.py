@@ -207,9 +207,7 @@ class PreadRows(RowStore):
         depth = min(self.queue_depth, n)
         if self._ring is not None:
             self._ring_read(ids, out)
-            if self.latency_ns and n:  # reads in flight together wait together
-                busy_wait_ns(self.latency_ns * -(-n // self.queue_depth))
-                self.latency_waits += -(-n // self.queue_depth)
+            self._wait_waves(n)
         elif depth <= 1 or self._pool is None:
             if self.latency_ns and self.queue_depth == 1:  # the latency after every read
                 for i in range(n):
@@ -227,13 +225,18 @@ class PreadRows(RowStore):
                     for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
             for job in jobs:
                 job.result()
-            if self.latency_ns:  # reads in flight together wait together
-                busy_wait_ns(self.latency_ns * -(-n // self.queue_depth))
-                self.latency_waits += -(-n // self.queue_depth)
+            self._wait_waves(n)
         self.read_s += time.perf_counter() - t0
         self.reads += n
         self.bytes_read += n * self.transfer_bytes
         return torch.from_numpy(out)
+
+    def _wait_waves(self, n: int) -> None:
+        """The added latency of ``n`` reads: reads in flight together wait together."""
+        if self.latency_ns and n:
+            waves = -(-n // self.queue_depth)
+            busy_wait_ns(self.latency_ns * waves)
+            self.latency_waits += waves
 
     def _ring_read(self, ids: list[int], out: np.ndarray) -> None:
         """Every row of ``ids`` in one submission through the compiled reader."""
@@ -320,3 +323,22 @@ class SdmEmbeddings(FusedEmbeddingCollection):
     def resident_bytes(self) -> int:
         """The cache's memory: its slots, its bookkeeping and its row -> slot map (int32 per row)."""
         return self.cache.nbytes + self.table_starts.numel() * 8
+
+
+def probe_device(path: Path, layout: Layout, *, depth: int, reads: int = 20000, seed: int = 0,
+                 seconds: float = 1.0) -> rowio.DeviceProbe:
+    """The device's own limit: random reads of one slot each over the rows of ``path`` (as
+    ``layout``), ``depth`` in flight, through :class:`PreadRows` (the compiled reader, or the
+    Python threads, named) with nothing else in the loop; stops after ``reads`` reads or about
+    ``seconds``, whichever comes first."""
+    rng = np.random.default_rng(seed)
+    store = PreadRows(path, layout, queue_depth=depth)
+    chunk = max(depth * 32, 256)
+    try:
+        t0 = time.perf_counter()
+        while store.reads < reads and time.perf_counter() - t0 < seconds:
+            store.read(torch.from_numpy(rng.integers(0, layout.rows, size=chunk, dtype=np.int64)))
+        return rowio.DeviceProbe(reads=store.reads, seconds=time.perf_counter() - t0, depth=depth,
+                                 slot_bytes=store.transfer_bytes, reader=store.reader)
+    finally:
+        store.close()
