@@ -1,4 +1,5 @@
-"""Train a DLRM whose tables and optimizer state are larger than this machine's memory.
+"""Train a DLRM whose tables and optimizer state are larger than this machine's memory, and the
+same model shape scaled into memory.
 
     python bench/larger_than_memory.py [--rows 5200000] [--dim 64] [--ranks 4] [--steps 40] [--dir /tmp]
 
@@ -7,13 +8,19 @@
 planned over ``--ranks`` emulated ranks (gloo processes on this CPU, launched by torchrun) and
 trained for ``--steps`` timed steps after ``--warmup``. No rank ever holds the model: each makes
 its own shards from the seed a chunk at a time, straight into their files
-(:class:`harness.reference.tiered.CachedShard`), and trains through its caches.
+(:class:`harness.reference.tiered.CachedShard`), and trains through its caches, whose misses
+and write-backs go to the files row by row (:class:`harness.reference.tiered.SsdRows`: the
+blocks each row lies on, at the device's queue depth, not the page cache).
+
+Then the same shape (tables, dim, ranks, batch, steps, data) with ``--memory-rows`` rows a table
+(default: as many as fill ``--memory-fraction`` of the memory), every shard resident in memory:
+the rate a machine with the memory for it would reach.
 
 It prints the model's bytes, the machine's memory, each rank's peak RSS, bytes held per tier
-and cache hit rate, the training rate, and last ``model bytes / RAM: X``. It checks first that
-``--dir`` has the disk space (one line and exit 1 if not), and removes its files when it ends,
-also on an error, Ctrl-C or SIGTERM. The mapped files' pages are the page cache's (the kernel writes and
-drops them as memory runs short); a rank's RSS counts those it has touched.
+and cache hit rate, both training rates, and last two lines: ``model bytes / RAM: X`` and
+``SSD tier / in memory: Y`` (the SSD run's samples/s over the in-memory run's). It checks first
+that ``--dir`` has the disk space (one line and exit 1 if not), and removes its files when it
+ends, also on an error, Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -53,9 +60,10 @@ def model_bytes(args: argparse.Namespace) -> int:
     return 26 * args.rows * (args.dim + 1) * 4  # weights and one row-wise Adagrad accumulator per row
 
 
-def profile_and_plan(args: argparse.Namespace, raw: dict[str, Any]) -> tuple[dict, dict]:
+def profile_and_plan(args: argparse.Namespace, raw: dict[str, Any], *, ssd: bool) -> tuple[dict, dict]:
     """This machine seen as one node of ``--ranks`` ranks (its memory and disk shared by them),
-    and the planner's plan with every table on the SSD tier behind its caches."""
+    and the planner's plan with every table on the SSD tier behind its caches (``ssd``), or
+    every table resident in memory (DDR, no cache)."""
     import dataclasses
 
     from harness.hw_profiles import detect, load_profile
@@ -70,14 +78,27 @@ def profile_and_plan(args: argparse.Namespace, raw: dict[str, Any]) -> tuple[dic
     profile = dataclasses.replace(local, name="local-emulated", accelerators_per_node=args.ranks,
                                   ssd=MemoryTier(int(free * 0.9), local.ssd.bandwidth_bytes_per_s or 1e9))
     tables = tables_for_benchmark(spec_from_dict(raw, what="the bench's benchmark"))
-    allowed = tuple(st for st in ShardingType if st is not ShardingType.DATA_PARALLEL)
+    # on the SSD tier a row is a device read (and its write-back one more): a table split by
+    # columns turns each row looked up into one read per column shard, so SSD shards keep whole
+    # rows (table-, row- or table-row-wise); in memory the planner chooses among every type but
+    # data-parallel (replicas are never tiered)
+    allowed = (ShardingType.TABLE_WISE, ShardingType.ROW_WISE, ShardingType.TABLE_ROW_WISE) if ssd else \
+        tuple(st for st in ShardingType if st is not ShardingType.DATA_PARALLEL)
     config = PlannerConfig(batch_size=args.batch, ssd_cache_fraction=args.cache_fraction,
-                           tiers=tuple((t.name, (Tier.SSD,)) for t in tables),
+                           tiers=tuple((t.name, (Tier.SSD if ssd else Tier.DDR,)) for t in tables),
                            sharding_types=tuple((t.name, allowed) for t in tables))
     return profile.to_dict(), plan_tables(tables, profile, config).to_dict()
 
 
 # ---------------------------------------------------------------------------------- one rank
+def device_traffic(stores: list[Any]) -> Any:
+    """The bytes and transfers the stores' files moved so far (a tensor of two)."""
+    import torch
+
+    return torch.tensor([sum(getattr(s, "transfer_bytes", 0) for s in stores),
+                         sum(getattr(s, "transfers", 0) for s in stores)], dtype=torch.float64)
+
+
 def rank_main(work: Path) -> None:
     import torch
     import torch.distributed as dist
@@ -85,6 +106,7 @@ def rank_main(work: Path) -> None:
     from harness.reference.distributed.session import DistributedSession
     from harness.reference.engine.run_config import RunConfig
     from harness.reference.engine.session import SessionHooks
+    from harness.reference.planner import Plan
 
     job = json.loads((work / "job.json").read_text())
     torch.set_num_threads(1)
@@ -93,12 +115,15 @@ def rank_main(work: Path) -> None:
     raw = job["benchmark"]
     hp = {**raw["reference_hyperparameters"], "global_batch_size": job["batch"]}
     config = RunConfig.offline(raw, hp, 1, who="bench", profile=job["profile"], emulated=True, threads=1,
-                               world_size=dist.get_world_size(), sharding_plan=job["plan"],
-                               embedding_tier={"path": str(work / "tables"), "policy": job["policy"]})
+                               world_size=dist.get_world_size(), sharding_plan=Plan.from_dict(job["plan"]),
+                               embedding_tier={"path": str(work / "tables"), "policy": job["policy"]}
+                               if job["ssd"] else None)
     t0 = time.perf_counter()
     session = DistributedSession(config)  # every rank writes its shards' initial rows into their files
     dist.barrier()
     init_s = time.perf_counter() - t0
+    stores = [c.store for c in session.model.sparse_arch.cached.values()]
+    at_start = device_traffic(stores)
 
     class Clock(SessionHooks):
         start: float | None = None
@@ -115,23 +140,28 @@ def rank_main(work: Path) -> None:
     train_s = time.perf_counter() - (clock.start or time.perf_counter())
     memory = session.memory_report()
     cache = session.cache_report()
+    moved = device_traffic(stores) - at_start
+    dist.all_reduce(moved)  # what the drive moved for the rows while training (reads and write-backs), all ranks
     if rank == 0:
+        modes = sorted({f"{getattr(s, 'mode', '')}, {getattr(s, 'reader', '')}" for s in stores})
         (work / "result.json").write_text(json.dumps(
-            {"init_s": init_s, "train_s": train_s, "memory": memory, "cache": cache}))
+            {"init_s": init_s, "train_s": train_s, "memory": memory, "cache": cache,
+             "device_bytes": moved[0].item(), "transfers": moved[1].item(), "modes": modes}))
     dist.destroy_process_group()
 
 
 # ---------------------------------------------------------------------------------- the bench
-def report(args: argparse.Namespace, work: Path, plan: dict[str, Any], ram: int) -> None:
+def report(args: argparse.Namespace, result: dict[str, Any], plan: dict[str, Any], ram: int) -> None:
+    """The SSD run: per rank and in all."""
     from harness.hw_profiles.profiles import format_bytes as fb
 
-    result = json.loads((work / "result.json").read_text())
     ranks, cache = result["memory"]["ranks"], result["cache"]
     types: dict[str, int] = {}
     for t in plan["tables"]:
         types[t["sharding_type"]] = types.get(t["sharding_type"], 0) + 1
     print(f"plan: {', '.join(f'{n} {t}' for t, n in sorted(types.items()))}, every shard on the SSD tier; "
-          f"files written in {result['init_s']:.0f} s (each rank its own shards, from the seed)")
+          f"files written in {result['init_s']:.0f} s (each rank its own shards, from the seed); rows moved "
+          f"{'; '.join(result['modes'])}")
     print(f"{'RANK':>4} {'SSD HELD':>10} {'CACHE (DDR)':>12} {'PEAK RSS':>10} {'RSS: ANON':>10} {'FILE PAGES':>11} "
           f"{'HIT RATE':>9} {'ROWS READ':>10}")
     for r in ranks:
@@ -139,9 +169,12 @@ def report(args: argparse.Namespace, work: Path, plan: dict[str, Any], ram: int)
         print(f"{r['rank']:>4} {fb(r['peak']['ssd']):>10} {fb(r['peak']['ddr']):>12} {fb(r['peak_rss_bytes']):>10} "
               f"{fb(r.get('rss_anon_bytes', 0)):>10} {fb(r.get('rss_file_bytes', 0)):>11} "
               f"{c.get('hit_rate', 0):>9.3f} {fb(c.get('bytes_read', 0)):>10}")
-    print("(peak RSS counts the table files' pages a rank touched through its memory map: the page cache's, "
-          "written back and dropped by the kernel; RSS: ANON is the rank's own memory at the end; ROWS READ counts "
-          "the rows' bytes, while the drive reads the 4 KB page each row lies on)")
+    steps = args.warmup + args.steps
+    rows_moved = cache["ssd_bytes_read"] + cache["ssd_bytes_written"]
+    print(f"(ROWS READ counts the rows' bytes; the drive moved {result['device_bytes'] / max(rows_moved, 1):.2f}x "
+          f"the rows' bytes read and written while training, {result['device_bytes'] / steps / 1e6:.1f} MB in "
+          f"{result['transfers'] / steps:,.0f} transfers a step: the blocks each row lies on, and the blocks a "
+          "write-back shares with other rows, read first)")
     samples = args.steps * args.batch
     print(f"all ranks: hit rate {cache['hit_rate']:.3f} (distinct rows {cache['unique_hit_rate']:.3f}); "
           f"{cache['ssd_bytes_read_per_step'] / 1e6:.1f} MB read and {cache['ssd_bytes_written_per_step'] / 1e6:.1f} "
@@ -151,7 +184,27 @@ def report(args: argparse.Namespace, work: Path, plan: dict[str, Any], ram: int)
     anon = sum(r.get("rss_anon_bytes", 0) for r in ranks)
     print(f"model (weights + optimizer state): {fb(held)}; machine memory: {fb(ram)}; the ranks' peak RSS "
           f"together: {fb(rss)}, of which their own memory at the end: {fb(anon)}")
-    print(f"model bytes / RAM: {held / ram:.2f}")
+
+
+def train(args: argparse.Namespace, raw: dict[str, Any], *, ssd: bool, work: Path) -> tuple[dict, dict]:
+    """One run of the ranks (torchrun); its result and plan. KeyboardInterrupt and the ranks' failure
+    (RuntimeError) propagate, the ranks stopped."""
+    profile, plan = profile_and_plan(args, raw, ssd=ssd)
+    (work / "job.json").write_text(json.dumps({"benchmark": raw, "batch": args.batch, "steps": args.steps,
+                                               "warmup": args.warmup, "policy": args.policy, "ssd": ssd,
+                                               "profile": profile, "plan": plan}))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.ranks}",
+           str(Path(__file__).resolve()), "--rank-work", str(work)]
+    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+    try:
+        code = proc.wait()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+    if code != 0:
+        raise RuntimeError(f"the ranks failed (exit {code})")
+    return json.loads((work / "result.json").read_text()), plan
 
 
 def main() -> int:
@@ -165,6 +218,9 @@ def main() -> int:
     ap.add_argument("--cache-fraction", type=float, default=0.01)
     ap.add_argument("--policy", choices=["lru", "lfu"], default="lru")
     ap.add_argument("--zipf", type=float, default=1.05)
+    ap.add_argument("--memory-rows", type=int, default=None,
+                    help="rows per table of the in-memory run (default: --memory-fraction of the memory)")
+    ap.add_argument("--memory-fraction", type=float, default=0.25)
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()), help="where the table files go")
     ap.add_argument("--rank-work", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -172,45 +228,54 @@ def main() -> int:
         rank_main(args.rank_work)
         return 0
     from harness.hw_profiles import detect
+    from harness.hw_profiles.profiles import format_bytes as fb
 
+    if not args.dir.is_dir():
+        print(f"larger_than_memory: {args.dir} is not a folder (give --dir an existing folder for the table files)",
+              file=sys.stderr)
+        return 1
     need, free = model_bytes(args), shutil.disk_usage(args.dir).free
     if free < need * 1.05 + (1 << 30):
         print(f"larger_than_memory: {args.dir} has {free / 1e9:.1f} GB free; the model needs {need / 1e9:.1f} GB "
               "(give --dir on a larger disk, or fewer --rows)", file=sys.stderr)
         return 1
     ram = detect(results_dir=str(args.dir)).memory_bytes
-    raw = spec_raw(args)
+    in_memory = argparse.Namespace(**{**vars(args), "rows": args.memory_rows or int(
+        args.memory_fraction * ram // model_bytes(argparse.Namespace(**{**vars(args), "rows": 1})))})
+    if in_memory.rows > args.rows:
+        in_memory.rows = args.rows
     print(f"26 tables x {args.rows:,} rows x {args.dim} (row-wise Adagrad), {args.ranks} emulated ranks (gloo), "
           f"batch {args.batch}, {args.steps} timed steps after {args.warmup}, {args.cache_fraction:g} of every "
           f"shard's rows cached in memory ({args.policy}); model {need / 1e9:.1f} GB, memory {ram / 1e9:.1f} GB",
           flush=True)
     work = Path(tempfile.mkdtemp(prefix="harness-larger-than-memory-", dir=args.dir))
-    proc = None
 
     def stop(signum: int, frame: Any) -> None:  # a SIGTERM cleans up as Ctrl-C does
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
     try:
-        profile, plan = profile_and_plan(args, raw)
-        (work / "job.json").write_text(json.dumps({"benchmark": raw, "batch": args.batch, "steps": args.steps,
-                                                   "warmup": args.warmup, "policy": args.policy,
-                                                   "profile": profile, "plan": plan}))
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={args.ranks}",
-               str(Path(__file__).resolve()), "--rank-work", str(work)]
-        proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
-        code = proc.wait()
-        if code != 0:
-            print(f"larger_than_memory: the ranks failed (exit {code})", file=sys.stderr)
-            return 1
-        report(args, work, plan, ram)
+        result, plan = train(args, spec_raw(args), ssd=True, work=work)
+        report(args, result, plan, ram)
+        shutil.rmtree(work / "tables", ignore_errors=True)
+        for f in work.glob("tables*"):
+            f.unlink()
+        print(f"the same shape in memory: 26 tables x {in_memory.rows:,} rows, every shard resident (DDR), "
+              f"model {fb(model_bytes(in_memory))}", flush=True)
+        mem, _ = train(in_memory, spec_raw(in_memory), ssd=False, work=work)
+        samples = args.steps * args.batch
+        ssd_rate, mem_rate = samples / result["train_s"], samples / mem["train_s"]
+        print(f"in memory: {mem_rate:,.0f} samples/s; on the SSD tier: {ssd_rate:,.0f} samples/s")
+        held = sum(r["peak"]["ssd"] for r in result["memory"]["ranks"])
+        print(f"model bytes / RAM: {held / ram:.2f}")
+        print(f"SSD tier / in memory: {ssd_rate / mem_rate:.2f}")
         return 0
+    except RuntimeError as err:
+        print(f"larger_than_memory: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     finally:
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait()
         shutil.rmtree(work, ignore_errors=True)
 
 
