@@ -264,7 +264,7 @@ def _tables(tmp_path: Path, *, cache_rows: int, latency_us: float = 0.0, direct:
 @pytest.fixture(params=["compiled", "python"])
 def reader(request, monkeypatch):
     """Each SSD read path: the compiled io_uring reader, and the Python threads it falls back to."""
-    from harness.inference import rowio
+    from harness.reference.tiered import rowio
 
     if request.param == "python":
         monkeypatch.setenv("HARNESS_ROWIO", "python")
@@ -276,7 +276,7 @@ def reader(request, monkeypatch):
 def test_the_compiled_reader_is_built_at_install_and_io_uring_reads_rows(tmp_path):
     """The install built harness/inference/_rowio.c (setup.py) and this kernel takes io_uring: its
     reads at depth 16 return exactly the rows asked for, in order, repeats included."""
-    from harness.inference import rowio
+    from harness.reference.tiered import rowio
 
     rowio.compiled_reader.cache_clear()
     assert rowio.reader_name() == rowio.COMPILED

@@ -42,7 +42,7 @@ import torch
 
 from harness.errors import EXIT_CODES, ErrorCategory, HarnessError, io_fault
 from harness.files import replace_atomic, write_atomic
-from harness.inference import mlperf, rowio
+from harness.inference import mlperf
 from harness.inference.storage import Layout, PreadRows, SdmEmbeddings, probe_device, write_rows
 from harness.inference.worker import main as worker_main
 from harness.reference.data import synthetic
@@ -52,7 +52,7 @@ from harness.reference.models.dlrm import DLRM
 from harness.reference.engine.forked import ForkedProcess, start_server
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import SessionHooks, TrainingSession
-from harness.reference.tiered import CachePolicy
+from harness.reference.tiered import CachePolicy, rowio
 from harness.rules.auc import roc_auc
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import BenchmarkSpec

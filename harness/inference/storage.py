@@ -10,7 +10,7 @@ packed (one row after another) and read with buffered ``os.pread``; :attr:`Pread
 says which, and why (``direct``, or ``buffered (<reason>)``), and every report prints it.
 
 Reads are issued at a *queue depth*: a batch's rows go to the device in one submission through
-io_uring, ``queue_depth`` in flight at once (:mod:`harness.inference.rowio`: a small C reader
+io_uring, ``queue_depth`` in flight at once (:mod:`harness.reference.tiered.rowio`: a small C reader
 built at install, no GIL held while the reads are in flight). Where that reader is missing or
 io_uring refused, a batch's rows are split over ``queue_depth`` threads, each issuing its share
 one ``pread`` after another (the call releases the GIL, so up to ``queue_depth`` reads are in
@@ -46,11 +46,9 @@ from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.hw_profiles.tiers import Tier
-from harness.inference import rowio
 from harness.reference.models.embeddings import FusedEmbeddingCollection, distinct
-from harness.reference.tiered import CachePolicy, RowCache, RowStore
-
-ALIGNMENTS = (512, 4096)  # the logical block sizes O_DIRECT may need
+from harness.reference.tiered import CachePolicy, RowCache, RowStore, rowio
+from harness.reference.tiered.rowio import ALIGNMENTS, probe_direct
 
 
 @dataclass(frozen=True)
@@ -74,29 +72,6 @@ class Layout:
     def to_dict(self) -> dict:
         return {"rows": self.rows, "cols": self.cols, "stride": self.stride, "direct": self.direct,
                 "reason": self.reason}
-
-
-def probe_direct(path: Path) -> tuple[int | None, str]:
-    """The alignment at which ``path`` (at least 4096 bytes) reads with O_DIRECT, or None and why not."""
-    flag = getattr(os, "O_DIRECT", None)
-    if flag is None:
-        return None, "O_DIRECT is not available on this platform"
-    try:
-        fd = os.open(path, os.O_RDONLY | flag)
-    except OSError as err:
-        return None, f"the file system refuses O_DIRECT ({err.strerror})"
-    try:
-        buf = mmap.mmap(-1, max(ALIGNMENTS))  # page-aligned
-        last = ""
-        for align in ALIGNMENTS:
-            try:
-                if os.preadv(fd, [memoryview(buf)[:align]], align) == align:
-                    return align, ""
-            except OSError as err:
-                last = err.strerror or str(err)
-        return None, f"O_DIRECT reads failed at {', '.join(map(str, ALIGNMENTS))}-byte alignment ({last})"
-    finally:
-        os.close(fd)
 
 
 def write_rows(path: Path, weight: torch.Tensor, *, direct: bool = True) -> Layout:

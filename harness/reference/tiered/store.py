@@ -6,14 +6,14 @@ one write, as 4-byte words: the state is float32 always; the weights are float32
 stored in bf16 or fp16, two 16-bit values to a word (half the bytes, a trailing half-word of
 padding when the row has an odd number of columns). :meth:`RowStore.pack` makes a row's words
 and :meth:`RowStore.weights_of` / :meth:`RowStore.state_of` read them back. :class:`MemoryRows` keeps them in a tensor (the HBM or DDR tier; on
-a CPU-only machine both are host memory); :class:`SsdRows` in a file on local disk through
-``numpy.memmap``, read and written row by row, flushed (``msync``) on :meth:`flush`.
+a CPU-only machine both are host memory); :class:`SsdRows` in a file on local disk, read and
+written row by row (the blocks each row lies on, at the device's queue depth: no page per row),
+made durable (``fsync``) on :meth:`flush`.
 """
 
 from __future__ import annotations
 
 import errno
-import mmap
 import os
 from pathlib import Path
 
@@ -123,18 +123,35 @@ def _reserve(fd: int, size: int, path: Path) -> None:
 
 
 class SsdRows(RowStore):
-    """Rows in a file on local disk, memory-mapped.
+    """Rows in a file on local disk, read and written row by row through the row reader.
+
+    The file holds the rows packed, one after another (``rows x width`` words, nothing else),
+    so its size is the table's bytes. Where the file system takes ``O_DIRECT`` (probed on the
+    file: :func:`~harness.reference.tiered.rowio.probe_direct`), every transfer bypasses the
+    page cache and covers only the blocks a row lies on (512 bytes on most drives): a row of
+    260 bytes costs one or two blocks, not the 4 KB page (and the kernel's read-ahead) a memory
+    map would fault in. Rows of one call that share a block are one transfer. A write reads
+    first the blocks it only partly covers (their other rows' bytes are kept) and then writes
+    whole blocks. Where ``O_DIRECT`` is refused, rows are read and written exactly, through the
+    page cache; :attr:`mode` says which, and why. Every call is one batched submission at
+    ``queue_depth`` (:func:`~harness.reference.tiered.rowio.transfer`: the compiled io_uring
+    reader, or Python threads, named by :attr:`reader`).
+
+    Calls must not overlap (the cache makes them in order, on one thread at a time: a write's
+    read-modify-write of a shared block would otherwise race another's).
 
     Args:
         path: the file; created (zero-filled) when ``create``, else opened and its
             size checked against ``rows x (cols + state_cols)``. A created file has its blocks
-            allocated at once (zero-filled), so a full disk is an error here, not a SIGBUS later.
+            allocated at once (zero-filled), so a full disk is an error here, not later.
     """
 
     tier = Tier.SSD
 
     def __init__(self, path: Path, rows: int, cols: int, state_cols: int, *, create: bool,
-                 dtype: torch.dtype = torch.float32):
+                 dtype: torch.dtype = torch.float32, queue_depth: int = 64):
+        from harness.reference.tiered import rowio
+
         super().__init__(rows, cols, state_cols, dtype)
         self.path = Path(path)
         width = self.width
@@ -150,40 +167,123 @@ class SsdRows(RowStore):
                 f"{str(dtype).removeprefix('torch.')})",
                 ErrorCategory.BAD_INPUT,
             )
-        self._map = np.memmap(self.path, dtype=np.float32, mode="r+", shape=(rows, width))
-        # rows are read where they fall: without this, each page fault reads ahead (Linux: 128 KB
-        # around it) for one row of a few hundred bytes, and a table larger than memory is read
-        # from the drive hundreds of times over
-        advise = getattr(getattr(self._map, "_mmap", None), "madvise", None)
-        if advise is not None and hasattr(mmap, "MADV_RANDOM"):
-            advise(mmap.MADV_RANDOM)
-        # a tensor over the mapped pages (no copy): its gathers and scatters run without the
-        # GIL, so a read ahead in a background thread overlaps the step's compute
-        self._rows = torch.from_numpy(self._map)
+        self.size = expected
+        self.queue_depth = int(queue_depth)
+        align, why = rowio.probe_direct(self.path)
+        self.align = align or 4  # a transfer's granularity: the block, or (through the page cache) the word
+        self.mode = f"direct (O_DIRECT, {align}-byte blocks)" if align else f"buffered ({why})"
+        self.reader = rowio.reader_name()
+        self._transfer = rowio.transfer
+        self._aligned_empty = rowio.aligned_empty
+        self._fd = os.open(self.path, os.O_RDWR | (os.O_DIRECT if align else 0))
+        # the last block, where the file ends inside it, is read and written through the page cache
+        # (O_DIRECT moves whole blocks only, and a whole block there would grow the file)
+        self._tail_fd = os.open(self.path, os.O_RDWR) if align else self._fd
+        self.transfers = 0  # transfers submitted, and the bytes they moved (reads and writes)
+        self.transfer_bytes = 0
+
+    def __del__(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the file (a store is closed when it is dropped)."""
+        for fd in {getattr(self, "_fd", -1), getattr(self, "_tail_fd", -1)} - {-1}:
+            os.close(fd)
+        self._fd = self._tail_fd = -1
+
+    def _spans(self, rows: torch.Tensor) -> tuple[np.ndarray, ...]:
+        """The transfers of ``rows`` (int64, distinct): ``order`` (the rows by offset), per row
+        ``word`` (where its first word lands in the buffer), and per transfer its file offset,
+        length and buffer offset, and whether the rows cover it wholly (a write need not read it)."""
+        rb, a = self.row_bytes, self.align
+        at = rows.contiguous().numpy().astype(np.int64) * rb
+        order = np.argsort(at, kind="stable")
+        at = at[order]
+        lo, hi = at // a * a, -(-(at + rb) // a) * a
+        first = np.ones(len(at), dtype=bool)
+        first[1:] = lo[1:] > hi[:-1]  # rows sharing (or next to) a block share a transfer
+        span = np.cumsum(first) - 1
+        starts = np.flatnonzero(first)
+        offsets = lo[starts]
+        ends = np.maximum.reduceat(hi, starts)
+        lens = ends - offsets
+        bufoffs = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+        word = (bufoffs[span] + at - offsets[span]) // 4
+        covered = np.bincount(span, minlength=len(starts)) * rb == lens
+        return order, word, offsets, lens, bufoffs, covered
+
+    def _io(self, write: bool, offsets: np.ndarray, lens: np.ndarray, bufoffs: np.ndarray, buf: np.ndarray) -> None:
+        """The spans moved in one submission, but for the bytes past the file's last whole block:
+        those (at most one block's) through the page cache, as O_DIRECT moves whole blocks only
+        and a whole block there would grow the file."""
+        whole = self.size // self.align * self.align
+        over = np.flatnonzero(offsets + lens > whole)
+        tails = []
+        if over.size:
+            offsets, lens = offsets.copy(), lens.copy()
+            for i in over.tolist():
+                cut = max(int(offsets[i]), whole)
+                tails.append((cut, int(bufoffs[i]) + cut - int(offsets[i]), self.size - cut))
+                lens[i] = cut - offsets[i]
+        try:
+            self._transfer(self._fd, write=write, offsets=offsets[lens > 0], lens=lens[lens > 0],
+                           bufoffs=bufoffs[lens > 0], buf=buf, depth=self.queue_depth)
+            view = memoryview(buf)
+            for at, where, size in tails:
+                part = view[where : where + size]
+                if (os.pwritev if write else os.preadv)(self._tail_fd, [part], at) != size:
+                    raise OSError(errno.EIO, "short transfer or I/O error")
+        except OSError as err:
+            raise HarnessError(f"{self.path}: {'writing' if write else 'reading'} table rows failed: "
+                               f"{err.strerror}", ErrorCategory.RUN_FAILED) from None
+        self.transfers += int((lens > 0).sum()) + len(tails)
+        self.transfer_bytes += int(lens.sum()) + sum(t[2] for t in tails)
 
     def read(self, rows: torch.Tensor) -> torch.Tensor:
-        return self._rows.index_select(0, rows)
+        rows = rows.reshape(-1)
+        out = torch.empty(rows.numel(), self.width)
+        if rows.numel() == 0:
+            return out
+        order, word, offsets, lens, bufoffs, _ = self._spans(rows)
+        buf = self._aligned_empty(int(lens.sum()), max(self.align, 8))
+        self._io(False, offsets, lens, bufoffs, buf)
+        windows = np.lib.stride_tricks.sliding_window_view(buf.view(np.float32), self.width)
+        out.numpy()[order] = windows[word]
+        return out
 
     def write(self, rows: torch.Tensor, values: torch.Tensor) -> None:
-        self._rows.index_copy_(0, rows, values)
+        rows = rows.reshape(-1)
+        if rows.numel() == 0:
+            return
+        order, word, offsets, lens, bufoffs, covered = self._spans(rows)
+        buf = self._aligned_empty(int(lens.sum()), max(self.align, 8))
+        partial = np.flatnonzero(~covered)
+        if partial.size:  # the other rows' bytes of the blocks the rows share with them
+            self._io(False, offsets[partial], lens[partial], bufoffs[partial], buf)
+        windows = np.lib.stride_tricks.sliding_window_view(buf.view(np.float32), self.width, writeable=True)
+        windows[word] = values.detach().to(torch.float32).numpy()[order]
+        self._io(True, offsets, lens, bufoffs, buf)
 
     def write_rows(self, lo: int, values: torch.Tensor) -> None:
-        """Contiguous rows written to the file itself (``pwrite``), not through the map: filling a
-        store larger than memory leaves its pages in the page cache, never in this process."""
-        data = np.ascontiguousarray(values.detach().numpy(), dtype=np.float32)
-        fd = os.open(self.path, os.O_WRONLY)
-        try:
-            view, at = memoryview(data).cast("B"), lo * self.row_bytes
-            while view:
-                n = os.pwrite(fd, view, at)
-                view, at = view[n:], at + n
-        finally:
-            os.close(fd)
+        """Contiguous rows (filling a store a chunk at a time): one span, of which only the first
+        and last blocks are read first."""
+        n = int(values.shape[0])
+        if n == 0:
+            return
+        rb, a = self.row_bytes, self.align
+        start, end = lo * rb, (lo + n) * rb
+        first, last = start // a * a, -(-end // a) * a
+        buf = self._aligned_empty(last - first, max(a, 8))
+        heads = [(first, a)] if start > first else []
+        if end < last and (not heads or last - a > first):
+            heads.append((last - a, a))
+        if heads:
+            offs = np.array([h[0] for h in heads], dtype=np.int64)
+            self._io(False, offs, np.array([h[1] for h in heads], dtype=np.int64), offs - first, buf)
+        buf.view(np.float32)[(start - first) // 4 : (end - first) // 4] = \
+            values.detach().to(torch.float32).numpy().reshape(-1)
+        self._io(True, np.array([first], dtype=np.int64), np.array([last - first], dtype=np.int64),
+                 np.zeros(1, dtype=np.int64), buf)
 
     def flush(self) -> None:
-        self._map.flush()
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        os.fsync(self._fd)

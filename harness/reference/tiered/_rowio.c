@@ -1,9 +1,9 @@
-/* Rows read from a file at a queue depth through io_uring: one ring per reader, every read of a
+/* Rows read (and written) at a queue depth through io_uring: one ring per thread, every transfer of a
  * call submitted through it with up to `depth` in flight, completions reaped as they come.
  *
  * A plain C library (no Python API), built at install as the optional extension
- * harness.inference._rowio (setup.py) and loaded with ctypes by harness/inference/rowio.py, which
- * falls back to Python threads issuing pread (and says so) where it is missing or io_uring is
+ * harness.reference.tiered._rowio (setup.py) and loaded with ctypes by harness/reference/tiered/rowio.py, which
+ * falls back to Python threads issuing pread/pwrite (and says so) where it is missing or io_uring is
  * refused. The raw system calls, not liburing: nothing to install, and the ring's protocol is
  * small (the kernel's include/uapi/linux/io_uring.h and io_uring_setup(2), io_uring_enter(2)).
  */
@@ -98,11 +98,12 @@ void rowio_ring_free(struct rowio_ring *r) {
     free(r);
 }
 
-/* Read `n` slots of `slot` bytes, slot i from offset offsets[i] of `fd` into buf + i * slot, with
- * at most `depth` reads in flight. 0 on success; -errno of the first failed read or system call;
- * -EIO for a short read (the row's index in *failed where failed is not NULL). */
-int rowio_read(struct rowio_ring *r, int fd, const int64_t *offsets, size_t n, size_t slot, char *buf,
-               unsigned depth, int64_t *failed) {
+/* n transfers through the ring, at most `depth` in flight: transfer i moves lens[i] bytes (`slot`
+ * where lens is NULL) between offset offsets[i] of `fd` and buf + bufoffs[i] (i * slot where bufoffs
+ * is NULL), a read or, with `write`, a write. 0 on success; -errno of the first failed transfer or
+ * system call; -EIO for a short one (its index in *failed where failed is not NULL). */
+static int transfer(struct rowio_ring *r, int fd, int write, const int64_t *offsets, const int64_t *lens,
+                    const int64_t *bufoffs, size_t n, size_t slot, char *buf, unsigned depth, int64_t *failed) {
     if (depth < 1)
         depth = 1;
     if (depth > r->entries)
@@ -116,11 +117,11 @@ int rowio_read(struct rowio_ring *r, int fd, const int64_t *offsets, size_t n, s
             unsigned idx = tail & *r->sq_mask;
             struct io_uring_sqe *sqe = &r->sqes[idx];
             memset(sqe, 0, sizeof *sqe);
-            sqe->opcode = IORING_OP_READ;
+            sqe->opcode = write ? IORING_OP_WRITE : IORING_OP_READ;
             sqe->fd = fd;
             sqe->off = (uint64_t)offsets[queued];
-            sqe->addr = (uint64_t)(uintptr_t)(buf + queued * slot);
-            sqe->len = (uint32_t)slot;
+            sqe->addr = (uint64_t)(uintptr_t)(buf + (bufoffs ? (size_t)bufoffs[queued] : queued * slot));
+            sqe->len = (uint32_t)(lens ? (size_t)lens[queued] : slot);
             sqe->user_data = queued;
             r->sq_array[idx] = idx;
             tail++;
@@ -129,7 +130,7 @@ int rowio_read(struct rowio_ring *r, int fd, const int64_t *offsets, size_t n, s
         }
         __atomic_store_n(r->sq_tail, tail, __ATOMIC_RELEASE);
         if (inflight == 0)
-            break; /* a failure stopped the queueing and every read in flight is back */
+            break; /* a failure stopped the queueing and every transfer in flight is back */
         unsigned pending = tail - __atomic_load_n(r->sq_head, __ATOMIC_ACQUIRE);
         int ret = (int)syscall(__NR_io_uring_enter, r->fd, pending, 1, IORING_ENTER_GETEVENTS, NULL, 0);
         if (ret < 0 && errno != EINTR && errno != EAGAIN && errno != EBUSY)
@@ -137,10 +138,12 @@ int rowio_read(struct rowio_ring *r, int fd, const int64_t *offsets, size_t n, s
         unsigned head = *r->cq_head;
         while (head != __atomic_load_n(r->cq_tail, __ATOMIC_ACQUIRE)) {
             struct io_uring_cqe *cqe = &r->cqes[head & *r->cq_mask];
-            if (status == 0 && cqe->res != (int32_t)slot) {
+            size_t i = (size_t)cqe->user_data;
+            int32_t want = (int32_t)(lens ? (size_t)lens[i] : slot);
+            if (status == 0 && cqe->res != want) {
                 status = cqe->res < 0 ? cqe->res : -EIO;
                 if (failed)
-                    *failed = (int64_t)cqe->user_data;
+                    *failed = (int64_t)i;
             }
             head++;
             done++;
@@ -151,4 +154,19 @@ int rowio_read(struct rowio_ring *r, int fd, const int64_t *offsets, size_t n, s
             break;
     }
     return status;
+}
+
+/* Read `n` slots of `slot` bytes, slot i from offset offsets[i] of `fd` into buf + i * slot, with
+ * at most `depth` reads in flight. 0 on success; -errno of the first failed read or system call;
+ * -EIO for a short read (the row's index in *failed where failed is not NULL). */
+int rowio_read(struct rowio_ring *r, int fd, const int64_t *offsets, size_t n, size_t slot, char *buf,
+               unsigned depth, int64_t *failed) {
+    return transfer(r, fd, 0, offsets, NULL, NULL, n, slot, buf, depth, failed);
+}
+
+/* Read (or, with `write`, write) `n` spans: span i is lens[i] bytes at offset offsets[i] of `fd`,
+ * at buf + bufoffs[i]; at most `depth` in flight. Returns as rowio_read. */
+int rowio_spans(struct rowio_ring *r, int fd, int write, const int64_t *offsets, const int64_t *lens,
+                const int64_t *bufoffs, size_t n, char *buf, unsigned depth, int64_t *failed) {
+    return transfer(r, fd, write, offsets, lens, bufoffs, n, 0, buf, depth, failed);
 }
