@@ -47,8 +47,9 @@ SCENARIOS = {"offline": (Scenario.OFFLINE,), "server": (Scenario.SERVER,), "both
                    "10 for 3D XPoint; 0: no third variant.")
 @click.option("--storage-queue-depth", type=click.IntRange(min=1), default=DEFAULT_STORAGE_QUEUE_DEPTH,
               show_default=True,
-              help="Storage reads in flight at once (threads issuing pread); reads in flight together wait the "
-                   "added latency together. 1: one read after another.")
+              help="Storage reads in flight at once (one io_uring submission per lookup call, or threads issuing "
+                   "pread where the compiled reader is missing); reads in flight together wait the added latency "
+                   "together. 1: one read after another.")
 @click.option("--cache-fraction", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.2, show_default=True,
               help="Rows of the SSD variants' DRAM cache, as a fraction of all table rows.")
 @click.option("--cache-policy", type=click.Choice([p.value for p in CachePolicy]), default="lru", show_default=True,
@@ -57,12 +58,15 @@ SCENARIOS = {"offline": (Scenario.OFFLINE,), "server": (Scenario.SERVER,), "both
               help="Offline target QPS (users per second) in every variant's user.conf [default: 1.25 x each "
                    "variant's calibrated rate, its fastest model call].")
 @click.option("--server-qps", type=click.FloatRange(0.0, min_open=True), default=None,
-              help="Server target QPS (one-user queries per second) in every variant's user.conf [default: 0.5 x "
-                   "each variant's one-user query rate x (1 - its p99 query time / the 60 ms bound)].")
+              help="Server target QPS (one-user queries per second) in every variant's user.conf [default: 0.6 x "
+                   "the highest rate a short search over LoadGen runs of each variant passed].")
 @click.option("--user-conf", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="A user.conf for every variant, instead of the generated ones.")
 @click.option("--variant", "variant_kinds", type=click.Choice(list(VARIANT_KINDS)), multiple=True,
               help="Run only these variants (repeat the option) [default: all].")
+@click.option("--warm-cache", is_flag=True,
+              help="Start the SSD variants' caches with the rows the training data looks up most (as a deployment "
+                   "loads its hot rows), not empty.")
 @click.option("--high-accuracy", is_flag=True, help="Check the 99.9% accuracy target (dlrm-v2-99.9), not 99%.")
 @click.option("--buffered", is_flag=True, help="Read the rows file without O_DIRECT (through the page cache).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Training seed of the model.")
@@ -85,7 +89,7 @@ def infer(
     benchmark: str, scenario: str, quick: bool, results: Path, storage_latency_us: float, storage_queue_depth: int,
     cache_fraction: float,
     cache_policy: str, offline_qps: float | None, server_qps: float | None, user_conf: Path | None,
-    variant_kinds: tuple[str, ...], high_accuracy: bool, buffered: bool, seed: int, train_steps: int | None, model_dir: Path | None,
+    variant_kinds: tuple[str, ...], warm_cache: bool, high_accuracy: bool, buffered: bool, seed: int, train_steps: int | None, model_dir: Path | None,
     max_batch: int, threads: int, precision: str, as_json: bool,
 ) -> None:
     """Serve a trained model from memory and from the SSD tier as MLPerf Inference runs it."""
@@ -95,7 +99,7 @@ def infer(
         storage_queue_depth=storage_queue_depth, quick=quick, results=results,
         offline_qps=offline_qps, server_qps=server_qps, user_conf=user_conf, high_accuracy=high_accuracy,
         direct=not buffered, variant_kinds=variant_kinds or VARIANT_KINDS, seed=seed, train_steps=train_steps, model_dir=model_dir, max_batch=max_batch,
-        threads=threads, precision=precision,
+        threads=threads, precision=precision, warm_cache=warm_cache,
     )
     try:
         report = run_inference(config, progress=lambda message: click.echo(message, err=True))
@@ -141,11 +145,11 @@ def render(report: InferReport) -> str:
         (f"loadgen {report.loadgen_version}; mlperf.conf {'= LoadGen' if report.mlperf_conf_sha1_matches else '!= LoadGen'}"
          f"'s (sha1 {report.to_dict()['settings']['mlperf_conf_sha1'][:12]}); a sample is a user (100 to 700 "
          f"eval rows, as MLPerf's DLRMv2 reference aggregates them); Offline calls of about {c.max_batch} rows, "
-         f"a Server call per query; "
+         f"Server: the lookups of the queries that arrived together in one call, a dense call per query; "
          f"{c.threads} torch thread(s)"),
         (f"ssd tier: {report.table_rows} rows, {format_bytes(report.ssd_file_bytes)} file, read {report.storage_mode} "
          f"by {report.reader or 'pread'} at queue depth {c.storage_queue_depth}; "
-         f"cache {report.cache_rows} rows ({c.cache_fraction:g}, {c.cache_policy.value})"),
+         f"cache {report.cache_rows} rows ({c.cache_fraction:g}, {c.cache_policy.value}; {report.warm_note})"),
         *([report.device_probe.describe()] if report.device_probe is not None else []),
         (f"accuracy: {c.model_name}, AUC >= {100 * (0.999 if c.high_accuracy else 0.99):g}% of the reference AUC: "
          f"the in-memory model's on the same eval rows, computed directly (on the whole eval split: "
@@ -181,7 +185,7 @@ def render(report: InferReport) -> str:
                 lat += f" (added {st.added_latency_us:.1f} us: the busy-wait's median, measured at start)"
             same = "= misses" if st.reads == st.misses and st.reads_equal_misses_per_call else "!= misses"
             lines.append(f"  {r.variant.system} {r.scenario.value}: {st.reads:,} reads {same}, "
-                         f"{format_bytes(st.bytes_read)} over {st.samples:,} users ({st.rows:,} rows) in {st.model_calls:,} model calls "
+                         f"{format_bytes(st.bytes_read)} over {st.samples:,} users ({st.rows:,} rows) in {st.model_calls:,} lookup calls "
                          f"({st.bypass_calls:,} larger than the cache, which kept their hottest rows){lat}")
     lines += ["", "runs (LoadGen test wall time, performance + accuracy):"]
     for r in report.results:

@@ -170,6 +170,9 @@ class InferConfig:
         precision: the precision the served model is trained in (fp32, bf16, fp16: the dense
             layers, the tables' storage), as ``harness run --precision`` trains; fp32 by default,
             so the model served is the same on every machine (serving computes in fp32).
+        warm_cache: the SSD variants' caches start holding the rows the training data looks up
+            most (counted over its first :data:`WARM_SAMPLES` samples), as a deployment loads its
+            hot rows at start; otherwise they start empty (cold).
     """
 
     benchmark: str = "dlrm_synthetic"
@@ -194,6 +197,7 @@ class InferConfig:
     precision: str = Precision.FP32.value
     # --quick's Server query count (the suite's shared run takes LoadGen's old 100, asserting no verdict)
     quick_server_queries: int = QUICK_SERVER_MIN_QUERY_COUNT
+    warm_cache: bool = False
 
     def __post_init__(self) -> None:
         parse_precision(self.precision, what="--precision")
@@ -388,6 +392,7 @@ class InferReport:
     notes: list[str] = field(default_factory=list)
     reader: str = ""  # what read the SSD tier's rows (rowio.reader_name())
     device_probe: rowio.DeviceProbe | None = None  # the device's random reads/s at the run's queue depth
+    warm_note: str = "cold at start"  # how the SSD variants' caches started
 
     @property
     def label(self) -> str | None:
@@ -412,7 +417,7 @@ class InferReport:
             "settings": {
                 "scenarios": [s.value for s in c.scenarios], "cache_fraction": c.cache_fraction,
                 "cache_policy": c.cache_policy.value, "storage_latency_us": c.storage_latency_us,
-                "storage_queue_depth": c.storage_queue_depth,
+                "storage_queue_depth": c.storage_queue_depth, "warm_cache": c.warm_cache,
                 "quick": c.quick, "max_batch": c.max_batch, "threads": c.threads, "precision": c.precision,
                 "user_conf": None if c.user_conf is None else str(c.user_conf),
                 "mlperf_conf": str(mlperf.MLPERF_CONF), "mlperf_conf_sha1": mlperf.MLPERF_CONF_SHA1,
@@ -652,15 +657,36 @@ class SampleLibrary:
 # ---------------------------------------------------------------------------------- the SSD variants
 def ssd_model(spec: BenchmarkSpec, state: dict[str, torch.Tensor], rows_file: Path, layout: Layout, *,
               cache_rows: int, policy: CachePolicy, latency_us: float,
-              queue_depth: int = 1) -> tuple[DLRM, SdmEmbeddings]:
+              queue_depth: int = 1, warm: np.ndarray | None = None) -> tuple[DLRM, SdmEmbeddings]:
     """The trained model with its tables served from ``rows_file`` through a cache of
-    ``cache_rows`` rows, each read taking ``latency_us`` more, ``queue_depth`` reads in flight."""
+    ``cache_rows`` rows, each read taking ``latency_us`` more, ``queue_depth`` reads in flight;
+    the cache holding ``warm``'s rows (:func:`hot_rows`) at start, or empty."""
     model = memory_model(spec, state)
     full = model.sparse_arch.embeddings
     store = PreadRows(rows_file, layout, latency_us=latency_us, queue_depth=queue_depth)
     tables = SdmEmbeddings(full.table_rows, full.dim, full.pooling, store, cache_rows, policy)
+    if warm is not None:
+        tables.warm(torch.from_numpy(warm))
     model.sparse_arch.embeddings = tables
     return model.eval(), tables
+
+
+WARM_SAMPLES = 1 << 18  # the training samples whose ids --warm-cache counts
+
+
+def hot_rows(data: synthetic.SyntheticCriteo, column_offsets: torch.Tensor, table_rows: int, count: int, *,
+             samples: int = WARM_SAMPLES, chunk: int = 1 << 15) -> tuple[np.ndarray, int]:
+    """The ``count`` rows (of the fused table of ``table_rows`` rows) that the first ``samples``
+    training samples look up most, hottest first (ties: the lower row first), and the samples
+    counted: what a deployment would load into its cache at start."""
+    n = min(int(samples), int(data.spec.train_samples))
+    uses = np.zeros(table_rows, dtype=np.int64)
+    offsets = column_offsets.numpy()
+    for lo in range(0, n, chunk):
+        ids = data._all_ids(np.arange(lo, min(lo + chunk, n), dtype=np.int64)) + offsets
+        uses += np.bincount(ids.reshape(-1), minlength=table_rows)
+    order = np.argsort(-uses, kind="stable")[: min(int(count), int(np.count_nonzero(uses)))]
+    return order.astype(np.int64), n
 
 
 @torch.no_grad()
@@ -886,9 +912,16 @@ def _run_inference(config: InferConfig, spec: BenchmarkSpec, data: Any, model_di
         # the device's own limit at the run's queue depth, for the fraction every report prints
         probe = probe_device(rows_file, layout, depth=config.storage_queue_depth)
         progress(probe.describe())
+        warm, warm_file, warm_note = None, None, "cold at start"
+        if config.warm_cache:
+            warm, counted = hot_rows(data, memory_net.sparse_arch.embeddings.column_offsets, rows, cache_rows)
+            warm_file = tier_dir / "warm-rows.npy"
+            np.save(warm_file, warm)
+            warm_note = f"warmed at start with the {warm.size:,} rows the first {counted:,} training samples look up most"
+            progress(f"cache: {warm_note}")
         served = [_Served(v, memory_net) if not v.ssd else _Served(v, *ssd_model(
             spec, state, rows_file, layout, cache_rows=cache_rows, policy=config.cache_policy,
-            latency_us=v.latency_us, queue_depth=config.storage_queue_depth)) for v in variants]
+            latency_us=v.latency_us, queue_depth=config.storage_queue_depth, warm=warm)) for v in variants]
         try:
             identical = 0
             for s in (s for s in served if s.tables is not None):
@@ -912,7 +945,7 @@ def _run_inference(config: InferConfig, spec: BenchmarkSpec, data: Any, model_di
                         s.tables.store.close()
                         s.model, s.tables = ssd_model(spec, state, rows_file, layout, cache_rows=cache_rows,
                                                       policy=config.cache_policy, latency_us=s.variant.latency_us,
-                                                      queue_depth=config.storage_queue_depth)
+                                                      queue_depth=config.storage_queue_depth, warm=warm)
                     batch_s = calibrate(s.model, library, config.max_batch)
                     s.batch_s = batch_s if rnd == 0 else min(s.batch_s, batch_s)
                     if not query_target_needed:
@@ -937,7 +970,7 @@ def _run_inference(config: InferConfig, spec: BenchmarkSpec, data: Any, model_di
                     results.append(_run_variant(config, spec, s, scenario, model_dir=model_dir, rows_file=rows_file,
                                                 layout=layout, cache_rows=cache_rows, library=library, labels=labels,
                                                 ref_probs=ref_probs, work_dir=tier_dir, notes=notes,
-                                                progress=progress))
+                                                progress=progress, warm_file=warm_file))
         finally:
             for s in served:
                 if s.tables is not None:
@@ -949,7 +982,7 @@ def _run_inference(config: InferConfig, spec: BenchmarkSpec, data: Any, model_di
         memory_table_bytes=weight.numel() * weight.element_size(), ssd_file_bytes=layout.rows * layout.stride,
         storage_mode=layout.mode, identical_samples=identical, reference_auc=ref_auc, results=results,
         loadgen_version=loadgen_version(), mlperf_conf_sha1_matches=sha_ok, wall_s=time.perf_counter() - t_start,
-        notes=notes, reader=rowio.reader_name(), device_probe=probe,
+        notes=notes, reader=rowio.reader_name(), device_probe=probe, warm_note=warm_note,
     )
 
 
@@ -1015,7 +1048,8 @@ def _search_server_qps(config: InferConfig, s: _Served, job: dict[str, Any], wor
 def _run_variant(config: InferConfig, spec: BenchmarkSpec, s: _Served, scenario: Scenario, *, model_dir: Path,
                  rows_file: Path, layout: Layout, cache_rows: int, library: SampleLibrary, labels: np.ndarray,
                  ref_probs: np.ndarray,
-                 work_dir: Path, notes: list[str], progress: Callable[[str], None]) -> RunResult:
+                 work_dir: Path, notes: list[str], progress: Callable[[str], None],
+                 warm_file: Path | None = None) -> RunResult:
     """One variant in one scenario: its user.conf, a performance run, an accuracy run, scored."""
     v, model_name = s.variant, config.model_name
     scen_dir = mlperf.scenario_dir(config.results, v.system, model_name, scenario.value)
@@ -1025,12 +1059,13 @@ def _run_variant(config: InferConfig, spec: BenchmarkSpec, s: _Served, scenario:
         "benchmark": spec.name, "state": str(model_dir / MODEL_FILE), "variant": "ssd" if v.ssd else "memory",
         "variant_name": v.name, "rows_file": str(rows_file), "layout": layout.to_dict(), "latency_us": v.latency_us,
         "cache_rows": cache_rows, "policy": config.cache_policy.value, "scenario": scenario.value,
-        "queue_depth": config.storage_queue_depth,
+        "queue_depth": config.storage_queue_depth, "warm_rows": None if warm_file is None else str(warm_file),
         "quick": config.quick, "quick_min_duration_ms": QUICK_MIN_DURATION_MS,
         "quick_min_query_count": config.quick_server_queries if scenario is Scenario.SERVER else QUICK_MIN_QUERY_COUNT,
         "quick_accuracy_samples": QUICK_ACCURACY_SAMPLES,
-        # Server: a model call per query (one user), so that a user's predictions do not depend on
-        # which queries arrived with it (float32 sums differ in the last bits with the batch's size)
+        # Server (0): the queries that arrived together share their lookups, each has a dense call of its
+        # own, so that a user's predictions do not depend on which queries arrived with it (float32
+        # sums differ in the last bits with the batch's size)
         "max_batch": config.max_batch if scenario is Scenario.OFFLINE else 0, "threads": config.threads,
     }
     if scenario is Scenario.SERVER and not config.server_qps and config.user_conf is None:

@@ -283,6 +283,16 @@ class SdmEmbeddings(FusedEmbeddingCollection):
             values[~admitted] = self.store.read(unique[~admitted])
             return self._lookup(values, inverse)
 
+    def warm(self, rows: torch.Tensor) -> None:
+        """The cache filled with ``rows`` (distinct, hottest first: as many as it holds) before any
+        lookup, as a deployment loads its hot rows at start; what it reads is not counted."""
+        with torch.no_grad():
+            self.cache.admit(rows[: self.cache.free_capacity].to(torch.int64))
+        self.cache.stats = type(self.cache.stats)()
+        store = self.store
+        store.reads = store.bytes_read = store.latency_waits = 0
+        store.read_s = 0.0
+
     def _admitted(self, unique: torch.Tensor, resident: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """Which of a batch's distinct rows a full cache admits: every resident row (it stays),
         then the missing rows that serve the most ids of the batch (LFU: the most ids so far, the

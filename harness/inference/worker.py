@@ -32,18 +32,21 @@ from harness.files import write_atomic
 
 _STOP = object()
 _AHEAD = 2  # model calls whose lookups may be done ahead of their dense part
+SERVER_LOOKUP_ROWS = 16384  # Server: the most rows of queries that arrived together looked up in one call
 
 
 class FastSut:
     """LoadGen's SUT through ``ConstructFastSUT``: ``issue(ids, indices)`` gets two lists of
     ints (about half the memory of a list of ``QuerySample`` objects), kept as NumPy arrays;
     one worker thread answers whatever has arrived. A sample is a user (its eval rows:
-    :class:`harness.inference.run.SampleLibrary`): with ``max_rows`` 0 each user is a model call of
-    its own (Server: a query is one user's ranking request); otherwise consecutive users are
-    answered together in calls of about ``max_rows`` rows (a call ends with the user that
-    reaches it). Each sample is completed with ``QuerySamplesComplete``, its data a float32
-    (prediction, label) pair per row, as the reference's post-processing writes it. Per model
-    call it records the users, the rows and, for an SSD variant, the storage reads and misses.
+    :class:`harness.inference.run.SampleLibrary`): consecutive users are answered together in
+    calls of about ``max_rows`` rows (a call ends with the user that reaches it); with
+    ``max_rows`` 0 (Server: a query is one user's ranking request) the queries that arrived
+    together share one call's embedding lookups (one cache admission, one submission of their
+    misses at the device's queue depth) and each has a dense call of its own. Each sample is
+    completed with ``QuerySamplesComplete``, its data a float32 (prediction, label) pair per
+    row, as the reference's post-processing writes it. Per lookup call it records the users, the
+    rows and, for an SSD variant, the storage reads and misses.
 
     A model call runs in two stages on two threads, as a serving pipeline does: the embedding
     lookups (for an SSD variant the cache and the device reads, which hold no GIL while in
@@ -86,7 +89,18 @@ class FastSut:
                                        store.latency_waits - waits0))
                 else:
                     self.calls.append((users.size, rows.size, 0, 0, 0))
-                self._stage.put((ids, users, rows, t, pooled))
+                if self.max_rows > 0 or users.size == 1:  # Offline: one call, lookups and dense part
+                    self._stage.put((ids, users, rows, t, pooled))
+                    return
+                # Server: the lookups of the queries that arrived together went to the cache and the
+                # device at once (one submission at the queue depth); each query's dense part is a
+                # call of its own, so its predictions do not depend on which queries came with it
+                # (a row's pooled vector does not: it is the sum of its own rows only)
+                sizes = lib.sizes[users]
+                starts = (np.cumsum(sizes) - sizes).tolist()
+                for k, (lo, n) in enumerate(zip(starts, sizes.tolist())):
+                    self._stage.put((ids[k : k + 1], users[k : k + 1], rows[lo : lo + n], t[lo : lo + n],
+                                     pooled[lo : lo + n]))
                 return
             except Exception as err:  # noqa: BLE001 - LoadGen must still finish; raised after it returns
                 self.error = err
@@ -121,11 +135,11 @@ class FastSut:
             self._fail(ids)
 
     def calls_of(self, users: np.ndarray) -> list[slice]:
-        """``users`` cut into model calls: one each (``max_rows`` 0), or runs of about ``max_rows`` rows."""
-        if self.max_rows <= 0:
-            return [slice(k, k + 1) for k in range(users.size)]
+        """``users`` cut into lookup calls of about ``max_rows`` rows (``max_rows`` 0, Server: of
+        about :data:`SERVER_LOOKUP_ROWS`, each user's dense part then a call of its own)."""
+        limit = self.max_rows if self.max_rows > 0 else SERVER_LOOKUP_ROWS
         sizes = self.library.sizes[users]
-        call = (np.cumsum(sizes) - sizes) // self.max_rows  # by the row each user starts at
+        call = (np.cumsum(sizes) - sizes) // limit  # by the row each user starts at
         cuts = [0, *(np.flatnonzero(np.diff(call)) + 1).tolist(), users.size]
         return [slice(a, b) for a, b in zip(cuts[:-1], cuts[1:])]
 
@@ -189,6 +203,8 @@ def build(job: dict[str, Any]) -> tuple[Any, Any]:
                       queue_depth=int(job.get("queue_depth", 1)))
     tables = SdmEmbeddings(full.table_rows, full.dim, full.pooling, store, int(job["cache_rows"]),
                            CachePolicy(job["policy"]))
+    if job.get("warm_rows"):  # the hot rows a deployment loads at start
+        tables.warm(torch.from_numpy(np.load(job["warm_rows"])))
     model.sparse_arch.embeddings = tables
     return model.eval(), tables
 
@@ -266,6 +282,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
             # per model call, the device latencies it waited (a lower bound on its time: each is a
             # busy wait of at least the latency asked for)
             "call_latency_waits": calls[:, 4].tolist(),
+            "call_users": calls[:, 0].tolist(),  # the queries (users) each lookup call answered
         })
         store.close()
     return result
