@@ -942,6 +942,7 @@ def _report_cache(log_path: Path, reporter: Reporter) -> None:
         f"hit rate {c['hit_rate']:.3f} (distinct rows {c['unique_hit_rate']:.3f}); "
         f"{tier.upper()} read {c[f'{tier}_bytes_read_per_step'] / 1e6:.2f} MB/step, "
         f"written {c[f'{tier}_bytes_written_per_step'] / 1e6:.2f} MB/step"
+        + (f"; rows moved {c['ssd_io']}" if c.get("ssd_io") else "")
     )
 
 

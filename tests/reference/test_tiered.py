@@ -165,6 +165,18 @@ def test_the_ssd_tier_moves_the_blocks_rows_lie_on_and_keeps_every_other_rows_by
         rowio.compiled_reader.cache_clear()
 
 
+def test_a_row_written_twice_in_one_call_keeps_the_other_row_of_its_block(tmp_path):
+    """Two 256-byte rows to a 512-byte block: a write that names one of them twice does not
+    cover the block, so the other row's bytes are read first and kept."""
+    store = SsdRows(tmp_path / "t.bin", 8, 63, 1, create=True)
+    first = torch.arange(8 * 64, dtype=torch.float32).view(8, 64)
+    store.write_rows(0, first)
+    store.write(torch.tensor([2, 2]), torch.full((2, 64), -1.0))
+    got = store.read(torch.arange(8))
+    assert torch.equal(got[2], torch.full((64,), -1.0)) and torch.equal(got[3], first[3])
+    assert torch.equal(got[[0, 1, 4, 5, 6, 7]], first[[0, 1, 4, 5, 6, 7]])
+
+
 # -- training -------------------------------------------------------------------------------
 
 
@@ -259,6 +271,10 @@ def test_harness_run_on_the_ssd_tier_logs_and_prints_the_cache(tmp_path):
                 if '"harness_embedding_cache"' in line]
     assert report["memory_tables"] == [t for t in range(26) if t not in (3, 5, 7)]
     assert report["ssd_bytes_read_per_step"] > 0 and 0 < report["hit_rate"] <= 1
+    # how the rows moved: the blocks with O_DIRECT (or the page cache, and why), and by what reader
+    assert report["ssd_io"].startswith(("direct (O_DIRECT, 512-byte blocks); ", "direct (O_DIRECT, 4096-byte blocks); ",
+                                        "buffered ("))
+    assert f"rows moved {report['ssd_io']}" in proc.stdout
     assert not list(tmp_path.glob("results/.harness/**/*.tables.bin"))  # the run's SSD file is gone
 
 

@@ -55,7 +55,7 @@ from harness.reference.engine.session import (
     prefetch,
     roc_auc,
 )
-from harness.reference.tiered import CacheStats
+from harness.reference.tiered import CacheStats, ssd_io
 
 # the dense part's buffers are constants: no broadcast before each forward (torch >= 2.13 renamed the option)
 _NO_BUFFER_SYNC = (
@@ -484,6 +484,7 @@ class DistributedSession(TrainingSession):
             "memory_tables": memory, "memory_rows": sum(table_rows[t] for t in memory),
             "ranks": self.world_size, "read_ahead_shard_batches": read_ahead,
             **{k: tier[k] for k in ("table_tiers", "tier_plan") if k in tier},
+            **ssd_io([c.store for tables in collections for c in tables.cached.values() if c.store.tier is Tier.SSD]),
         }
 
     def memory_report(self) -> dict[str, Any]:

@@ -627,6 +627,8 @@ class TrainingSession:
     def cache_report(self) -> dict[str, Any] | None:
         """Hit rate and bytes moved per tier of the tables' cache (training lookups); None when
         the tables are in memory."""
+        from harness.reference.tiered import ssd_io
+
         tables = self._tiered
         if tables is None:
             return None
@@ -637,7 +639,7 @@ class TrainingSession:
         return {**cache.stats.to_dict(tables.store.tier), "policy": cache.policy.value,
                 "cache_rows": cache.free_capacity, "rows": tables.store.rows - memory_rows,
                 "memory_tables": list(tables.memory_tables), "memory_rows": memory_rows,
-                "read_ahead_batches": tables.read_ahead_batches, **placement}
+                "read_ahead_batches": tables.read_ahead_batches, **placement, **ssd_io([tables.store])}
 
     def step_phases_report(self) -> dict[str, Any] | None:
         """The run's ``harness_step_phases`` record (every rank's, a collective in a sharded run);

@@ -7,7 +7,7 @@ from harness.reference.tiered.embeddings import (
     lookahead,
     state_columns,
 )
-from harness.reference.tiered.store import MemoryRows, RowStore, SsdRows
+from harness.reference.tiered.store import MemoryRows, RowStore, SsdRows, ssd_io
 
 __all__ = [
     "CachePolicy",
@@ -19,5 +19,6 @@ __all__ = [
     "SsdRows",
     "TieredEmbeddingCollection",
     "lookahead",
+    "ssd_io",
     "state_columns",
 ]

@@ -192,7 +192,7 @@ class SsdRows(RowStore):
         self._fd = self._tail_fd = -1
 
     def _spans(self, rows: torch.Tensor) -> tuple[np.ndarray, ...]:
-        """The transfers of ``rows`` (int64, distinct): ``order`` (the rows by offset), per row
+        """The transfers of ``rows`` (int64): ``order`` (the rows by offset), per row
         ``word`` (where its first word lands in the buffer), and per transfer its file offset,
         length and buffer offset, and whether the rows cover it wholly (a write need not read it)."""
         rb, a = self.row_bytes, self.align
@@ -209,7 +209,9 @@ class SsdRows(RowStore):
         lens = ends - offsets
         bufoffs = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
         word = (bufoffs[span] + at - offsets[span]) // 4
-        covered = np.bincount(span, minlength=len(starts)) * rb == lens
+        distinct = np.ones(len(at), dtype=bool)  # a row given twice covers its bytes once
+        distinct[1:] = at[1:] != at[:-1]
+        covered = np.bincount(span[distinct], minlength=len(starts)) * rb == lens
         return order, word, offsets, lens, bufoffs, covered
 
     def _io(self, write: bool, offsets: np.ndarray, lens: np.ndarray, bufoffs: np.ndarray, buf: np.ndarray) -> None:
@@ -287,3 +289,10 @@ class SsdRows(RowStore):
 
     def flush(self) -> None:
         os.fsync(self._fd)
+
+
+def ssd_io(stores: list[RowStore]) -> dict[str, str]:
+    """How the SSD stores among ``stores`` move their rows (``{"ssd_io": "<mode>; <reader>"}``, the
+    logs' ``harness_embedding_cache``), or nothing when none is on the SSD tier."""
+    ways = sorted({f"{s.mode}; {s.reader}" for s in stores if isinstance(s, SsdRows)})
+    return {"ssd_io": " | ".join(ways)} if ways else {}
