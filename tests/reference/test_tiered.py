@@ -23,6 +23,17 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_benchmark.yam
 STEPS, BATCH = 200, 512
 
 
+@pytest.fixture(scope="module", autouse=True)
+def ssd_through_the_page_cache():
+    """These tests check what training on the SSD tier computes, not the drive's speed: the tier
+    reads through the page cache here (HARNESS_SSD_DIRECT=0, inherited by the runs they start);
+    O_DIRECT, at the drive's speed, is tested where a test asks for it and by the emulated and
+    distributed SSD runs."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HARNESS_SSD_DIRECT", "0")
+        yield
+
+
 def store_with_rows(n: int, cols: int = 2, state: int = 1) -> MemoryRows:
     store = MemoryRows(n, cols, state)
     store.data[:] = torch.arange(n, dtype=torch.float32).unsqueeze(1)
@@ -129,6 +140,7 @@ def test_the_ssd_tier_moves_the_blocks_rows_lie_on_and_keeps_every_other_rows_by
     row. Through the compiled io_uring reader and through its Python fallback."""
     from harness.reference.tiered import rowio
 
+    monkeypatch.delenv("HARNESS_SSD_DIRECT", raising=False)  # the drive itself, where O_DIRECT works
     if reader == "python":
         monkeypatch.setenv("HARNESS_ROWIO", "python")
     rowio.compiled_reader.cache_clear()
@@ -165,9 +177,10 @@ def test_the_ssd_tier_moves_the_blocks_rows_lie_on_and_keeps_every_other_rows_by
         rowio.compiled_reader.cache_clear()
 
 
-def test_a_row_written_twice_in_one_call_keeps_the_other_row_of_its_block(tmp_path):
+def test_a_row_written_twice_in_one_call_keeps_the_other_row_of_its_block(tmp_path, monkeypatch):
     """Two 256-byte rows to a 512-byte block: a write that names one of them twice does not
     cover the block, so the other row's bytes are read first and kept."""
+    monkeypatch.delenv("HARNESS_SSD_DIRECT", raising=False)
     store = SsdRows(tmp_path / "t.bin", 8, 63, 1, create=True)
     first = torch.arange(8 * 64, dtype=torch.float32).view(8, 64)
     store.write_rows(0, first)

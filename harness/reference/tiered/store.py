@@ -132,7 +132,8 @@ class SsdRows(RowStore):
     260 bytes costs one or two blocks, not the 4 KB page (and the kernel's read-ahead) a memory
     map would fault in. Rows of one call that share a block are one transfer. A write reads
     first the blocks it only partly covers (their other rows' bytes are kept) and then writes
-    whole blocks. Where ``O_DIRECT`` is refused, rows are read and written exactly, through the
+    whole blocks. Where ``O_DIRECT`` is refused, or ``HARNESS_SSD_DIRECT=0`` (tests that check what
+    the tier computes, not how fast the drive is), rows are read and written exactly, through the
     page cache; :attr:`mode` says which, and why. Every call is one batched submission at
     ``queue_depth`` (:func:`~harness.reference.tiered.rowio.transfer`: the compiled io_uring
     reader, or Python threads, named by :attr:`reader`).
@@ -169,7 +170,10 @@ class SsdRows(RowStore):
             )
         self.size = expected
         self.queue_depth = int(queue_depth)
-        align, why = rowio.probe_direct(self.path)
+        if os.environ.get("HARNESS_SSD_DIRECT", "1") == "0":  # the page cache's speed, not the drive's
+            align, why = None, "HARNESS_SSD_DIRECT=0"
+        else:
+            align, why = rowio.probe_direct(self.path)
         self.align = align or 4  # a transfer's granularity: the block, or (through the page cache) the word
         self.mode = f"direct (O_DIRECT, {align}-byte blocks)" if align else f"buffered ({why})"
         self.reader = rowio.reader_name()
