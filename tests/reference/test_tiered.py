@@ -23,15 +23,8 @@ FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_benchmark.yam
 STEPS, BATCH = 200, 512
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ssd_through_the_page_cache():
-    """These tests check what training on the SSD tier computes, not the drive's speed: the tier
-    reads through the page cache here (HARNESS_SSD_DIRECT=0, inherited by the runs they start);
-    O_DIRECT, at the drive's speed, is tested where a test asks for it and by the emulated and
-    distributed SSD runs."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HARNESS_SSD_DIRECT", "0")
-        yield
+# what the tier computes, not the drive's speed (tests/reference/conftest.py)
+pytestmark = pytest.mark.usefixtures("ssd_through_the_page_cache")
 
 
 def store_with_rows(n: int, cols: int = 2, state: int = 1) -> MemoryRows:
