@@ -129,11 +129,10 @@ class PreadRows(RowStore):
         # one aligned buffer per read in flight
         self._bufs = [mmap.mmap(-1, max(layout.stride, mmap.PAGESIZE)) for _ in range(queue_depth)] \
             if layout.direct else []
-        lib, _ = rowio.compiled_reader()
-        self._ring = rowio.RingReader(queue_depth) if lib is not None else None
+        self._compiled = rowio.compiled_reader()[0] is not None
         self.reader = rowio.reader_name()
         self._pool = ThreadPoolExecutor(queue_depth, thread_name_prefix="pread") \
-            if queue_depth > 1 and self._ring is None else None
+            if queue_depth > 1 and not self._compiled else None
         self.latency_ns = round(latency_us * 1000)
         self.added_latency_us = self._calibrate() if self.latency_ns else 0.0
         self.reads = 0
@@ -180,7 +179,7 @@ class PreadRows(RowStore):
         out = np.empty((n, self.cols), dtype=np.float32)
         t0 = time.perf_counter()
         depth = min(self.queue_depth, n)
-        if self._ring is not None:
+        if self._compiled:
             self._ring_read(ids, out)
             self._wait_waves(n)
         elif depth <= 1 or self._pool is None:
@@ -218,9 +217,11 @@ class PreadRows(RowStore):
         n, slot = len(ids), self.transfer_bytes
         buf = rowio.aligned_empty(n * slot)
         try:
-            self._ring.read(self._fd, np.asarray(ids, dtype=np.int64) * self.layout.stride, slot, buf)
+            rowio.transfer(self._fd, write=False, offsets=np.asarray(ids, dtype=np.int64) * self.layout.stride,
+                           lens=np.full(n, slot, dtype=np.int64), bufoffs=np.arange(n, dtype=np.int64) * slot,
+                           buf=buf, depth=self.queue_depth)
         except OSError as err:
-            row = getattr(err, "row", -1)
+            row = getattr(err, "span", -1)
             what = f"row {ids[row]}" if 0 <= row < n else "rows"
             raise HarnessError(f"{self.path}: reading {what} failed: {err.strerror}", ErrorCategory.RUN_FAILED) from None
         out[:] = buf.view(np.float32).reshape(n, slot // 4)[:, : self.cols]
@@ -229,9 +230,6 @@ class PreadRows(RowStore):
         raise HarnessError("the inference row file is read-only", ErrorCategory.RUN_FAILED)
 
     def close(self) -> None:
-        if self._ring is not None:
-            self._ring.close()
-            self._ring = None
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None

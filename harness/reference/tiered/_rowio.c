@@ -98,12 +98,11 @@ void rowio_ring_free(struct rowio_ring *r) {
     free(r);
 }
 
-/* n transfers through the ring, at most `depth` in flight: transfer i moves lens[i] bytes (`slot`
- * where lens is NULL) between offset offsets[i] of `fd` and buf + bufoffs[i] (i * slot where bufoffs
- * is NULL), a read or, with `write`, a write. 0 on success; -errno of the first failed transfer or
- * system call; -EIO for a short one (its index in *failed where failed is not NULL). */
-static int transfer(struct rowio_ring *r, int fd, int write, const int64_t *offsets, const int64_t *lens,
-                    const int64_t *bufoffs, size_t n, size_t slot, char *buf, unsigned depth, int64_t *failed) {
+/* Read (or, with `write`, write) `n` spans: span i is lens[i] bytes at offset offsets[i] of `fd`,
+ * at buf + bufoffs[i]; at most `depth` in flight. 0 on success; -errno of the first failed transfer
+ * or system call; -EIO for a short one (its index in *failed where failed is not NULL). */
+int rowio_spans(struct rowio_ring *r, int fd, int write, const int64_t *offsets, const int64_t *lens,
+                const int64_t *bufoffs, size_t n, char *buf, unsigned depth, int64_t *failed) {
     if (depth < 1)
         depth = 1;
     if (depth > r->entries)
@@ -120,8 +119,8 @@ static int transfer(struct rowio_ring *r, int fd, int write, const int64_t *offs
             sqe->opcode = write ? IORING_OP_WRITE : IORING_OP_READ;
             sqe->fd = fd;
             sqe->off = (uint64_t)offsets[queued];
-            sqe->addr = (uint64_t)(uintptr_t)(buf + (bufoffs ? (size_t)bufoffs[queued] : queued * slot));
-            sqe->len = (uint32_t)(lens ? (size_t)lens[queued] : slot);
+            sqe->addr = (uint64_t)(uintptr_t)(buf + bufoffs[queued]);
+            sqe->len = (uint32_t)lens[queued];
             sqe->user_data = queued;
             r->sq_array[idx] = idx;
             tail++;
@@ -139,7 +138,7 @@ static int transfer(struct rowio_ring *r, int fd, int write, const int64_t *offs
         while (head != __atomic_load_n(r->cq_tail, __ATOMIC_ACQUIRE)) {
             struct io_uring_cqe *cqe = &r->cqes[head & *r->cq_mask];
             size_t i = (size_t)cqe->user_data;
-            int32_t want = (int32_t)(lens ? (size_t)lens[i] : slot);
+            int32_t want = (int32_t)lens[i];
             if (status == 0 && cqe->res != want) {
                 status = cqe->res < 0 ? cqe->res : -EIO;
                 if (failed)
@@ -154,19 +153,4 @@ static int transfer(struct rowio_ring *r, int fd, int write, const int64_t *offs
             break;
     }
     return status;
-}
-
-/* Read `n` slots of `slot` bytes, slot i from offset offsets[i] of `fd` into buf + i * slot, with
- * at most `depth` reads in flight. 0 on success; -errno of the first failed read or system call;
- * -EIO for a short read (the row's index in *failed where failed is not NULL). */
-int rowio_read(struct rowio_ring *r, int fd, const int64_t *offsets, size_t n, size_t slot, char *buf,
-               unsigned depth, int64_t *failed) {
-    return transfer(r, fd, 0, offsets, NULL, NULL, n, slot, buf, depth, failed);
-}
-
-/* Read (or, with `write`, write) `n` spans: span i is lens[i] bytes at offset offsets[i] of `fd`,
- * at buf + bufoffs[i]; at most `depth` in flight. Returns as rowio_read. */
-int rowio_spans(struct rowio_ring *r, int fd, int write, const int64_t *offsets, const int64_t *lens,
-                const int64_t *bufoffs, size_t n, char *buf, unsigned depth, int64_t *failed) {
-    return transfer(r, fd, write, offsets, lens, bufoffs, n, 0, buf, depth, failed);
 }

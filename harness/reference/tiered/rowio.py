@@ -7,9 +7,9 @@ platform) or the kernel refuses io_uring (``io_uring_setup`` fails: an old kerne
 profile), :func:`compiled_reader` says why and the callers fall back to Python threads issuing
 one ``pread`` (or ``pwrite``) each, and print that they did: :data:`FALLBACK` names it.
 
-Two users: the inference row file (:class:`RingReader`: fixed-size row slots) and the training
-SSD tier (:func:`transfer`: spans of whole blocks around the rows, read and written, see
-:class:`harness.reference.tiered.SsdRows`). :func:`probe_direct` says whether a file takes
+Two users of :func:`transfer`, one ring per thread: the inference row file (fixed-size row
+slots, :class:`harness.inference.storage.PreadRows`) and the training SSD tier (spans of whole
+blocks around the rows, read and written, :class:`harness.reference.tiered.SsdRows`). :func:`probe_direct` says whether a file takes
 ``O_DIRECT`` and at what alignment.
 
 :class:`DeviceProbe` is what :func:`harness.inference.storage.probe_device` measured of the
@@ -42,9 +42,6 @@ class _Lib:
         lib.rowio_ring_new.argtypes = [ctypes.c_uint]
         lib.rowio_ring_free.restype = None
         lib.rowio_ring_free.argtypes = [ctypes.c_void_p]
-        lib.rowio_read.restype = ctypes.c_int
-        lib.rowio_read.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
-                                   ctypes.c_void_p, ctypes.c_uint, ctypes.POINTER(ctypes.c_int64)]
         lib.rowio_spans.restype = ctypes.c_int
         lib.rowio_spans.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                     ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_uint,
@@ -112,58 +109,10 @@ def aligned_empty(nbytes: int, align: int = mmap.PAGESIZE) -> np.ndarray:
     return raw[skip : skip + nbytes]
 
 
-class RingReader:
-    """Reads of row slots through the compiled reader, one io_uring per thread that reads (a
-    ring's submission queue is its thread's alone); ``depth`` reads in flight at most."""
-
-    def __init__(self, depth: int):
-        lib, why = compiled_reader()
-        if lib is None:
-            raise RuntimeError(f"no compiled reader: {why}")
-        self._lib, self.depth = lib.lib, int(depth)
-        self._local = threading.local()
-        self._rings: list[int] = []
-        self._lock = threading.Lock()
-
-    def _ring(self) -> int:
-        ring = getattr(self._local, "ring", None)
-        if ring is None:
-            ring = self._lib.rowio_ring_new(max(8, self.depth))
-            if not ring:
-                raise OSError(ctypes.get_errno(), f"io_uring_setup: {os.strerror(ctypes.get_errno())}")
-            self._local.ring = ring
-            with self._lock:
-                self._rings.append(ring)
-        return ring
-
-    def read(self, fd: int, offsets: np.ndarray, slot: int, out: np.ndarray) -> None:
-        """Slot ``i`` (``slot`` bytes at ``offsets[i]``) into ``out[i * slot:]``; ``out`` a byte
-        array (aligned where the file is open with O_DIRECT). Raises OSError (the row's index in
-        ``err.row``) on a failed or short read."""
-        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-        n = len(offsets)
-        if n == 0:
-            return
-        assert out.nbytes >= n * slot and out.flags.c_contiguous
-        failed = ctypes.c_int64(-1)
-        rc = self._lib.rowio_read(self._ring(), fd, offsets.ctypes.data, n, slot, out.ctypes.data, self.depth,
-                                  ctypes.byref(failed))
-        if rc != 0:
-            err = OSError(-rc, "short read or I/O error" if rc == -errno.EIO else os.strerror(-rc))
-            err.row = int(failed.value)  # type: ignore[attr-defined]
-            raise err
-
-    def close(self) -> None:
-        with self._lock:
-            rings, self._rings = self._rings, []
-        for ring in rings:
-            self._lib.rowio_ring_free(ring)
-
-
 _THREAD = threading.local()  # this thread's ring for transfer() (a ring is one thread's alone)
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
-RING_ENTRIES = 256  # the most transfers in flight through transfer()'s rings
+RING_ENTRIES = 4096  # the most transfers in flight through transfer()'s rings (a queue depth above is capped)
 
 
 class _OwnedRing:
