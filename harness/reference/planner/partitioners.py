@@ -93,6 +93,7 @@ class GreedyLptPartitioner:
         topo = self.estimator.topology
         self._capacity = [topo.capacity.get(t) for t in TIERS]
         self._allowed_memo: dict[tuple[str, ShardingType | None], list[int]] = {}
+        self._cost_memo: dict[tuple[int, Tier], float] = {}  # keyed by the loads of ``options``, alive meanwhile
         self._used = [[0, 0, 0] for _ in range(topo.world_size)]
         self._load = [0.0] * topo.world_size
         self._singles: list[list[_Placed]] = [[] for _ in range(topo.world_size)]
@@ -163,7 +164,13 @@ class GreedyLptPartitioner:
             self._used[rank][t] += sign * n
 
     def _cost(self, load: ShardLoad, tier: Tier) -> float:
-        return self.estimator.perf(load, tier).total
+        # asked for the same shard and tier again and again by the improvement passes (every pair
+        # of shards a swap tries): computed once per partition (the estimate depends on them only)
+        key = (id(load), tier)
+        cost = self._cost_memo.get(key)
+        if cost is None:
+            cost = self._cost_memo[key] = self.estimator.perf(load, tier).total
+        return cost
 
     def _place(self, option: ShardingOption, target: Tier) -> None:
         order = self._tier_order(target, option)
@@ -281,18 +288,32 @@ class GreedyLptPartitioner:
     def _swap(self) -> bool:
         src = max(range(len(self._load)), key=self._load.__getitem__)
         peak = self._load[src]
+        # what a pair's checks ask of each shard, asked once per shard and tier, not once per pair
+        # (a 1,000-table model puts hundreds of shards on each rank): the same swaps, in the same order
+        cached: dict[int, tuple[bool, ...]] = {}
+
+        def caches(load: ShardLoad) -> tuple[bool, ...]:  # per tier: would the shard have a cache there
+            flags = cached.get(id(load))
+            if flags is None:
+                flags = cached[id(load)] = tuple(bool(self.estimator.cache_bytes(load, t)) for t in TIERS)
+            return flags
+
         for dst in sorted(range(len(self._load)), key=self._load.__getitem__)[:16]:
             if dst == src:
                 continue
             for a in self._singles[src]:
+                ta, ca = TIERS.index(a.tier), caches(a.load)
+                if ca[ta]:
+                    continue  # a's cache would move too: left to moves, which account for them
+                allowed_a = self._allowed(a.table)
                 for b in self._singles[dst]:
                     if b.cost >= a.cost:
                         continue
-                    ta, tb = TIERS.index(a.tier), TIERS.index(b.tier)
-                    if ta not in self._allowed(b.table) or tb not in self._allowed(a.table):
+                    tb = TIERS.index(b.tier)
+                    if tb not in allowed_a or ta not in self._allowed(b.table):
                         continue
-                    if self.estimator.cache_bytes(a.load, a.tier) or self.estimator.cache_bytes(b.load, b.tier) or \
-                            self.estimator.cache_bytes(a.load, b.tier) or self.estimator.cache_bytes(b.load, a.tier):
+                    cb = caches(b.load)
+                    if cb[tb] or ca[tb] or cb[ta]:
                         continue  # their caches would move too: left to moves, which account for them
                     delta_b_tier = b.load.storage_bytes - a.load.storage_bytes  # on src in a's tier
                     if self._used[src][ta] + delta_b_tier > self._capacity[ta]:
