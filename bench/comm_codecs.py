@@ -56,7 +56,7 @@ from harness.reference.distributed.comm import BACKWARD, FORWARD, Comm, CommStat
 from harness.reference.distributed.session import DistributedSession
 from harness.reference.distributed.sharded import ShardedEmbeddingCollection
 from harness.reference.distributed.trainer import PROCESS_GROUP_TIMEOUT
-from harness.reference.planner import PlannerConfig, ShardingType, plan_tables
+from harness.reference.planner import Plan, PlannerConfig, ShardingType, plan_tables
 from harness.reference.planner.models import tables_for_benchmark
 from harness.reference.engine.run_config import RunConfig
 from harness.rules.specs import BenchmarkSpec, load_benchmark
@@ -109,7 +109,7 @@ def run_config(spec: BenchmarkSpec, batch: int, world: int, plan: dict[str, Any]
     profile = load_profile(PROFILE).to_dict()
     return RunConfig.offline(
         spec.raw, hp, SEED, who="bench", profile=profile, emulated=True, threads=1, world_size=world,
-        sharding_plan=plan, comm={"forward": codec.value, "backward": codec.value, "allreduce": Codec.FP32.value},
+        sharding_plan=Plan.from_dict(plan), comm={"forward": codec.value, "backward": codec.value, "allreduce": Codec.FP32.value},
     )
 
 

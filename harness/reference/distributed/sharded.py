@@ -67,6 +67,17 @@ fp8/int8 still apply on top). Data-parallel replicas of 16-bit tables gather eve
 and gradients and sum them in the global batch's order, as one process does, instead of
 all-reducing per-rank sums (whose other order of additions would round differently).
 
+**Batched paths.** A rank holds many shards (a 26-table model's row-wise plan: 26 on each rank;
+a 1,000-table one: hundreds), and an operation per shard and step costs more than the shard's
+arithmetic. So a batch's ids are routed to every row range by one search of each id's row
+(:class:`_Router`), not by a mask per range; a rank's pooled vectors and their gradients cross
+as one matrix, the shards' columns side by side, where the codec encodes each value alone (fp32,
+fp16, bf16: the same bytes as shard after shard; the scaled codecs keep a shard's row apart);
+and fp32 shards of one width live in one weight and one optimizer state (:class:`_ShardGroup`),
+looked up by one ``embedding_bag`` and updated by one call. Every value is the same, bit for bit
+(each row's gradients are summed in the same order); ``HARNESS_SHARDED_PER_SHARD=1`` turns the
+three off, and ``bench/sharded_step.py`` measures one against the other.
+
 Known difference: with row-wise Adagrad, a column shard keeps its own accumulator per row
 (the mean of the squared gradient over its columns only), as FBGEMM's sharded tables do;
 unsharded training averages over the whole row. Elementwise Adagrad and SGD are unaffected.
@@ -75,6 +86,7 @@ unsharded training averages over the whole row. Elementwise Adagrad and SGD are 
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -86,7 +98,7 @@ import torch
 from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.distributed.comm_codecs import Codec, CommConfig, decode, encode, wire_bytes
+from harness.reference.distributed.comm_codecs import Codec, CommConfig, decode, encode, is_scaled, wire_bytes
 from harness.reference.distributed.comm import (
     BACKWARD,
     FORWARD,
@@ -280,8 +292,11 @@ class InputDist:
                    if coll.sequence and segments is not None else None)
         cache: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         lengths, ids = [], []
-        for keys in coll.keys_of:
-            parts = [cache.setdefault(k, coll.bucket(sparse, k)) for k in keys]
+        router = coll._router if user_of is None else None
+        if router is not None:  # every row range of every table in one pass (the same lengths and ids)
+            lengths, ids = router.route(sparse)
+        for keys in coll.keys_of if router is None else ():
+            parts = [cache[k] if k in cache else cache.setdefault(k, coll.bucket(sparse, k)) for k in keys]
             per_sample = [p[0] if user_of is None else
                           p[0].new_zeros(segments.numel()).index_add_(0, user_of, p[0]) for p in parts]  # type: ignore[union-attr]
             lengths.append(torch.cat(per_sample) if parts else sparse.new_empty(0))
@@ -316,6 +331,9 @@ class InputDist:
             return self._keyed
         self.start_ids()
         assert self._ids is not None
+        if self.coll._router is not None and not self.coll.sequence:
+            self._keyed = self._gather_keyed()
+            return self._keyed
         per_source = [
             chunk.split(lengths.sum(1).tolist()) for chunk, lengths in zip(self._ids.wait(), self._received)
         ]
@@ -330,6 +348,99 @@ class InputDist:
                                   and bool((lengths == 1).all())))
         self._keyed = keyed
         return keyed
+
+
+    def _gather_keyed(self) -> list[KeyedIds]:
+        """:meth:`wait`'s ids of every row range of this rank at once: the sources' chunks (each
+        range after range) put range after range (each source after source), by one stable sort
+        of the range of every id; the same values, lengths and offsets."""
+        assert self._ids is not None
+        k = len(self.coll.keys_of[self.coll.rank])
+        lengths = torch.cat(self._received, dim=1)  # k x the global batch
+        per_range = torch.stack([r.sum(1) for r in self._received])  # sources x k
+        got = self._ids.wait()
+        values = torch.cat(got) if len(got) > 1 else got[0]
+        if values.numel():
+            range_of = torch.repeat_interleave(torch.arange(k, device=values.device).repeat(len(got)),
+                                               per_range.reshape(-1))
+            values = values.index_select(0, torch.argsort(range_of, stable=True))
+        totals = per_range.sum(0)
+        parts = values.split(totals.tolist())
+        offsets = lengths.cumsum(1) - lengths
+        single = ((lengths == 1).all(1) & (totals == lengths.shape[1])).tolist()
+        return [KeyedIds(parts[j], lengths[j], offsets[j], single[j]) for j in range(k)]
+
+
+class _Router:
+    """Every row range (key) of a collection's tables at once: a batch's ids bucketed by one
+    search of each id's row in the tables' common row space, not by a mask per range (which
+    costs a few operations per range and rank every step: with row-wise shards of 26 tables on 4
+    ranks, 104 ranges). Built only where each table's ranges tile its rows (every plan's: a
+    table's row shards, or one range of all its rows per column shard)."""
+
+    def __init__(self, columns: torch.Tensor | None, col_base: torch.Tensor, starts: torch.Tensor,
+                 send: list[list[int]]):
+        self.columns, self.col_base, self.starts = columns, col_base, starts
+        self.send = send  # per rank, its keys' indices in ``starts``' order
+        self._send_index = [torch.tensor(ks, dtype=torch.int64, device=starts.device) for ks in send]
+
+    @classmethod
+    def build(cls, coll: ShardedEmbeddingCollection, device: torch.device) -> _Router | None:
+        keys = sorted({k for ks in coll.keys_of for k in ks})
+        if not keys:
+            return None
+        table_start = [0, *itertools.accumulate(coll.table_rows)]
+        by_table: dict[int, list[tuple[int, int]]] = {}
+        for t, offset, rows in keys:
+            by_table.setdefault(t, []).append((offset, rows))
+        for t, ranges in by_table.items():  # each table's ranges tile its rows, or no router
+            end = 0
+            for offset, rows in ranges:
+                if offset != end:
+                    return None
+                end = offset + rows
+            if end != coll.table_rows[t]:
+                return None
+        starts = torch.tensor([table_start[t] + offset for t, offset, _ in keys], dtype=torch.int64, device=device)
+        index = {k: j for j, k in enumerate(keys)}
+        tables = sorted(by_table)
+        columns = [c for t in tables for c in range(coll.col_start[t], coll.col_start[t + 1])]
+        col_base = torch.tensor([table_start[t] for t in tables for _ in range(coll.pooling[t])],
+                                dtype=torch.int64, device=device).view(1, -1)
+        every = columns == list(range(coll.col_start[-1]))
+        return cls(None if every else torch.tensor(columns, dtype=torch.int64, device=device), col_base, starts,
+                   [[index[k] for k in ks] for ks in coll.keys_of])
+
+    def route(self, sparse: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per rank, ``(lengths, ids)`` of its row ranges as :meth:`ShardedEmbeddingCollection.bucket`
+        gives them range after range: the ids per sample of each range, and the ids (shifted to
+        the range's first row) range after range, each in the batch's order."""
+        ids = sparse if self.columns is None else sparse.index_select(1, self.columns)
+        batch, width = ids.shape
+        row = (ids + self.col_base).reshape(-1)
+        key = torch.bucketize(row, self.starts, right=True).sub_(1)
+        values = row.sub_(self.starts.index_select(0, key))
+        n = self.starts.numel()
+        sample = torch.arange(batch, device=ids.device).repeat_interleave(width)
+        per_sample = torch.bincount(key * batch + sample, minlength=n * batch).view(n, batch)
+        parts = values.index_select(0, torch.argsort(key, stable=True)).split(
+            torch.bincount(key, minlength=n).tolist())
+        empty = sparse.new_empty(0)
+        lengths = [per_sample.index_select(0, index).reshape(-1) if ks else empty
+                   for ks, index in zip(self.send, self._send_index)]
+        return lengths, [torch.cat([parts[j] for j in ks]) if ks else empty for ks in self.send]
+
+
+@dataclass(frozen=True)
+class _ShardGroup:
+    """Local fp32 shards of one width in one weight and one optimizer state: shard ``members[j]``
+    holds rows ``bases[j]`` on. One update call per group and step, not one per shard (a rank of
+    a 26-table model holds up to 26 row shards; of a 1,000-table one, hundreds)."""
+
+    members: list[int]
+    bases: list[int]
+    weight: torch.Tensor
+    state: torch.Tensor
 
 
 class _ShardedLookup(torch.autograd.Function):
@@ -448,6 +559,14 @@ class ShardedEmbeddingCollection(nn.Module):
         self._key_index = [self.keys_of[self.rank].index(s.key) for s in mine]
         self.shards: list[ShardSpec] = mine
         self._init_hierarchy(shardings)
+        # per rank, the columns of the pooled output its flat shards fill, shard after shard
+        self._flat_columns = [torch.tensor([c for s in shards for c in range(self._out_start[s.table] + s.col_offset,
+                                                                            self._out_start[s.table] + s.col_offset + s.cols)],
+                                           dtype=torch.int64, device=self._device) for shards in self.flat_of]
+        # HARNESS_SHARDED_PER_SHARD=1: every shard's ids, vectors and update one by one, as before
+        # the batched paths (the same values: bench/sharded_step.py measures one against the other)
+        self._batched = os.environ.get("HARNESS_SHARDED_PER_SHARD", "0") != "1"
+        self._router = None if sequence or not self._batched else _Router.build(self, self._device)
 
         self.seed = full.seed
         # each table's id in the model (its initial weights' and its rounding's random streams): the
@@ -464,10 +583,19 @@ class ShardedEmbeddingCollection(nn.Module):
         self._states: list[torch.Tensor | None] = []
         self.cached: dict[int, CachedShard] = {}  # local shard index -> its rows in a slower tier, behind a cache
         self._io: ThreadPoolExecutor | None = None  # reads ahead and write-backs of the cached shards, in order
+        # fp32 shards of one width share one weight and one state (each shard a block of rows of
+        # them), so that a step updates them in one call instead of one per shard (see _ShardGroup)
+        grouped = self.table_dtype == torch.float32 and not sequence and self._batched
+        resident: list[int] = []
         for i, s in enumerate(mine):
             cached = self._cached_shard(i, s)
-            if cached is not None:
-                self.cached[i] = cached
+            if cached is not None or grouped:
+                if cached is not None:
+                    self.cached[i] = cached
+                else:
+                    self.ledger.allocate(s.tier, s.rows * (s.cols * self._value_bytes + self._state_cols(s.cols) * 4),
+                                         f"shard {i} (table {s.table})")
+                    resident.append(i)
                 self._weights.append(None)
                 self._states.append(None)
                 continue
@@ -478,6 +606,7 @@ class ShardedEmbeddingCollection(nn.Module):
             self.register_buffer(f"shard{i}_state", state)
             self._weights.append(getattr(self, f"shard{i}_weight"))
             self._states.append(getattr(self, f"shard{i}_state"))
+        self._groups = self._group_shards(resident, device)
 
         # data-parallel tables: full replicas, made on every rank from the same seed (so they start
         # equal), one fused collection per dimension
@@ -504,6 +633,28 @@ class ShardedEmbeddingCollection(nn.Module):
         self._dummy = torch.zeros(0, requires_grad=True, device=device)
         self._layouts = [TableLayout.of_shard(self.seed, self.table_ids[s.table], s.rows, s.row_offset, s.col_offset)
                          for s in mine]
+
+    def _group_shards(self, resident: Sequence[int], device: Any) -> list[_ShardGroup]:
+        """The weights and states of the ``resident`` shards, one pair per width: each shard's are
+        a block of rows of its group's (its buffers, as before, are those blocks), made from the
+        seed in place."""
+        by_cols: dict[int, list[int]] = {}
+        for i in resident:
+            by_cols.setdefault(self.shards[i].cols, []).append(i)
+        groups = []
+        for cols, members in by_cols.items():
+            rows = [self.shards[i].rows for i in members]
+            weight = empty_table((sum(rows), cols), self.table_dtype, device)
+            state = initial_state(self.optimizer, sum(rows), cols, device)
+            bases = [0, *itertools.accumulate(rows)][:-1]
+            for i, base, n in zip(members, bases, rows):
+                self._weights[i] = self._initial_block(self.shards[i], out=weight[base : base + n])
+                self._states[i] = state[base : base + n] if state.numel() else state.new_empty(0)
+            groups.append(_ShardGroup(members, bases, weight, state))
+        for i in resident:  # registered in the shards' order, as ever
+            self.register_buffer(f"shard{i}_weight", self._weights[i])
+            self.register_buffer(f"shard{i}_state", self._states[i])
+        return groups
 
     def _init_hierarchy(self, shardings: Sequence[TableSharding]) -> None:
         """Which shards go through the two-stage (intra-node, then inter-node) distribution."""
@@ -703,14 +854,20 @@ class ShardedEmbeddingCollection(nn.Module):
         # where each rank's samples start: in rows of the partials (pooled), or, in a sequence
         # collection, in the lengths (per sample) that cut each shard's ids (_bounds)
         bounds = [0, *itertools.accumulate(ids.samples if self.sequence else sizes)]
-        partials = []
+        partials: list[torch.Tensor | None] = [None] * len(self.shards)
+        if not self.sequence:
+            for g in self._groups:
+                if len(g.members) > 1:
+                    self._lookup_group(g, keyed, partials)
         for i in range(len(self.shards)):
+            if partials[i] is not None:
+                continue
             k = keyed[self._key_index[i]]
             weight, rows = self._lookup_rows(i, k.values)
             if k.one_per_sample or self.sequence:  # a vector per id it holds
-                partials.append(weight.index_select(0, rows))
+                partials[i] = weight.index_select(0, rows)
             else:
-                partials.append(torch.nn.functional.embedding_bag(rows, weight, k.offsets, mode="sum"))
+                partials[i] = torch.nn.functional.embedding_bag(rows, weight, k.offsets, mode="sum")
         flat_keyed = [keyed[self._key_index[i]] for i in self._flat_index]
         flat = self.comm.all_to_all_start(
             self.encode_pooled([partials[i] for i in self._flat_index], bounds, flat_keyed),
@@ -735,6 +892,22 @@ class ShardedEmbeddingCollection(nn.Module):
             return out.to(self.table_dtype)  # summed in fp32, given in the tables' type as one process's
 
         return finish
+
+    def _lookup_group(self, g: _ShardGroup, keyed: list[KeyedIds], partials: list[torch.Tensor | None]) -> None:
+        """The pooled vectors of a group's shards (:class:`_ShardGroup`) in one ``embedding_bag``
+        over the group's weight: each shard's ids shifted to its rows, its bags numbered on; each
+        bag's rows summed in the same order as the shard's own lookup sums them (a one-id bag: its
+        row)."""
+        ids, offsets, counts, at = [], [], [], 0
+        for i, base in zip(g.members, g.bases):
+            k = keyed[self._key_index[i]]
+            ids.append(k.values + base)
+            offsets.append(k.offsets + at)
+            counts.append(k.offsets.numel())
+            at += k.values.numel()
+        pooled = torch.nn.functional.embedding_bag(torch.cat(ids), g.weight, torch.cat(offsets), mode="sum")
+        for i, part in zip(g.members, pooled.split(counts)):
+            partials[i] = part
 
     def _start_two_stage(self, partials: Sequence[torch.Tensor], sizes: Sequence[int]) -> PendingAllToAll:
         """Stage one (inside the node, done when this returns) and the start of stage two (across
@@ -887,11 +1060,26 @@ class ShardedEmbeddingCollection(nn.Module):
         ``keyed``), encoded with the forward codec, shard after shard."""
         codec = self.forward_codec
         empty = torch.empty(0, dtype=torch.uint8, device=self._dummy.device)
+        if self._side_by_side(codec):  # every shard's columns of a sample in one row: one encode
+            if not partials:
+                return [empty] * self.world_size
+            block = torch.cat([p.float() for p in partials], dim=1) if len(partials) > 1 else partials[0].float()
+            row = wire_bytes(codec, 1, block.shape[1])
+            return list(encode(block, codec).split([(bounds[q + 1] - bounds[q]) * row for q in range(self.world_size)]))
         cuts = [self._bounds(k, bounds) for k in keyed] if keyed is not None else [list(bounds)] * len(partials)
         return [
             torch.cat([encode(p[c[q] : c[q + 1]].float(), codec) for p, c in zip(partials, cuts)]) if partials else empty
             for q in range(self.world_size)
         ]
+
+    def _side_by_side(self, codec: Codec) -> bool:
+        """Whether the flat all-to-all's chunk of pooled vectors (or their gradients) is one matrix
+        whose rows are samples, the shards' columns side by side (encoded at once, placed by one
+        ``index_add_`` per rank), rather than shard after shard. Only for codecs that encode each
+        value alone (fp32, fp16, bf16: the same bytes either way); the scaled codecs (fp8, int8)
+        scale each shard's row of a sample on its own, and a sequence collection's shards send the
+        vectors of different rows."""
+        return not self.sequence and not is_scaled(codec) and self._batched
 
     def _rows_of(self, s: ShardSpec, batch: int, present: dict[tuple[int, int, int], torch.Tensor]) -> int:
         """This rank's rows whose vectors shard ``s`` sends: every sample's, or, in a sequence
@@ -910,6 +1098,15 @@ class ShardedEmbeddingCollection(nn.Module):
         column shards side by side, row shards summed (a sequence collection's placed at the rows
         of their ids; data-parallel and two-stage tables are left zero)."""
         codec = self.forward_codec
+        if self._side_by_side(codec):
+            # transposed, so that each shard's column lands on a contiguous row; index_add_ adds the
+            # ranks' chunks in rank order and each chunk's columns in its shards' order, as below
+            out_t = torch.zeros(self._out_start[-1], batch, device=self._dummy.device)
+            for p, chunk in enumerate(got):
+                columns = self._flat_columns[p]
+                if columns.numel():
+                    out_t.index_add_(0, columns, decode(chunk, codec, batch, columns.numel()).t())
+            return out_t.t().contiguous()
         out = torch.zeros(batch, self._out_start[-1], device=self._dummy.device)
         for p, chunk in enumerate(got):
             at = 0
@@ -947,8 +1144,13 @@ class ShardedEmbeddingCollection(nn.Module):
         bounds = [0, *itertools.accumulate(ids.samples if self.sequence else sizes)]
         cuts = {i: self._bounds(keyed[self._key_index[i]], bounds) for i in self._flat_index}
         rows = {i: [c[q + 1] - c[q] for q in range(w)] for i, c in cuts.items()}
-        chunks = [torch.cat([encode(block(s), codec) for s in self.flat_of[p]]) if self.flat_of[p]
-                  else self._empty_bytes() for p in range(w)]
+        side_by_side = self._side_by_side(codec)
+        if side_by_side:  # each rank's shards' columns of a sample in one row, as they came
+            chunks = [encode(grad.index_select(1, self._flat_columns[p]), codec) if self.flat_of[p]
+                      else self._empty_bytes() for p in range(w)]
+        else:
+            chunks = [torch.cat([encode(block(s), codec) for s in self.flat_of[p]]) if self.flat_of[p]
+                      else self._empty_bytes() for p in range(w)]
         recv = [sum(wire_bytes(codec, rows[i][q], self.shards[i].cols) for i in self._flat_index) for q in range(w)]
         flat = self.comm.all_to_all_start(chunks, recv, BACKWARD)
         cross = None
@@ -960,7 +1162,15 @@ class ShardedEmbeddingCollection(nn.Module):
             got = flat.wait()
             at = [0] * w
             pooled: dict[int, torch.Tensor] = {}
-            for i in self._flat_index:
+            width = sum(self.shards[i].cols for i in self._flat_index)
+            if side_by_side and width:  # the global batch's rows, each my flat shards' columns side by side
+                full = torch.cat([decode(chunk, codec, sizes[q], width) for q, chunk in enumerate(got)])
+                lo = 0
+                for i in self._flat_index:
+                    cols = self.shards[i].cols
+                    pooled[i] = full[:, lo : lo + cols].contiguous() if cols < width else full
+                    lo += cols
+            for i in self._flat_index if not side_by_side else ():
                 cols, blocks = self.shards[i].cols, []
                 for q, n in enumerate(rows[i]):
                     size = wire_bytes(codec, n, cols)
@@ -970,8 +1180,7 @@ class ShardedEmbeddingCollection(nn.Module):
             if cross is not None:
                 pooled.update(self._finish_two_stage_sequence_backward(cross.wait(), stage) if self.sequence
                               else self._finish_two_stage_backward(cross.wait(), sizes))
-            for i in range(len(self.shards)):
-                self._update_shard(i, keyed[self._key_index[i]], pooled[i], per_id=self.sequence)
+            self._update_shards(keyed, pooled)
             for g, rep in enumerate(self.replicas):
                 columns, values = self._replica_columns(g)
                 rep_grad = grad.index_select(1, values).view(grad.shape[0], -1, rep.dim)
@@ -992,6 +1201,34 @@ class ShardedEmbeddingCollection(nn.Module):
         pending, self._pending_backward = self._pending_backward, []
         for finish in pending:
             finish()
+
+    def _update_shards(self, keyed: list[KeyedIds], pooled: dict[int, torch.Tensor]) -> None:
+        """Apply every local shard's pooled gradients: a group's shards (:class:`_ShardGroup`) in
+        one update of the group's weight, the others one by one."""
+        done: set[int] = set()
+        for g in self._groups:
+            if len(g.members) > 1:
+                self._update_group(g, keyed, pooled)
+                done.update(g.members)
+        for i in range(len(self.shards)):
+            if i not in done:
+                self._update_shard(i, keyed[self._key_index[i]], pooled[i], per_id=self.sequence)
+
+    def _update_group(self, g: _ShardGroup, keyed: list[KeyedIds], pooled: dict[int, torch.Tensor]) -> None:
+        """:meth:`_update_shard` of a group's shards at once: their ids shifted to their rows of the
+        group's weight, their bags numbered on. Each row's gradients are summed in the same order
+        and updated alike (fp32, no rounding): the same values, bit for bit."""
+        ids, bags, grads, at = [], [], [], 0
+        for i, base in zip(g.members, g.bases):
+            k, grad = keyed[self._key_index[i]], pooled[i]
+            ids.append(k.values + base)
+            n = grad.shape[0]
+            bags.append(torch.arange(at, at + n, device=grad.device) if k.one_per_sample else
+                        torch.repeat_interleave(torch.arange(at, at + n, device=grad.device), k.lengths))
+            grads.append(grad)
+            at += n
+        update_from_bags(g.weight, g.state, torch.cat(ids), torch.cat(bags), torch.cat(grads), self.optimizer, None,
+                         self.grad_unscale)
 
     def _update_shard(self, i: int, k: KeyedIds, pooled_grad: torch.Tensor, *, per_id: bool = False) -> None:
         """Apply local shard ``i``'s pooled gradients (the global batch's; ``per_id``: one per id it
