@@ -59,9 +59,20 @@ ADAGRAD = {"opt_name": "adagrad", "opt_base_learning_rate": 0.015, "opt_adagrad_
            "opt_learning_rate_decay_steps": 0, "gradient_accumulation_steps": 1}
 
 
+_SPECS: dict[str, BenchmarkSpec] = {}
+
+
 def benchmark(job: dict) -> BenchmarkSpec:
     """The default benchmark, its tables of the job's ``dims`` (one per table) and ``rows`` (every
-    table) when it gives them."""
+    table) when it gives them (made once per process: validating a spec costs more than a plan's
+    50 steps' collectives do, and each plan asks for it twice)."""
+    key = json.dumps([job.get(k) for k in ("benchmark", "dims", "rows", "table_optimizer")])
+    if key not in _SPECS:
+        _SPECS[key] = _benchmark(job)
+    return _SPECS[key]
+
+
+def _benchmark(job: dict) -> BenchmarkSpec:
     spec = load_benchmark(job.get("benchmark", "dlrm_synthetic"))
     if "dims" not in job and "rows" not in job and "table_optimizer" not in job:
         return spec
@@ -127,17 +138,23 @@ def unsharded_tables(model) -> list[torch.Tensor]:
 
 
 class LossRecorder(SessionHooks):
-    """The global mean loss of every step (a collective on every rank of a sharded run)."""
+    """The global mean loss of every step: each rank keeps its own, and :meth:`finish` (a collective
+    on every rank of a sharded run, once, not one per step) sums them."""
 
     def __init__(self, world: int):
-        self.world, self.losses = world, []
+        self.world, self.losses, self._local = world, [], []
 
     def after_step(self, session, loss: torch.Tensor) -> bool:
-        total = loss.double().reshape(1) / self.world
+        self._local.append(loss.detach().double().reshape(1) / self.world)
+        return False
+
+    def finish(self) -> None:
+        if not self._local:
+            return
+        total = torch.cat(self._local)
         if self.world > 1:
             dist.all_reduce(total)
-        self.losses.append(float(total[0]))
-        return False
+        self.losses = total.tolist()
 
 
 def main(job_path: str) -> None:
@@ -193,6 +210,7 @@ def run_plans(job: dict, world: int, out: Path) -> None:
             session.dense_optimizer.step = lambda *args, **kwargs: None  # gradients as one process does
         losses = LossRecorder(world)
         session.train(losses, eval_at=[], until=job["steps"], stop_at_target=False)
+        losses.finish()
         memory = session.memory_report()  # before anything below gathers whole tables
         traffic = None
         if world > 1:  # the training steps' traffic, every rank's, and the planner's projection of it
