@@ -28,6 +28,7 @@ tests give one launch every job of a world size that can share it.
 from __future__ import annotations
 
 import copy
+import gc
 import dataclasses
 import hashlib
 import json
@@ -230,6 +231,12 @@ def run_plans(job: dict, world: int, out: Path) -> None:
                  "dense_sha256": dense, "memory": memory, "traffic": traffic}
             ))
             torch.save(torch.cat([w.flatten() for w in weight]), out / f"{name}.pt")  # every table, flat
+        if world > 1:  # the next plan's session makes groups of its own
+            session.destroy_groups()
+        else:
+            session.close()
+        del session
+        gc.collect()
 
 
 if __name__ == "__main__":

@@ -454,7 +454,12 @@ class _ShardedLookup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        p = ctx.pending
+        # the pending lookup holds this function's output (``_out``), whose autograd node holds
+        # ``ctx``: a cycle through the autograd graph that Python's collector cannot see. Kept, it
+        # held every step's graph, ids and buffers (and with them the collection and its process
+        # groups) for the life of the process: about 1 MB a step on 4 ranks of the default model
+        p, ctx.pending = ctx.pending, None
+        p._out = None
         with phases.CLOCK.phase(phases.EMBEDDING_BACKWARD):
             p.coll._backward(p.keyed, p.ids, grad, p.stage)
         return None, None
@@ -670,6 +675,7 @@ class ShardedEmbeddingCollection(nn.Module):
         self.flat_of = [[s for s in shards if s.table not in hier] for shards in self.shards_of]
         self.hier_of = [[s for s in shards if s.table in hier] for shards in self.shards_of]
         self._flat_index = [i for i, s in enumerate(self.shards) if s.table not in hier]
+        self._row_bytes_of: dict[tuple[str, int], int] = {}
         self._hier_index = [i for i, s in enumerate(self.shards) if s.table in hier]
         self._two_stage = False
         if self.hier is None:
@@ -1089,8 +1095,20 @@ class ShardedEmbeddingCollection(nn.Module):
     def pooled_sizes(self, batch: int, present: dict[tuple[int, int, int], torch.Tensor] | None = None) -> list[int]:
         """Bytes this rank receives from each rank for its ``batch`` samples (flat all-to-all)."""
         codec = self.forward_codec
+        if not self.sequence:  # every shard sends one row per sample
+            return [batch * self._row_bytes(codec, p) for p in range(self.world_size)]
         return [sum(wire_bytes(codec, self._rows_of(s, batch, present or {}), s.cols) for s in shards)
                 for shards in self.flat_of]
+
+    def _row_bytes(self, codec: Codec, p: int) -> int:
+        """Bytes on the wire of one sample's row of rank ``p``'s flat shards' vectors (or their
+        gradients), shard after shard: a pooled collection's chunk is the batch's rows times this
+        (``wire_bytes`` is linear in the rows), asked once per step and collective, summed once."""
+        key = (codec.value, p)
+        got = self._row_bytes_of.get(key)
+        if got is None:
+            got = self._row_bytes_of[key] = sum(int(wire_bytes(codec, 1, s.cols)) for s in self.flat_of[p])
+        return got
 
     def decode_pooled(self, got: Sequence[torch.Tensor], batch: int,
                       present: dict[tuple[int, int, int], torch.Tensor] | None = None) -> torch.Tensor:
@@ -1151,7 +1169,10 @@ class ShardedEmbeddingCollection(nn.Module):
         else:
             chunks = [torch.cat([encode(block(s), codec) for s in self.flat_of[p]]) if self.flat_of[p]
                       else self._empty_bytes() for p in range(w)]
-        recv = [sum(wire_bytes(codec, rows[i][q], self.shards[i].cols) for i in self._flat_index) for q in range(w)]
+        if self.sequence:
+            recv = [sum(wire_bytes(codec, rows[i][q], self.shards[i].cols) for i in self._flat_index) for q in range(w)]
+        else:  # each of my flat shards gets one row per sample of rank q
+            recv = [sizes[q] * self._row_bytes(codec, self.rank) for q in range(w)]
         flat = self.comm.all_to_all_start(chunks, recv, BACKWARD)
         cross = None
         if self._two_stage:

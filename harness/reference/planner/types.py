@@ -43,6 +43,9 @@ PLACEMENT: dict[ShardingType, Placement] = {
 }
 
 
+_BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+
+
 class CommPrecision(enum.Enum):
     """Element precision of the embedding all-to-all / reduce-scatter on the wire."""
 
@@ -54,7 +57,7 @@ class CommPrecision(enum.Enum):
 
     @property
     def bytes_per_element(self) -> int:
-        return {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}[self.value]
+        return _BYTES_PER_ELEMENT[self._value_]  # asked per shard and step: no dict built, no enum descriptor
 
 
 class CachePolicy(enum.Enum):
