@@ -441,6 +441,7 @@ class _ShardGroup:
     bases: list[int]
     weight: torch.Tensor
     state: torch.Tensor
+    base_ids: torch.Tensor  # ``bases`` as a tensor, to shift the members' ids in one operation
 
 
 class _ShardedLookup(torch.autograd.Function):
@@ -612,6 +613,7 @@ class ShardedEmbeddingCollection(nn.Module):
             self._weights.append(getattr(self, f"shard{i}_weight"))
             self._states.append(getattr(self, f"shard{i}_state"))
         self._groups = self._group_shards(resident, device)
+        self._grouped = {i for g in self._groups if len(g.members) > 1 for i in g.members}
 
         # data-parallel tables: full replicas, made on every rank from the same seed (so they start
         # equal), one fused collection per dimension
@@ -655,7 +657,7 @@ class ShardedEmbeddingCollection(nn.Module):
             for i, base, n in zip(members, bases, rows):
                 self._weights[i] = self._initial_block(self.shards[i], out=weight[base : base + n])
                 self._states[i] = state[base : base + n] if state.numel() else state.new_empty(0)
-            groups.append(_ShardGroup(members, bases, weight, state))
+            groups.append(_ShardGroup(members, bases, weight, state, torch.tensor(bases, dtype=torch.int64, device=device)))
         for i in resident:  # registered in the shards' order, as ever
             self.register_buffer(f"shard{i}_weight", self._weights[i])
             self.register_buffer(f"shard{i}_state", self._states[i])
@@ -1189,7 +1191,9 @@ class ShardedEmbeddingCollection(nn.Module):
                 lo = 0
                 for i in self._flat_index:
                     cols = self.shards[i].cols
-                    pooled[i] = full[:, lo : lo + cols].contiguous() if cols < width else full
+                    # a group's members are concatenated for its update (_update_group): views will do
+                    pooled[i] = full[:, lo : lo + cols] if cols == width or i in self._grouped else \
+                        full[:, lo : lo + cols].contiguous()
                     lo += cols
             for i in self._flat_index if not side_by_side else ():
                 cols, blocks = self.shards[i].cols, []
@@ -1239,17 +1243,18 @@ class ShardedEmbeddingCollection(nn.Module):
         """:meth:`_update_shard` of a group's shards at once: their ids shifted to their rows of the
         group's weight, their bags numbered on. Each row's gradients are summed in the same order
         and updated alike (fp32, no rounding): the same values, bit for bit."""
-        ids, bags, grads, at = [], [], [], 0
-        for i, base in zip(g.members, g.bases):
-            k, grad = keyed[self._key_index[i]], pooled[i]
-            ids.append(k.values + base)
-            n = grad.shape[0]
-            bags.append(torch.arange(at, at + n, device=grad.device) if k.one_per_sample else
-                        torch.repeat_interleave(torch.arange(at, at + n, device=grad.device), k.lengths))
-            grads.append(grad)
-            at += n
-        update_from_bags(g.weight, g.state, torch.cat(ids), torch.cat(bags), torch.cat(grads), self.optimizer, None,
-                         self.grad_unscale)
+        members = [keyed[self._key_index[i]] for i in g.members]
+        grads = torch.cat([pooled[i] for i in g.members])  # the members' bags one after the other
+        device = grads.device
+        values = torch.cat([k.values for k in members])
+        counts = torch.tensor([k.values.numel() for k in members], device=device)
+        ids = values + torch.repeat_interleave(g.base_ids, counts)  # each id at its shard's rows
+        if all(k.one_per_sample for k in members):
+            bags = torch.arange(grads.shape[0], device=device)
+        else:  # each id's bag, numbered on over the members (a member of one id per sample: lengths of ones)
+            lengths = torch.cat([k.lengths for k in members])
+            bags = torch.repeat_interleave(torch.arange(lengths.numel(), device=device), lengths)
+        update_from_bags(g.weight, g.state, ids, bags, grads, self.optimizer, None, self.grad_unscale)
 
     def _update_shard(self, i: int, k: KeyedIds, pooled_grad: torch.Tensor, *, per_id: bool = False) -> None:
         """Apply local shard ``i``'s pooled gradients (the global batch's; ``per_id``: one per id it
