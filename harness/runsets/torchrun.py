@@ -13,18 +13,11 @@ builds an optimizer or ``DistributedDataParallel`` (both import ``torch._dynamo`
 laptop or a CI runner an emulated 8-rank run paid that 8 times over before its first step (about
 36 s of CPU on 2 cores); forked ranks pay it once. Each rank is still its own process (own pid,
 own memory, own signals): killing one fails the run as before, and torchrun stops the others.
-
-And one thing replaced: the rendezvous names each event it records after the method that records
-it, by ``inspect.stack()`` taken twice per event (``dynamic_rendezvous.get_method_name``): that
-reads the source line of every frame and scans ``sys.modules`` for each, about 0.1 s of CPU per
-event with torch imported, seconds per launch. :func:`_caller_name` names the same frame from
-``sys._getframe``.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import sys
 
 from harness.reference.engine.forked import PRELOAD
 
@@ -32,21 +25,9 @@ from harness.reference.engine.forked import PRELOAD
 FORKED_RANKS = ["--run-path", "--start-method=forkserver"]
 
 
-def _caller_name(depth: int = 2) -> str:
-    """``inspect.stack()[depth].function`` without reading every frame's source."""
-    try:
-        return sys._getframe(depth).f_code.co_name
-    except ValueError:  # a stack shallower than depth
-        return "no_method_name"
-
-
 def main() -> None:
     multiprocessing.set_forkserver_preload(PRELOAD)
-    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
     from torch.distributed.run import main as torchrun
-
-    if hasattr(dynamic_rendezvous, "get_method_name"):
-        dynamic_rendezvous.get_method_name = _caller_name
 
     from harness.errors import exit_now
 
