@@ -28,8 +28,8 @@ tests give one launch every job of a world size that can share it.
 from __future__ import annotations
 
 import copy
-import gc
 import dataclasses
+import gc
 import hashlib
 import json
 import os
