@@ -30,3 +30,13 @@ def shared_logs() -> Path:
     if SHARED_LOGS is None:
         pytest.skip("the real MLPerf logs (../shared/mlperf-logs) are not beside this checkout")
     return SHARED_LOGS
+
+
+def pytest_collection_finish(session) -> None:
+    """Freeze what collection made (torch's and every test module's objects) for the garbage
+    collector, as the fork server does for its workers (harness.reference.engine.forkserver_last):
+    the full collections a test's training loop sets off do not walk them again and again."""
+    if not os.environ.get("HARNESS_TEST_NO_GC_FREEZE"):
+        import gc
+
+        gc.freeze()

@@ -111,7 +111,7 @@ CALIBRATION_ROUNDS = 2
 MODEL_FILE, META_FILE = "model.pt", "model.json"
 # what the LoadGen workers' fork server imports once (harness.reference.engine.forked)
 WORKER_PRELOAD = ["torch", "numpy", "harness.inference.worker", "harness.inference.run",
-                  "harness.reference.engine.forkserver_exit"]
+                  "harness.reference.engine.forkserver_last"]
 LOADGEN_PACKAGE = "mlcommons-loadgen"
 # what to do once an I/O fault's cause is gone: a model already trained and saved is reused
 AGAIN = "run the same command again (a model already trained is reused)"

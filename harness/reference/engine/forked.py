@@ -42,7 +42,7 @@ PRELOAD = [
     "harness.reference.engine.worker",
     "harness.reference.runs",
     "harness.reference.distributed.session",
-    "harness.reference.engine.forkserver_exit",  # the server ends with its launcher, without a slow teardown
+    "harness.reference.engine.forkserver_last",  # last: freezes the above for the collector; the server ends with its launcher
 ]
 
 _CONTEXT = multiprocessing.get_context("forkserver")
