@@ -55,11 +55,17 @@ def run_jobs(tmp: Path, world: int, jobs: dict[str, dict]) -> dict[str, dict]:
         cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return {
-        name: {plan: {**json.loads((tmp / name / f"{plan}.json").read_text()),
-                      "weight": torch.load(tmp / name / f"{plan}.pt")} for plan in job["plans"]}
-        for name, job in jobs.items()
-    }
+    return {name: {plan: result(tmp / name, plan) for plan in job["plans"]} for name, job in jobs.items()}
+
+
+def result(folder: Path, plan: str) -> dict:
+    """What the driver wrote for ``plan``: its record, its tables after the last step (``weight``)
+    and, where the job asked for them, before the first (``start``: ``weight``, ``dense_sha256``)."""
+    got = {**json.loads((folder / f"{plan}.json").read_text()), "weight": torch.load(folder / f"{plan}.pt")}
+    if (folder / f"{plan}.start.pt").exists():
+        got["start"] = {**json.loads((folder / f"{plan}.start.json").read_text()),
+                        "weight": torch.load(folder / f"{plan}.start.pt")}
+    return got
 
 
 # Sharded and single-process training differ only in the order of floating-point reductions (DDP
@@ -76,6 +82,9 @@ EQUIVALENCE_HP = {"opt_base_learning_rate": 0.001}
 
 FP16 = {"precision": "fp16", "frozen_dense": True, "hyperparameters": EQUIVALENCE_HP}
 MIXED_DIMS = [(8, 16, 32)[t % 3] for t in range(26)]  # Neo's largest models mix dims 64 to 256
+# the tables' types in turn, three tables each: every sharding type gets a table of every dimension
+# (one plan, where a plan per type trained six times the steps for the same pairs of type and dim)
+DIMS_PLAN = {"types": {"*": [t for t in TYPES for _ in range(3)]}}
 
 
 @pytest.fixture(scope="module")
@@ -83,13 +92,10 @@ def ones(tmp_path_factory) -> dict:
     """Every single-process run the sharded ones are compared with, in one process."""
     one = {"single": {}}
     runs = run_jobs(tmp_path_factory.mktemp("ones"), 1, {
-        "single": dict(plans=one, hyperparameters=EQUIVALENCE_HP),
-        "start": dict(plans=one, steps=0),
+        "single": dict(plans=one, hyperparameters=EQUIVALENCE_HP, start=True),
         "other_seed": dict(plans=one, steps=0, seed=SEED + 1),
-        "fp16_start": dict(plans=one, steps=0, **FP16),
-        "fp16": dict(plans=one, steps=20, **FP16),
-        "dims_start": dict(plans=one, steps=0, dims=MIXED_DIMS),
-        "dims": dict(plans=one, dims=MIXED_DIMS, hyperparameters=EQUIVALENCE_HP),
+        "fp16": dict(plans=one, steps=20, start=True, **FP16),
+        "dims": dict(plans=one, dims=MIXED_DIMS, hyperparameters=EQUIVALENCE_HP, start=True),
         **eval_split_jobs(one),
         "12t": dict(plans=one, **dlrm_12t_job(tmp_path_factory.mktemp("12t"))),
     })
@@ -114,14 +120,12 @@ def sharded(tmp_path_factory):
             if world == 2:  # and every shard but the replicas' on the SSD tier, 16-bit rows behind 5% caches
                 fp16_plans["ssd"] = {"types": {"*": [t for t in TYPES if t != "data_parallel"]},
                                      "ssd": {"cache_fraction": 0.05}}
-            jobs = {
-                "start": dict(plans=plans, nodes=nodes, steps=0),
-                "follow": dict(plans=plans, nodes=nodes, hyperparameters=EQUIVALENCE_HP),
+            jobs = {  # each plan's weights before its first step too ("start"), and after its last
+                "follow": dict(plans=plans, nodes=nodes, hyperparameters=EQUIVALENCE_HP, start=True),
                 "fp16": dict(plans=fp16_plans, steps=20, nodes=nodes, **FP16),
                 # dim-8 tables split in two for column-wise plans
-                "dims_start": dict(plans=plans, nodes=nodes, steps=0, dims=MIXED_DIMS, column_block=4),
-                "dims": dict(plans=plans, nodes=nodes, dims=MIXED_DIMS, column_block=4,
-                             hyperparameters=EQUIVALENCE_HP),
+                "dims": dict(plans={"mixed_dims": DIMS_PLAN}, nodes=nodes, dims=MIXED_DIMS, column_block=4,
+                             hyperparameters=EQUIVALENCE_HP, start=True),
             }
             if world == 2:
                 jobs["ssd"] = dict(plans=SSD_PLANS, steps=30, auc=True)
@@ -147,12 +151,13 @@ def every_type_and_mixed() -> dict:
 def test_every_plan_starts_from_the_single_process_weights_bit_for_bit(ones, sharded, world, nodes):
     """No rank builds the whole model: each makes its shards from the seed, and they are the
     single-process model's weights exactly, whatever the plan and world size."""
-    start = ones["start"]
-    results = sharded(world, nodes)["start"]
+    start = ones["single"]["start"]
+    results = sharded(world, nodes)["follow"]
     for plan, got in results.items():
-        assert torch.equal(got["weight"], start["weight"]), plan
-        assert got["dense_sha256"] == start["dense_sha256"], plan
+        assert torch.equal(got["start"]["weight"], start["weight"]), plan
+        assert got["start"]["dense_sha256"] == start["dense_sha256"], plan
     assert not torch.equal(start["weight"], ones["other_seed"]["weight"])
+    assert ones["other_seed"]["dense_sha256"] != start["dense_sha256"]
 
 
 @pytest.mark.slow
@@ -183,7 +188,7 @@ def test_tables_in_fp16_round_as_one_process_bit_for_bit_under_every_sharding_ty
     set the curves apart by rounding, as in fp32); what is compared is the tables' path: the
     all-to-alls in fp16, the sums per row in the global batch's order, the fp32 Adagrad, and the
     stochastic rounding of every updated value with the bits of (seed, step, table, row, column)."""
-    start, single = ones["fp16_start"], ones["fp16"]
+    start, single = ones["fp16"]["start"], ones["fp16"]
     moved = single["weight"] != start["weight"]
     assert int(moved.sum()) > single["weight"].numel() // 4  # the tables did train
     results = sharded(world, nodes)["fp16"]
@@ -198,14 +203,18 @@ def test_tables_in_fp16_round_as_one_process_bit_for_bit_under_every_sharding_ty
 @pytest.mark.parametrize(("world", "nodes"), [(2, 1), (4, 2)])
 def test_tables_of_several_dimensions_follow_single_process_training(ones, sharded, world, nodes):
     """Tables of dims 8, 16 and 32 (one fused weight per dimension, pooled vectors in feature
-    order): every sharding type and a mixed plan start from the single-process weights and follow
-    its training within 1e-5 on the loss over 50 steps."""
-    start, single = ones["dims_start"], ones["dims"]
-    at_start, results = sharded(world, nodes)["dims_start"], sharded(world, nodes)["dims"]
+    order), in one plan that gives every sharding type tables of each dimension: it starts from
+    the single-process weights and follows its training within 1e-5 on the loss over 50 steps."""
+    types = DIMS_PLAN["types"]["*"]
+    pairs = {(types[i % len(types)], dim) for i, dim in enumerate(MIXED_DIMS)}
+    assert pairs == {(t, d) for t in TYPES for d in set(MIXED_DIMS)}  # every type with every dim
+    start, single = ones["dims"]["start"], ones["dims"]
+    results = sharded(world, nodes)["dims"]
     assert start["weight"].numel() == sum(r * d for r, d in zip(load_benchmark("dlrm_synthetic").dataset["table_rows"],
                                                                 MIXED_DIMS))
     for plan, got in results.items():
-        assert torch.equal(at_start[plan]["weight"], start["weight"]), plan
+        assert got["types"] == sorted(TYPES), plan
+        assert torch.equal(got["start"]["weight"], start["weight"]), plan
         gap = max(abs(a - b) for a, b in zip(single["losses"], got["losses"]))
         assert len(got["losses"]) == STEPS and gap <= 1e-5, f"{plan} on {world} ranks, mixed dims: loss gap {gap:.3g}"
         assert float((single["weight"] - got["weight"]).abs().max()) < 5e-3, plan
