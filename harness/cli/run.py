@@ -299,7 +299,7 @@ def _compliance(results_dir: Path, *, short_by_request: bool) -> ComplianceVerdi
         click.echo(f"compliance: not checked ({v.why_not_checked})")
         return v
     word = _VERDICT_WORDS[v.verdict]
-    first = f": {v.first_error}" if v.first_error is not None else ""
+    first = f": {v.first_error}" if v.first_error is not None else (f" ({v.accepted})" if v.accepted else "")
     click.echo(f"compliance ({v.ruleset}): {v.passing_logs}/{v.logs} logs pass; run set {word}"
                f"{first}   (details: harness check {results_dir})")
     return v

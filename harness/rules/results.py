@@ -166,9 +166,12 @@ def score_run_set(run_set_dir: Path, *, target: float | None = None, max_dropped
 
 
 def run_set_stats(runs: list[RunLog], *, scaling: float = 1.0, target: float | None = None,
-                  max_dropped: int = 1) -> RunSetStats:
-    """The olympic score (or why there is none) and the spread of these runs."""
-    times = [r.run_time(target) for r in runs]
+                  max_dropped: int = 1, non_compliant: frozenset[Path] = frozenset()) -> RunSetStats:
+    """The olympic score (or why there is none) and the spread of these runs. A run whose log is in
+    ``non_compliant`` counts as one that did not converge, as MLPerf's results summarizer drops a
+    log that fails the compliance checker."""
+    times = [RunTime(t.run_start_ms, t.run_stop_ms, t.converged and r.path not in non_compliant)
+             for r, t in ((r, r.run_time(target)) for r in runs)]
     score, error = None, None
     try:
         score = olympic_score(times, max_dropped=max_dropped, scaling_factor=scaling)

@@ -35,6 +35,7 @@ class ComplianceVerdict:
     logs: int = 0
     first_error: str | None = None  # the message of the first error finding, if any
     why_not_checked: str | None = None
+    accepted: str | None = None  # the set's non-compliant log accepted under olympic scoring, if any
 
     @property
     def acceptable(self) -> bool:
@@ -61,10 +62,13 @@ def compliance_verdict(results_dir: Path, *, short_by_request: bool) -> Complian
     except HarnessError as err:
         return ComplianceVerdict(SetVerdict.NOT_CHECKED, why_not_checked=str(err))
     passing = sum(r.passed for r in rs.runs)
-    errors = [f for r in rs.runs for f in r.check.errors] + [f for f in rs.findings if f.is_error]
+    errors = rs.blocking_errors  # a set's one non-compliant log, accepted under olympic scoring, is not one
     incomplete = short_by_request and bool(errors) and all(f.rule.endswith("run_set:runs") for f in errors)
     verdict = SetVerdict.PASS if rs.passed else (SetVerdict.INCOMPLETE if incomplete else SetVerdict.FAIL)
-    return ComplianceVerdict(verdict, rs.ruleset, passing, len(rs.runs), errors[0].message if errors else None)
+    accepted = next((f.message for f in rs.findings if f.rule.endswith("run_set:olympic_acceptance")
+                     and not f.is_error), None)
+    return ComplianceVerdict(verdict, rs.ruleset, passing, len(rs.runs), errors[0].message if errors else None,
+                             accepted=accepted)
 
 
 def run_set_fails(outcome: RunSetOutcome, compliance: ComplianceVerdict) -> bool:

@@ -79,6 +79,27 @@ def test_too_few_runs_emulated_and_broken_sets_are_kept_apart_with_reasons(share
     assert any("unreadable log" in r and "malformed MLLOG record" in r for r in e["reasons"])
 
 
+def test_one_non_compliant_log_is_accepted_under_olympic_scoring_two_are_not(shared_logs, tmp_path):
+    """As MLPerf's package checker: one log of a set that fails the compliance checker leaves the set
+    ranked, scored as the results summarizer scores it (that log dropped); two do not."""
+    from compliance.summarize import score_run_set
+
+    for count in (1, 2):
+        pkg = _package_copy(shared_logs, tmp_path / str(count))
+        run_set = next((pkg / "results").glob("*/dlrm_dcnv2"))
+        for log in sorted(run_set.glob("result_*.txt"))[:count]:
+            log.write_text(log.read_text().replace('"key": "opt_weight_decay", "value": 0',
+                                                   '"key": "opt_weight_decay", "value": 0.1'))
+        (_, e), = _entries(build_leaderboard([tmp_path / str(count)]))
+        if count == 1:
+            assert e["ranked"] and e["compliance_verdict"] == "pass", e["reasons"]
+            summarized = score_run_set(run_set, "dlrm_dcnv2", "4.1.0", closed=True)
+            assert summarized.dropped == 1 and e["score_minutes"] == pytest.approx(summarized.score, rel=1e-12)
+        else:
+            assert not e["ranked"] and e["compliance_verdict"] == "fail"
+            assert any("MLPerf compliance checker (4.1.0) fails 2 log(s)" in r for r in e["reasons"]), e["reasons"]
+
+
 def test_markdown_and_csv_escape_user_values(shared_logs, tmp_path):
     pkg = _package_copy(shared_logs, tmp_path)
     system_json = next((pkg / "systems").glob("*.json"))

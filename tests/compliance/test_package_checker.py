@@ -1,9 +1,12 @@
-"""The seed rule of ``harness check`` against mlperf_logging's package checker (its seed checker), run for real.
+"""``harness check`` against mlperf_logging's package checker, run for real: its seed checker, and
+its acceptance of a non-compliant log under olympic scoring.
 
 Every shared real package and a set of mutated copies (duplicate seeds, a missing seed, a seed
 that is not an integer, bypass files, the open division, a round without the check) must get
 the official verdict on seeds, except the documented divergence: before round 4.1 a set whose
-runs log no seed at all is a warning here (see ``compliance.check._seed_checker``).
+runs log no seed at all is a warning here (see ``compliance.check._seed_checker``). Copies with
+one and with two logs that fail the compliance checker must get the package checker's verdict on
+the set: one is accepted under olympic scoring, two are not (``compliance.check.accepted_non_compliant``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from pathlib import Path
 import pytest
 
 from compliance.check import check_path
+from compliance.summarize import score_run_set
+from tests.compliance.mutations import change_fixed_hyperparameter
 
 ROUNDS = ["v0.7", "v1.0", "v2.1", "v3.0", "v3.1", "v4.0", "v4.1", "v5.0"]
 # rounds whose published package logs no seed at all: today's official checker fails them, ours warns
@@ -46,7 +51,11 @@ def official_seeds_of(packages: list[tuple[Path, str]]) -> list[dict]:
         errors = re.findall(r"Seed checker failed and found the following errors: (.*?)(?=\n(?:INFO|ERROR|WARNING) - )",
                             text, re.DOTALL)
         out.append({"ran": "Running Seed Checker" in text, "bypassed": "Bypassing Seed Checker" in text,
-                    "failed": "ERROR - Seed checker failed" in text, "errors": "\n".join(errors)})
+                    "failed": "ERROR - Seed checker failed" in text, "errors": "\n".join(errors),
+                    # its verdict on the set's non-compliant result files (package_checker.py, 4.1.68)
+                    "accepted": re.findall(r"WARNING - +(\d+) files? does not comply, accepting this under olympic "
+                                           r"scoring", text),
+                    "rejected": re.findall(r"ERROR - +(\d+) files do not comply, directory cannot be accepted", text)})
     return out
 
 
@@ -210,6 +219,16 @@ def _bypass(text: str, where: str):
     return mutate
 
 
+def _non_compliant(count: int):
+    """``count`` logs with a fixed hyperparameter changed: each fails the compliance checker, seeds untouched."""
+    def mutate(pkg: Path) -> None:
+        for log in logs_of(pkg)[:count]:
+            log.write_text(change_fixed_hyperparameter(log.read_text(encoding="latin-1").splitlines(keepends=True)),
+                           encoding="latin-1")
+
+    return mutate
+
+
 MUTATIONS = {
     "duplicate_seed": ("v4.1", _dup, True),
     "same_seed_other_line": ("v4.1", _dup_other_line, False),
@@ -226,6 +245,8 @@ MUTATIONS = {
     "older_round_one_run_without_seed": ("v3.1", _missing, True),
     "older_round_duplicate_seed": ("v1.0", _dup, True),
     "round_without_seed_check": ("v0.7", _same_seed_appended, False),
+    "one_log_non_compliant": ("v4.1", _non_compliant(1), False),
+    "two_logs_non_compliant": ("v4.1", _non_compliant(2), False),
 }
 
 
@@ -254,3 +275,31 @@ def test_a_bypass_line_the_official_checker_ignores_is_a_warning(shared_logs, tm
     _bypass("seed-checker-bypass\n", "benchmark")(pkg)
     kinds = {(f.rule.split(":")[-1], f.severity.value) for f in our_seed_findings(pkg)}
     assert ("seeds_bypass", "warning") in kinds and ("seeds_unique", "error") in kinds
+
+
+# ---- non-compliant logs: the package checker's olympic acceptance --------------------------------
+
+@pytest.mark.parametrize("rnd", ROUNDS)
+def test_real_packages_have_no_non_compliant_log(checked, rnd):
+    pkg, official = checked[rnd]
+    assert official["accepted"] == official["rejected"] == []
+    assert not [f for f in check_path(pkg).all_findings if f.rule.endswith("run_set:olympic_acceptance")]
+
+
+@pytest.mark.parametrize("name, count", [("one_log_non_compliant", 1), ("two_logs_non_compliant", 2)])
+def test_non_compliant_logs_get_the_package_checkers_verdict(checked, name, count):
+    """One non-compliant log: the official checker accepts the set under olympic scoring, and so do
+    we (a warning; the log itself still fails). Two: it cannot accept the directory, nor can we."""
+    pkg, official = checked[name]
+    accepted = count == 1
+    assert (official["accepted"], official["rejected"]) == (([str(count)], []) if accepted else ([], [str(count)]))
+    report = check_path(pkg)
+    [rs] = report.run_sets
+    assert sum(not r.passed for r in rs.runs) == count  # each mutated log fails on its own, officially too
+    [finding] = [f for f in rs.findings if f.rule.endswith("run_set:olympic_acceptance")]
+    assert finding.is_error is not accepted
+    assert rs.passed is accepted and report.passed is accepted, [f.human() for f in report.all_findings if f.is_error]
+    if accepted:  # scored as MLPerf's results summarizer scores it: the non-compliant log dropped
+        official = score_run_set(rs.path, "dlrm_dcnv2", "4.1.0", closed=True)
+        assert official.dropped == 1
+        assert rs.summary["score_minutes"] == pytest.approx(official.score, rel=1e-12)
