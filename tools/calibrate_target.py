@@ -1,6 +1,6 @@
 """Calibrate a synthetic benchmark's target AUC from reference runs.
 
-    python tools/calibrate_target.py dlrm_synthetic --runs 10 --out calib/
+    python tools/calibrate_target.py dlrm_synthetic --runs 10 --out calib/ [--parallel 2]
 
 runs the reference ``--runs`` times through ``harness run`` (chosen seeds 1000, 1001, ...,
 with the target set out of reach so every run trains to the epoch limit and logs its whole
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -59,6 +60,10 @@ def main() -> int:
     ap.add_argument("--fraction", type=float, default=0.7, help="median epoch fraction to aim at")
     ap.add_argument("--rule", choices=("median", "every"), default="median",
                     help="median: >= 90%% of runs reach it, median epoch <= fraction; every: every run by fraction")
+    ap.add_argument("--parallel", type=int, default=1,
+                    help="run the reference runs as this many `harness run` processes at once, the cores shared "
+                         "between them (torch's threads scale poorly on these small models: on 2 cores two "
+                         "one-thread processes train about twice the runs of one two-thread process)")
     args = ap.parse_args()
     spec = load_benchmark(args.benchmark)
     raw = dict(spec.raw)
@@ -66,12 +71,22 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     spec_path = args.out / f"{spec.name}.yaml"
     spec_path.write_text(yaml.safe_dump(raw))
-    subprocess.run(
-        [sys.executable, "-m", "harness", "run", "--benchmark", str(spec_path), "--runs", str(args.runs),
-         "--seed", "1000", "--results", str(args.out / "results"), "--submitter", "calibration"],
-        check=False,  # no run reaches the unreachable target, so the set has no score: exit 1 is expected
-    )
-    logs = sorted((args.out / "results" / "calibration" / "results").glob(f"*/{spec.name}/result_*.txt"))
+    # seeds 1000, 1001, ...: process k runs a contiguous share of them into results/<k>
+    parallel = max(1, min(args.parallel, args.runs))
+    shares = [args.runs // parallel + (k < args.runs % parallel) for k in range(parallel)]
+    threads = max(1, (os.cpu_count() or 1) // parallel)
+    procs, first = [], 1000
+    for k, share in enumerate(shares):
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "harness", "run", "--benchmark", str(spec_path), "--runs", str(share),
+             "--seed", str(first), "--results", str(args.out / "results" / str(k)), "--submitter", "calibration",
+             *(["--threads", str(threads)] if parallel > 1 else [])]))
+        first += share
+    for proc in procs:
+        proc.wait()  # no run reaches the unreachable target, so a set has no score: exit 1 is expected
+    logs = [log for k in range(parallel) for log in sorted(
+        (args.out / "results" / str(k) / "calibration" / "results").glob(f"*/{spec.name}/result_*.txt"),
+        key=lambda p: int(p.stem.split("_")[-1]))]
     curves, best = zip(*(_curve(p) for p in logs))
     need = math.ceil(0.9 * len(curves)) if args.rule == "median" else len(curves)
     limit = args.fraction * spec.max_epochs
