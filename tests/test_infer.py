@@ -614,6 +614,45 @@ def test_a_users_pooled_rows_are_the_same_looked_up_alone_or_with_other_queries(
     tables.store.close()
 
 
+def test_lookups_from_several_threads_at_once_equal_the_memory_models(tmp_path, reader):
+    """Server's lookup threads share one cache: four threads looking up at once (a cache of 24
+    rows, batches that fit it and batches that do not, so rows are evicted under each other's
+    reads) get the in-memory pooled vectors bit for bit, and every call's reads (the store's
+    count) equal its misses (the cache's), as do the totals."""
+    import threading
+
+    full, tables = _tables(tmp_path, cache_rows=24, queue_depth=4)
+    gen = torch.Generator().manual_seed(7)
+    batches = [torch.stack([torch.randint(0, r, (n,), generator=gen) for r in (50, 40, 40, 30)], dim=1)
+               for n in [1, 3, 9, 2, 20, 5] * 40]
+    expected = [full(b) for b in batches]
+    got: list = [None] * len(batches)
+    calls: list = [None] * len(batches)
+    start, errors = threading.Barrier(4), []
+
+    def work(k: int) -> None:
+        start.wait()
+        try:
+            for i in range(k, len(batches), 4):
+                got[i] = tables(batches[i])
+                calls[i] = tables.last_call
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert all(torch.equal(g, e) for g, e in zip(got, expected))
+    assert all(reads == misses for reads, misses, _ in calls)
+    assert tables.store.reads == tables.misses == sum(c[1] for c in calls) > 0
+    assert int(tables.table_lookups.sum()) == sum(b.numel() for b in batches)
+    assert 0 < int(tables.table_hits.sum()) < int(tables.table_lookups.sum()) and tables.bypass_batches > 0
+    tables.store.close()
+
+
 def test_a_warmed_cache_starts_with_the_rows_the_training_data_looks_up_most(tmp_path):
     """--warm-cache: the hottest rows of the training data, counted over its first samples,
     fill the cache before any lookup; the first batch then hits them, and the reads that

@@ -26,7 +26,9 @@ is admitted (its missing rows read and cached, evicting others); of a larger bat
 admits what it holds (the rows resident already, then the hottest missing ones: the most ids of
 the batch, with LFU the most so far) and reads the others without admitting them. Either way the rows read are exactly the batch's
 distinct rows that were not resident, its *misses*, which it counts (with the lookups and
-hits of each table) independently of the store's count of reads. The training path's
+hits of each table) independently of the store's count of reads. Several threads may look up
+at once (Server's lookup threads): the cache's bookkeeping is under a lock, the device reads of
+each call's misses outside it, each thread through its own io_uring. The training path's
 classes (:class:`~harness.reference.tiered.SsdRows`, :class:`~harness.reference.tiered.TieredEmbeddingCollection`)
 are not used or changed.
 """
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -130,6 +133,7 @@ class PreadRows(RowStore):
         self._bufs = [mmap.mmap(-1, max(layout.stride, mmap.PAGESIZE)) for _ in range(queue_depth)] \
             if layout.direct else []
         self._compiled = rowio.compiled_reader()[0] is not None
+        self._fallback_lock = threading.Lock()
         self.reader = rowio.reader_name()
         self._pool = ThreadPoolExecutor(queue_depth, thread_name_prefix="pread") \
             if queue_depth > 1 and not self._compiled else None
@@ -139,6 +143,11 @@ class PreadRows(RowStore):
         self.bytes_read = 0
         self.read_s = 0.0  # time spent in read(), waits included
         self.latency_waits = 0  # device latencies paid (reads in flight together pay one)
+        # read() may be called from several threads at once (Server's lookup threads, each with
+        # its own io_uring): the totals are updated under a lock, and each thread keeps its own
+        # (:meth:`thread_totals`)
+        self._count_lock = threading.Lock()
+        self._mine = threading.local()
 
     def _calibrate(self, n: int = 200) -> float:
         """The median of ``n`` timed waits, in microseconds (the median: one preemption of the
@@ -174,43 +183,59 @@ class PreadRows(RowStore):
                 out[i] = np.frombuffer(data, dtype=np.float32)
 
     def read(self, rows: torch.Tensor) -> torch.Tensor:
+        """The rows' values; safe to call from several threads at once with the compiled reader
+        (a ring per thread). The Python threads' fallback reads through buffers of its own and
+        takes one caller at a time."""
         ids = rows.reshape(-1).tolist()
         n = len(ids)
         out = np.empty((n, self.cols), dtype=np.float32)
         t0 = time.perf_counter()
         depth = min(self.queue_depth, n)
+        waits = 0
         if self._compiled:
             self._ring_read(ids, out)
-            self._wait_waves(n)
-        elif depth <= 1 or self._pool is None:
-            if self.latency_ns and self.queue_depth == 1:  # the latency after every read
-                for i in range(n):
-                    self._read_into(ids[i : i + 1], out[i : i + 1], 0)
-                    busy_wait_ns(self.latency_ns)
-                self.latency_waits += n
-            else:
-                self._read_into(ids, out, 0)
-                if self.latency_ns and n:
-                    busy_wait_ns(self.latency_ns)
-                    self.latency_waits += 1
+            waits = self._wait_waves(n)
         else:
-            cuts = np.linspace(0, n, depth + 1).astype(int).tolist()
-            jobs = [self._pool.submit(self._read_into, ids[a:b], out[a:b], k)
-                    for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
-            for job in jobs:
-                job.result()
-            self._wait_waves(n)
-        self.read_s += time.perf_counter() - t0
-        self.reads += n
-        self.bytes_read += n * self.transfer_bytes
+            with self._fallback_lock:  # its aligned buffers are shared
+                if depth <= 1 or self._pool is None:
+                    if self.latency_ns and self.queue_depth == 1:  # the latency after every read
+                        for i in range(n):
+                            self._read_into(ids[i : i + 1], out[i : i + 1], 0)
+                            busy_wait_ns(self.latency_ns)
+                        waits = n
+                    else:
+                        self._read_into(ids, out, 0)
+                        if self.latency_ns and n:
+                            busy_wait_ns(self.latency_ns)
+                            waits = 1
+                else:
+                    cuts = np.linspace(0, n, depth + 1).astype(int).tolist()
+                    jobs = [self._pool.submit(self._read_into, ids[a:b], out[a:b], k)
+                            for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
+                    for job in jobs:
+                        job.result()
+                    waits = self._wait_waves(n)
+        took = time.perf_counter() - t0
+        with self._count_lock:
+            self.read_s += took
+            self.reads += n
+            self.bytes_read += n * self.transfer_bytes
+            self.latency_waits += waits
+        mine = self._mine
+        mine.reads, mine.waits = getattr(mine, "reads", 0) + n, getattr(mine, "waits", 0) + waits
         return torch.from_numpy(out)
 
-    def _wait_waves(self, n: int) -> None:
-        """The added latency of ``n`` reads: reads in flight together wait together."""
+    def thread_totals(self) -> tuple[int, int]:
+        """The rows the calling thread has read, and the device latencies its reads waited, so far."""
+        return getattr(self._mine, "reads", 0), getattr(self._mine, "waits", 0)
+
+    def _wait_waves(self, n: int) -> int:
+        """The added latency of ``n`` reads (reads in flight together wait together): the waits paid."""
         if self.latency_ns and n:
             waves = -(-n // self.queue_depth)
             busy_wait_ns(self.latency_ns * waves)
-            self.latency_waits += waves
+            return waves
+        return 0
 
     def _ring_read(self, ids: list[int], out: np.ndarray) -> None:
         """Every row of ``ids`` in one submission through the compiled reader."""
@@ -258,28 +283,62 @@ class SdmEmbeddings(FusedEmbeddingCollection):
         self.misses = 0
         self.batches = 0
         self.bypass_batches = 0
+        self._lock = threading.Lock()  # the cache and the counts; reads happen outside it
+        self._mine = threading.local()
 
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:
+        """The pooled vectors of ``sparse``. Several threads may call it at once (Server's lookup
+        threads): the cache's bookkeeping is done under a lock, the device reads of a call's misses
+        outside it, so one call's reads do not hold up another's hits, and reads of several calls
+        are in flight together (each thread its own io_uring). A call's misses are the rows not
+        resident when it looked (two calls missing the same row both read it); a row a call found
+        resident and another call evicted before the first admitted its misses is read then, and
+        counted a miss too, so the reads always equal the misses. The values are those of one
+        call alone: the file is read-only, a row's value is the same whoever reads it."""
         with torch.no_grad():
             rows = sparse + self.column_offsets
             unique, inverse, counts = distinct(rows)
-            resident = self.cache.row_slot.index_select(0, unique) >= 0
             table = torch.searchsorted(self.table_starts, unique, right=True) - 1
-            self.table_lookups.index_add_(0, table, counts)
-            self.table_hits.index_add_(0, table[resident], counts[resident])
-            self.misses += int(unique.numel() - int(resident.sum()))
-            self.batches += 1
-            if unique.numel() <= self.cache.free_capacity:
-                slots = self.cache.admit(unique, counts=counts)
-                return self._lookup(self.cache.weights, slots[inverse])
-            # more distinct rows than the cache holds: it admits what it can (the resident rows,
-            # then the batch's hottest missing ones), the others are read without being admitted
-            self.bypass_batches += 1
-            admitted = self._admitted(unique, resident, counts)
+            reads0, waits0 = self.store.thread_totals()
+            with self._lock:
+                resident = self.cache.row_slot.index_select(0, unique) >= 0
+                self.table_lookups.index_add_(0, table, counts)
+                self.table_hits.index_add_(0, table[resident], counts[resident])
+                self.batches += 1
             values = torch.empty(unique.numel(), self.dim)
-            values[admitted] = self.cache.weights.index_select(0, self.cache.admit(unique[admitted], counts=counts[admitted]))
-            values[~admitted] = self.store.read(unique[~admitted])
+            read = ~resident
+            misses = int(read.sum())
+            if misses:
+                values[read] = self.store.read(unique[read])
+            with self._lock:
+                now = self.cache.row_slot.index_select(0, unique) >= 0
+                lost = resident & ~now  # resident when looked at, evicted by another call since
+                if bool(lost.any()):
+                    values[lost] = self.store.read(unique[lost])
+                    self.table_hits.index_add_(0, table[lost], -counts[lost])  # a miss after all
+                    misses += int(lost.sum())
+                self.misses += misses
+                reads1, waits1 = self.store.thread_totals()
+                self._mine.call = (reads1 - reads0, misses, waits1 - waits0)
+                if unique.numel() <= self.cache.free_capacity:
+                    slots = self.cache.admit(unique, missing=unique[~now], fetched=values[~now], counts=counts)
+                    values = self.cache.weights.index_select(0, slots)
+                else:
+                    # more distinct rows than the cache holds: it admits what it can (the resident
+                    # rows, then the batch's hottest missing ones), the others are used as read
+                    self.bypass_batches += 1
+                    admitted = self._admitted(unique, now, counts)
+                    fresh = admitted & ~now
+                    slots = self.cache.admit(unique[admitted], missing=unique[fresh], fetched=values[fresh],
+                                             counts=counts[admitted])
+                    values[admitted] = self.cache.weights.index_select(0, slots)
             return self._lookup(values, inverse)
+
+    @property
+    def last_call(self) -> tuple[int, int, int]:
+        """The calling thread's last :meth:`forward`: the rows the store read for it, its misses
+        (counted here, apart from the store) and the device latencies its reads waited."""
+        return getattr(self._mine, "call", (0, 0, 0))
 
     def warm(self, rows: torch.Tensor) -> None:
         """The cache filled with ``rows`` (distinct, hottest first: as many as it holds) before any

@@ -33,12 +33,17 @@ from harness.files import write_atomic
 _STOP = object()
 _AHEAD = 2  # model calls whose lookups may be done ahead of their dense part
 SERVER_LOOKUP_ROWS = 16384  # Server: the most rows of queries that arrived together looked up in one call
+# Server: lookup calls in flight at once, each on a thread of its own (the cache shared under a lock,
+# each thread's reads through its own io_uring), so one large user's reads do not hold up the
+# queries that arrive behind it
+SERVER_LOOKUP_THREADS = 4
 
 
 class FastSut:
     """LoadGen's SUT through ``ConstructFastSUT``: ``issue(ids, indices)`` gets two lists of
     ints (about half the memory of a list of ``QuerySample`` objects), kept as NumPy arrays;
-    one worker thread answers whatever has arrived. A sample is a user (its eval rows:
+    a worker thread answers whatever has arrived (Server: :data:`SERVER_LOOKUP_THREADS` of them,
+    each taking what has arrived when it is free, their lookup calls in flight at once). A sample is a user (its eval rows:
     :class:`harness.inference.run.SampleLibrary`): consecutive users are answered together in
     calls of about ``max_rows`` rows (a call ends with the user that reaches it); with
     ``max_rows`` 0 (Server: a query is one user's ranking request) the queries that arrived
@@ -50,7 +55,7 @@ class FastSut:
 
     A model call runs in two stages on two threads, as a serving pipeline does: the embedding
     lookups (for an SSD variant the cache and the device reads, which hold no GIL while in
-    flight) on the SUT's worker thread, then the dense part (bottom MLP, interaction, top MLP)
+    flight) on the SUT's worker thread(s), then the dense part (bottom MLP, interaction, top MLP)
     and the completion on a second; the lookups of the next call proceed while the dense part of
     this one computes (at most ``_AHEAD`` calls ahead). The values are the same as one
     ``model(dense, sparse)`` call's: the same operations on the same inputs."""
@@ -61,8 +66,10 @@ class FastSut:
         self.error: BaseException | None = None
         # (users, rows, reads, misses, device latencies waited) per model call
         self.calls: list[tuple[int, int, int, int, int]] = []
-        self._thread = threading.Thread(target=self._work, name="harness-infer-sut", daemon=True)
-        self._stage: queue.Queue = queue.Queue(maxsize=_AHEAD)
+        lookups = SERVER_LOOKUP_THREADS if max_rows == 0 else 1
+        self._threads = [threading.Thread(target=self._work, name=f"harness-infer-sut-{k}", daemon=True)
+                         for k in range(lookups)]
+        self._stage: queue.Queue = queue.Queue(maxsize=_AHEAD + lookups - 1)
         self._dense_thread = threading.Thread(target=self._dense_stage, name="harness-infer-dense", daemon=True)
 
     def issue(self, ids: list[int], indices: list[int]) -> None:
@@ -78,15 +85,13 @@ class FastSut:
             try:
                 rows = lib.rows_of(users)
                 t = torch.from_numpy(rows)
-                reads0 = self.tables.store.reads if self.tables is not None else 0
-                misses0 = self.tables.misses if self.tables is not None else 0
-                waits0 = self.tables.store.latency_waits if self.tables is not None else 0
                 with torch.no_grad():
                     pooled = self.model.sparse_arch(lib.sparse.index_select(0, t))
                 if self.tables is not None:
-                    store = self.tables.store
-                    self.calls.append((users.size, rows.size, store.reads - reads0, self.tables.misses - misses0,
-                                       store.latency_waits - waits0))
+                    # this thread's call: its misses, the rows it read (the store's reads for this
+                    # call, whatever other lookup threads read meanwhile) and the latencies waited
+                    reads, misses, waits = self.tables.last_call
+                    self.calls.append((users.size, rows.size, reads, misses, waits))
                 else:
                     self.calls.append((users.size, rows.size, 0, 0, 0))
                 if self.max_rows > 0 or users.size == 1:  # Offline: one call, lookups and dense part
@@ -167,14 +172,17 @@ class FastSut:
 
     def __enter__(self) -> int:
         self._dense_thread.start()
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         self.handle = self.lg.ConstructFastSUT(self.issue, self.flush)
         return self.handle
 
     def __exit__(self, *exc: object) -> None:
         self.lg.DestroyFastSUT(self.handle)
-        self._queue.put(_STOP)
-        self._thread.join()
+        for _ in self._threads:
+            self._queue.put(_STOP)
+        for thread in self._threads:
+            thread.join()
         self._stage.put(_STOP)
         self._dense_thread.join()
 
