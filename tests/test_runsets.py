@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -482,6 +483,32 @@ def test_a_set_asked_to_be_short_is_incomplete_not_failed(tmp_path, capsys):
     assert "run set FAIL" in capsys.readouterr().out
     full = _reference_set(tmp_path / "full" / "dlrm_synthetic", runs=5)
     assert _compliance(full, short_by_request=False).acceptable is True
+
+
+def _fail_log(log: Path) -> None:
+    """The log's run never reaches the target (every eval_accuracy 0.5): it fails its own check."""
+    log.write_text(re.sub(r'("key": "eval_accuracy", "value": )[0-9.e-]+', r"\g<1>0.5", log.read_text()))
+
+
+def test_one_failing_log_of_a_full_set_is_accepted_and_of_a_short_set_is_not(tmp_path, capsys):
+    """As MLPerf's package checker: a full set with one log that fails is accepted under olympic
+    scoring (said on the compliance line), two are not; a set asked to be short with a failing
+    log fails (the acceptance is a full set's)."""
+    from harness.cli.run import _compliance
+
+    full = _reference_set(tmp_path / "full" / "dlrm_synthetic", runs=5)
+    _fail_log(full / "result_0.txt")
+    v = _compliance(full, short_by_request=False)
+    out = capsys.readouterr().out
+    assert v.acceptable and (v.passing_logs, v.logs) == (4, 5) and v.first_error is None
+    assert "4/5 logs pass; run set pass (1 log does not comply (result_0.txt): accepted under olympic scoring" in out
+    _fail_log(full / "result_1.txt")
+    assert _compliance(full, short_by_request=False).acceptable is False
+    assert "3/5 logs pass; run set FAIL" in capsys.readouterr().out
+    short = _reference_set(tmp_path / "short" / "dlrm_synthetic", runs=2)
+    _fail_log(short / "result_1.txt")
+    assert _compliance(short, short_by_request=True).acceptable is False
+    assert "1/2 logs pass; run set FAIL: no eval_accuracy record" in capsys.readouterr().out
 
 
 def test_harness_run_exits_1_when_the_set_fails_its_check_or_has_runs_enough_and_no_score(tmp_path):

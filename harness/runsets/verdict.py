@@ -53,7 +53,8 @@ def compliance_verdict(results_dir: Path, *, short_by_request: bool) -> Complian
     """What ``harness check`` says about the set in ``results_dir``.
 
     A set the user asked to be short (``--runs`` below the benchmark's requirement) is
-    ``incomplete``, not failed, when its only error is the run count; ``harness check`` on it
+    ``incomplete``, not failed, when its only error is the run count (every run passes: the
+    acceptance of one failing log under olympic scoring is a full set's); ``harness check`` on it
     still says FAIL until the set is completed (``--resume``)."""
     from compliance.check import check_run_set
 
@@ -62,9 +63,15 @@ def compliance_verdict(results_dir: Path, *, short_by_request: bool) -> Complian
     except HarnessError as err:
         return ComplianceVerdict(SetVerdict.NOT_CHECKED, why_not_checked=str(err))
     passing = sum(r.passed for r in rs.runs)
-    errors = rs.blocking_errors  # a set's one non-compliant log, accepted under olympic scoring, is not one
-    incomplete = short_by_request and bool(errors) and all(f.rule.endswith("run_set:runs") for f in errors)
-    verdict = SetVerdict.PASS if rs.passed else (SetVerdict.INCOMPLETE if incomplete else SetVerdict.FAIL)
+    if short_by_request:
+        # every error counts: olympic scoring's acceptance of one failing log is a full set's, and a
+        # short set with a failing run is not merely incomplete
+        errors = [f for r in rs.failed_runs for f in r.check.errors] + [f for f in rs.findings if f.is_error]
+        incomplete = bool(errors) and all(f.rule.endswith("run_set:runs") for f in errors)
+        verdict = SetVerdict.PASS if not errors else (SetVerdict.INCOMPLETE if incomplete else SetVerdict.FAIL)
+    else:
+        errors = rs.blocking_errors  # a set's one non-compliant log, accepted under olympic scoring, is not one
+        verdict = SetVerdict.PASS if rs.passed else SetVerdict.FAIL
     accepted = next((f.message for f in rs.findings if f.rule.endswith("run_set:olympic_acceptance")
                      and not f.is_error), None)
     return ComplianceVerdict(verdict, rs.ruleset, passing, len(rs.runs), errors[0].message if errors else None,
