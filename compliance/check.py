@@ -121,14 +121,17 @@ class RunSetReport:
         return [r for r in self.runs if not r.passed]
 
     @property
+    def errors(self) -> list[Finding]:
+        """Every error: its runs', then its own."""
+        return [f for r in self.failed_runs for f in r.check.errors] + [f for f in self.findings if f.is_error]
+
+    @property
     def blocking_errors(self) -> list[Finding]:
         """The errors that fail the set: its own, and its runs' unless the failing runs are few
         enough to be accepted under olympic scoring."""
-        own = [f for f in self.findings if f.is_error]
-        failed = self.failed_runs
-        if len(failed) > self.accepted_failures:
-            return [f for r in failed for f in r.check.errors] + own
-        return own
+        if len(self.failed_runs) > self.accepted_failures:
+            return self.errors
+        return [f for f in self.findings if f.is_error]
 
     @property
     def passed(self) -> bool:

@@ -17,7 +17,7 @@ import math
 import random
 import statistics
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -170,8 +170,8 @@ def run_set_stats(runs: list[RunLog], *, scaling: float = 1.0, target: float | N
     """The olympic score (or why there is none) and the spread of these runs. A run whose log is in
     ``non_compliant`` counts as one that did not converge, as MLPerf's results summarizer drops a
     log that fails the compliance checker."""
-    times = [RunTime(t.run_start_ms, t.run_stop_ms, t.converged and r.path not in non_compliant)
-             for r, t in ((r, r.run_time(target)) for r in runs)]
+    times = [r.run_time(target) for r in runs]
+    times = [replace(t, converged=False) if r.path in non_compliant else t for r, t in zip(runs, times)]
     score, error = None, None
     try:
         score = olympic_score(times, max_dropped=max_dropped, scaling_factor=scaling)

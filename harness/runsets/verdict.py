@@ -66,7 +66,7 @@ def compliance_verdict(results_dir: Path, *, short_by_request: bool) -> Complian
     if short_by_request:
         # every error counts: olympic scoring's acceptance of one failing log is a full set's, and a
         # short set with a failing run is not merely incomplete
-        errors = [f for r in rs.failed_runs for f in r.check.errors] + [f for f in rs.findings if f.is_error]
+        errors = rs.errors
         incomplete = bool(errors) and all(f.rule.endswith("run_set:runs") for f in errors)
         verdict = SetVerdict.PASS if not errors else (SetVerdict.INCOMPLETE if incomplete else SetVerdict.FAIL)
     else:
