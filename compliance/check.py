@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from compliance.findings import Finding, Severity
 from harness.mllog.reader import ParsedLog, parse_log
 from harness.errors import ErrorCategory, HarnessError
 from harness.mllog import keys
+from harness.rules.results import RESULT_GLOB
 
 RESULT_NAME = re.compile(r"^result_.*\.txt$")
 _ROUND = re.compile(r"^v(\d+)\.(\d+)$")
@@ -287,6 +289,29 @@ def find_packages(root: Path, max_depth: int = _MAX_DEPTH) -> list[Path]:
 
     walk(Path(root), 0)
     return found
+
+
+@dataclass(frozen=True)
+class RunSetRef:
+    """One run set of a results tree: ``<package>/results/<system>/<benchmark_dir>/``."""
+
+    package: Path  # the submitter package (holds results/ and systems/)
+    system: str
+    benchmark_dir: Path
+
+
+def find_run_sets(root: Path) -> Iterator[RunSetRef]:
+    """Every ``<package>/results/<system>/<benchmark>/`` with result logs under ``root`` (the
+    packages of :func:`find_packages`), in path order."""
+    root = Path(root)
+    if not root.is_dir():
+        raise HarnessError(f"{root} is not a directory", ErrorCategory.NOT_FOUND)
+    for package in find_packages(root):
+        results = package / "results"
+        for system in sorted(p for p in results.iterdir() if p.is_dir() and not p.is_symlink()):
+            for bench in sorted(p for p in system.iterdir() if p.is_dir() and not p.is_symlink()):
+                if any(bench.glob(RESULT_GLOB)):
+                    yield RunSetRef(package, system.name, bench)
 
 
 def _is_package(path: Path) -> bool:

@@ -173,6 +173,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 SCHEMAS, MLLOG, HW, RULES, SUBMITTERS = "compliance/schemas", "harness/mllog", "harness/hw_profiles", \
     "harness/rules", "harness/submitters"
 REFERENCE, COMPLIANCE, LEADERBOARD, REPORT = "harness/reference", "compliance", "harness/leaderboard", "harness/report"
+PROJECTION = "harness/projection"
 BASE = ("harness/errors.py", "harness/files.py", "harness/__init__.py")
 LAYERS: dict[str, tuple[str, ...]] = {
     SCHEMAS: (),
@@ -185,7 +186,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
     LEADERBOARD: (COMPLIANCE, SUBMITTERS, RULES, HW, MLLOG, SCHEMAS),
     REPORT: (LEADERBOARD, COMPLIANCE, SUBMITTERS, RULES, HW, MLLOG, SCHEMAS),
     "harness/inference": (REFERENCE, COMPLIANCE, SUBMITTERS, RULES, HW, MLLOG, SCHEMAS),
-    "harness/runsets": (REFERENCE, COMPLIANCE, SUBMITTERS, RULES, HW, MLLOG, SCHEMAS),
+    # the projection prices a step with the sharding planner (torch-free: the test below holds it so)
+    PROJECTION: (REFERENCE, COMPLIANCE, SUBMITTERS, RULES, HW, MLLOG, SCHEMAS),
+    "harness/runsets": (PROJECTION, REFERENCE, COMPLIANCE, SUBMITTERS, RULES, HW, MLLOG, SCHEMAS),
     "harness/cli": ("harness", "compliance"),  # everything
     "harness/__main__.py": ("harness/cli",),
 }
@@ -255,6 +258,17 @@ def test_the_layer_check_sees_an_upward_import_inside_a_function(tmp_path):
     line = len(victim.read_text().splitlines())
     assert layer_violations(tmp_path) == [
         f"harness/rules/seeds.py:{line}: harness/rules imports harness.reference.engine.session, which it may not"]
+
+
+def test_the_projection_imports_no_torch_and_of_the_reference_only_the_planner():
+    """``harness project --against`` runs where a reviewer checks logs: no torch, no training stack."""
+    bad = []
+    for path in sorted((ROOT / PROJECTION).rglob("*.py")):
+        for lineno, module in _imports(path):
+            if module.split(".")[0] == "torch" or (module.startswith("harness.reference")
+                                                   and not module.startswith("harness.reference.planner")):
+                bad.append(f"{path.relative_to(ROOT)}:{lineno}: imports {module}")
+    assert not bad, "\n".join(bad)
 
 
 def test_torch_free_layers_import_neither_torch_nor_the_reference():

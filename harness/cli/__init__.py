@@ -32,6 +32,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "leaderboard": ("harness.cli.leaderboard:leaderboard",
                     "Score and compare every run set under ROOTS (results trees in the MLPerf layout)."),
     "plan": ("harness.cli.plan:plan", "Plan the sharding of embedding tables over a profile's ranks and memory tiers."),
+    "project": ("harness.cli.project:project",
+                "Project a benchmark's training step, phase by phase, and its time to train on a system; or, "
+                "with --against, every run set of a results tree beside its real score."),
     "profiles": ("harness.cli.profiles:profiles",
                  "List the hardware profiles (``local``, the default, is this machine as detected)."),
     "rcp": ("harness.cli.rcp:rcp", "Reference Convergence Points, as MLPerf's rcp_checker does them."),

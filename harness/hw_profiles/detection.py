@@ -28,6 +28,9 @@ SYS_CPU = Path("/sys/devices/system/cpu")
 # The CPU flags (/proc/cpuinfo) of instructions that compute in bf16: Intel's AMX tiles and the
 # AVX-512 BF16 dot products (Intel Cooper Lake and later, AMD Zen 4 and later).
 BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+# The CPU flags of the instruction sets that set a core's peak FLOP per cycle (the projection's
+# table of devices, harness/hw_profiles/devices.py): the bf16 ones, AVX-512 and FMA.
+ISA_CPU_FLAGS = (*BF16_CPU_FLAGS, "avx512f", "fma")
 
 # A device reports a little more or less than its marketed decimal capacity (an "A100 40 GB"
 # reports 40,536 MiB); it matches a profile's accelerator if it has at least this share of it.
@@ -77,6 +80,8 @@ class DetectedHardware:
     results_disk_free_bytes: int
     # the bf16 instruction sets among the CPU's flags (BF16_CPU_FLAGS): what a CPU run computes bf16 with
     cpu_bf16_flags: tuple[str, ...] = ()
+    # the instruction sets among the CPU's flags that set its peak FLOP rate (ISA_CPU_FLAGS)
+    cpu_isa_flags: tuple[str, ...] = ()
 
     @property
     def sockets_or_one(self) -> int:
@@ -94,6 +99,7 @@ class DetectedHardware:
             for d in self.cuda_devices
         ]
         data["cpu_bf16_flags"] = list(self.cpu_bf16_flags)
+        data["cpu_isa_flags"] = list(self.cpu_isa_flags)
         return data
 
 
@@ -122,6 +128,7 @@ def detect(*, results_dir: str | os.PathLike[str] = "results") -> DetectedHardwa
         results_disk_total_bytes=disk.total,
         results_disk_free_bytes=disk.free,
         cpu_bf16_flags=tuple(f for f in BF16_CPU_FLAGS if f in topology.flags),
+        cpu_isa_flags=tuple(f for f in ISA_CPU_FLAGS if f in topology.flags),
     )
 
 
@@ -300,3 +307,29 @@ def _os_string() -> str:
         pretty = match.group(1)
     kernel = f"{platform.system()} {platform.release()}".strip()
     return f"{pretty}, kernel {kernel}" if pretty else kernel or sys.platform
+
+
+def measure_memory_bandwidth(*, threads: int | None = None, megabytes: int = 128, repeats: int = 5) -> float:
+    """This machine's memory bandwidth, measured: each of ``threads`` threads (default: the usable
+    CPUs) copies its own ``megabytes`` array at once (numpy releases the GIL), the best of
+    ``repeats``, read and written bytes counted, in bytes/s. About a second; the projection of the
+    ``local`` profile asks for it, because no table knows a virtual machine's share of its host."""
+    import threading
+    import time
+
+    import numpy as np
+
+    threads = threads or _usable_cpus(os.cpu_count() or 1)
+    n = megabytes * 2**20 // 8
+    sources = [np.ones(n) for _ in range(threads)]
+    targets = [np.empty(n) for _ in range(threads)]
+    best = float("inf")
+    for _ in range(repeats):
+        workers = [threading.Thread(target=np.copyto, args=(targets[i], sources[i])) for i in range(threads)]
+        start = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        best = min(best, time.perf_counter() - start)
+    return threads * 2 * n * 8 / best

@@ -22,15 +22,14 @@ import io
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from compliance.check import accepted_non_compliant, find_packages
+from compliance.check import RunSetRef, accepted_non_compliant, find_run_sets
 from compliance.schemas import validate
 from harness import __version__
-from harness.errors import ErrorCategory, HarnessError
+from harness.errors import HarnessError
 from harness.rules.results import (
     RESULT_GLOB,
     RunSetStats,
@@ -44,26 +43,6 @@ from harness.mllog import keys
 
 _ROUND = re.compile(r"^v(\d+)\.(\d+)$")
 RCP_NOT_CHECKED = "not checked"
-
-
-@dataclass(frozen=True)
-class RunSetRef:
-    package: Path  # the submitter package (holds results/ and systems/)
-    system: str
-    benchmark_dir: Path
-
-
-def find_run_sets(root: Path) -> Iterator[RunSetRef]:
-    """Every ``<package>/results/<system>/<benchmark>/`` with result logs under ``root``."""
-    root = Path(root)
-    if not root.is_dir():
-        raise HarnessError(f"{root} is not a directory", ErrorCategory.NOT_FOUND)
-    for package in find_packages(root):
-        results = package / "results"
-        for system in sorted(p for p in results.iterdir() if p.is_dir() and not p.is_symlink()):
-            for bench in sorted(p for p in system.iterdir() if p.is_dir() and not p.is_symlink()):
-                if any(bench.glob(RESULT_GLOB)):
-                    yield RunSetRef(package, system.name, bench)
 
 
 def _round_of(path: Path) -> str | None:

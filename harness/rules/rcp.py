@@ -477,6 +477,44 @@ def _rcp_for(batch_size: int, rcps: list[Rcp], *, submission_runs: int) -> tuple
     return rcps[0], "RCP not found, checked against the smallest batch size"
 
 
+@dataclass(frozen=True)
+class ConvergencePoint:
+    """What a benchmark's reference needs to converge at one batch size: an RCP's mean (epochs as its
+    logs count them, or samples) and stdev, and how it was found."""
+
+    benchmark: str
+    batch_size: int
+    mean: float
+    stdev: float
+    unit: str  # "epochs" or "samples" (convergence_unit)
+    how: str
+
+
+def convergence_point(benchmark: str, batch_size: int, *, rcps: list[Rcp] | None = None) -> ConvergencePoint:
+    """The reference's convergence at ``batch_size``, from the benchmark's pruned RCPs as the checker
+    finds them: the RCP of that batch size, or the linear interpolation of its two neighbours; below the
+    smallest, the smallest's (the checker's rule too); above the largest, where the checker has none,
+    the largest's (its ``how`` says so)."""
+    runs = submission_runs(benchmark)
+    pruned = prune(rcps if rcps is not None else load_rcps(rcp_file(benchmark), benchmark=benchmark),
+                   submission_runs=runs)
+    if not pruned:
+        raise HarnessError(f"no RCPs for {benchmark!r}", ErrorCategory.NOT_FOUND)
+    unit = convergence_unit(benchmark)
+    rcp, message = _rcp_for(batch_size, pruned, submission_runs=runs)
+    if rcp is None:
+        rcp, how = pruned[-1], f"beyond the RCPs: the largest's (batch {pruned[-1].batch_size})"
+    elif rcp.interpolated:
+        low = max(r.batch_size for r in pruned if r.batch_size < batch_size)
+        high = min(r.batch_size for r in pruned if r.batch_size > batch_size)
+        how = f"interpolated between the RCPs of batch {low} and {high}"
+    elif rcp.batch_size == batch_size:
+        how = f"the RCP of batch {batch_size} ({len(rcp.epochs)} reference runs)"
+    else:
+        how = f"below the RCPs: the smallest's (batch {rcp.batch_size})"
+    return ConvergencePoint(benchmark, batch_size, rcp.mean, rcp.stdev, unit, how)
+
+
 def write_scaling(run_dir: Path, check: RcpCheck) -> Path | None:
     """Write ``scaling.json`` as the checker does (only for a passing set scaled above 1), else remove it."""
     path = Path(run_dir) / "scaling.json"

@@ -177,6 +177,12 @@ class BenchmarkSpec:
         return max(1, -(-at_least // interval)) * interval
 
     @property
+    def epoch_num_origin(self) -> int:
+        """The ``epoch_num`` the benchmark's logs (and RCPs) give the start of training: 0, or 1 for
+        MLPerf's dlrm, whose reference counts epochs from one."""
+        return int(self.raw["eval"].get("epoch_num_origin", 0))
+
+    @property
     def eval_batch_size(self) -> int:
         return int(self.raw["eval"]["batch_size"])
 

@@ -1,0 +1,77 @@
+"""Text of projections: one projection phase by phase (``harness project``), a tree's run sets
+projected beside measured (``harness project --against``), the whole step beside the plan's
+embeddings-only one (``harness plan``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from harness.projection.against import Comparison
+from harness.projection.constants import Constants
+from harness.projection.step import StepProjection
+from harness.projection.train_time import Projection
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:10.3f}"
+
+
+def _rate(samples_per_s: float) -> str:
+    if samples_per_s >= 1e6:
+        return f"{samples_per_s / 1e6:,.2f}M samples/s"
+    return f"{samples_per_s:,.0f} samples/s"
+
+
+def step_lines(step: StepProjection, title: str) -> list[str]:
+    """The phases of a step, each alone and what it adds once overlap is counted, and the step."""
+    lines = [f"{title:<48} {'alone (ms)':>10} {'in the step':>11}"]
+    lines += [f"  {p.name:<46} {_ms(p.seconds)} {_ms(p.exposed):>11}" for p in step.phases]
+    lines.append(f"  {'step':<46} {'':>10} {_ms(step.seconds):>11}  ({_rate(step.samples_per_s)})")
+    return lines
+
+
+def render_projection(p: Projection, constants: Constants) -> str:
+    """``harness project``'s text."""
+    low, high = p.band_minutes
+    eff = constants.of(p.system.device_class)
+    per_rank = p.batch_size / p.system.ranks
+    evaluation = p.eval_step
+    lines = [
+        f"{p.benchmark} on {p.system.describe()}",
+        f"batch {p.batch_size:,} ({per_rank:,.0f} a rank), {p.precision}; device {p.system.device.name}: "
+        f"{p.system.peak_flops(p.precision) / 1e12:,.1f} TFLOP/s {p.precision} and "
+        f"{p.system.memory_bw_bytes_per_s / 1e9:,.0f} GB/s a rank",
+        *step_lines(p.step, "training step, slowest rank"),
+        f"  embeddings only (harness plan: lookups and all-to-alls at peak bandwidths) "
+        f"{p.plan.step_time_s * 1e3:.3f} ms, imbalance {p.plan.imbalance:.4f}",
+        *step_lines(evaluation, f"evaluation step (batch {evaluation.batch_size:,})"),
+        f"to the target: {p.convergence.mean:.4g} {p.convergence.unit} ({p.convergence.how}): "
+        f"{p.samples_to_target:,.0f} samples, {p.samples_to_target / p.batch_size:,.0f} steps",
+        f"  training     {p.train_seconds:12.2f} s",
+        f"  evaluations  {p.eval_seconds:12.2f} s  ({p.evaluations:.1f} x {p.eval_seconds_each:.3f} s)",
+        f"projected score: {p.minutes:.4g} minutes (band {low:.4g} to {high:.4g}: 9 in 10 real results of "
+        f"{p.system.device_class.value} systems fell within {p.band:g}x of their projection)",
+        f"constants ({p.system.device_class.value}, harness/projection/constants.yaml): "
+        f"GEMMs {eff.gemm_efficiency:.3g}, streams {eff.memory_efficiency:.3g}, gathers {eff.gather_efficiency:.3g} "
+        f"and links {eff.link_efficiency:.3g} of peak; {eff.seconds_per_op * 1e6:.3g} us an operation",
+    ]
+    return "\n".join(lines)
+
+
+def render_comparisons(comparisons: Sequence[Comparison]) -> str:
+    """One line per run set: measured and projected minutes and their ratio, or why not projected."""
+    width = max((len(c.label) for c in comparisons), default=10)
+    lines = [f"{'RUN SET':<{width}}  {'MEASURED':>10}  {'PROJECTED':>10}  {'RATIO':>6}"]
+    for c in comparisons:
+        measured = f"{c.measured_minutes:10.3f}" if c.measured_minutes is not None else f"{'-':>10}"
+        if c.projection is None:
+            lines.append(f"{c.label:<{width}}  {measured}  not projected: {c.reason}")
+        else:
+            lines.append(f"{c.label:<{width}}  {measured}  {c.projection.minutes:10.3f}  {c.ratio:6.2f}")
+    return "\n".join(lines)
+
+
+def whole_step_line(step: StepProjection) -> str:
+    """``harness plan``'s line for the whole step beside the embeddings-only one."""
+    return (f"projected whole step (harness project: dense GEMMs, activations, embeddings, all-to-alls, "
+            f"all-reduce, operations at {step.precision}): {step.seconds * 1e3:.3f} ms, {_rate(step.samples_per_s)}")

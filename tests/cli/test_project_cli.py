@@ -1,0 +1,67 @@
+"""``harness project``: the step phase by phase and the score with its band, from a profile or a system
+description; ``--against`` a results tree ending with the summary line; errors in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.cli import main
+
+
+def _run(capsys, argv: list[str]) -> tuple[int, str, str]:
+    code = main(["project", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_benchmark_on_a_profile(capsys):
+    code, out, err = _run(capsys, ["--benchmark", "dlrm_dcnv2", "--profile", "dgx-h100-8gpu"])
+    assert code == 0, err
+    for phrase in ("dense forward GEMMs", "embedding update", "vector all-to-all", "dense all-reduce",
+                   "embeddings only (harness plan", "evaluation step (batch 65,536)", "the RCP of batch 55296",
+                   "projected score:", "band", "constants (accelerator"):
+        assert phrase in out, phrase
+    score = float(out.split("projected score: ")[1].split()[0])
+    assert 1 < score < 20  # 8 x H100 train dlrm_dcnv2 in about 4 minutes (MLPerf v3.0-v4.0)
+
+
+def test_the_same_system_from_its_description(capsys, shared_logs):
+    system = shared_logs / "v4.0/smc/systems/1xSMC-H100-SXM-80GB.json"
+    code, out, err = _run(capsys, ["--benchmark", "dlrm_dcnv2", "--system", str(system), "--json"])
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["device"] == "NVIDIA H100-SXM5-80GB" and data["batch_size"] == 55296 and data["precision"] == "bf16"
+    assert data["band_minutes"][0] < data["minutes"] < data["band_minutes"][1]
+    assert [p["name"] for p in data["step"]["phases"]][0] == "dense forward GEMMs"
+
+
+def test_against_the_shared_logs_ends_with_the_summary(capsys, shared_logs):
+    code, out, err = _run(capsys, ["--against", str(shared_logs)])
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split()[:2] == ["RUN", "SET"] and len(lines) == 10
+    assert lines[-1].startswith("projected / measured: median |error| ") and lines[-1].endswith(
+        "over 8 run sets (0 not projected)")
+
+
+@pytest.mark.parametrize("argv, code, words", [
+    (["--benchmark", "dlrmv4", "--profile", "dgx-h100-8gpu"], 4, "not implemented"),
+    (["--benchmark", "nope", "--profile", "dgx-h100-8gpu"], 2, "unknown benchmark"),
+    (["--against", "no/such/tree"], 2, "does not exist"),
+    (["--against", ".", "--benchmark", "dlrm"], 2, "give it alone"),
+    (["--profile", "dgx-h100-8gpu", "--system", "x.json"], 2, "not both"),
+    (["--system", "no-such-system.json", "--benchmark", "dlrm"], 2, "does not exist"),
+])
+def test_errors_are_one_line_and_an_exit_code(capsys, argv, code, words):
+    got, out, err = _run(capsys, argv)
+    assert got == code and words in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_an_accelerator_not_in_the_table_names_the_known_ones(capsys, tmp_path):
+    system = tmp_path / "x.json"
+    system.write_text(json.dumps({"system_name": "x", "number_of_nodes": "1", "accelerators_per_node": "8",
+                                  "accelerator_model_name": "Acme TensorBrick 7"}))
+    code, _, err = _run(capsys, ["--benchmark", "dlrm_dcnv2", "--system", str(system)])
+    assert code == 2 and "Acme TensorBrick 7" in err and "NVIDIA B200-SXM-180GB" in err and err.count("\n") == 1
