@@ -60,6 +60,8 @@ def test_a_gpu_profile_without_its_gpus_is_refused_in_one_line(tmp_path):
     err = one_line(proc)
     assert "profile zionex-8gpu needs hardware that is not here" in err and "8 x NVIDIA A100" in err
     assert "add --emulate" in err
+    # and what the hardware itself would do, as `harness project` projects it
+    assert "projected on that hardware, a run takes" in err and "harness project --benchmark dlrm_synthetic" in err
     assert not (tmp_path / "results").exists()
 
 

@@ -7,6 +7,21 @@ from pathlib import Path
 import click
 
 
+def _projector():
+    """Each run set's projection from its own system description and logs (docs/projection.md)."""
+    from harness.projection.against import ThisMachine, compare_run_set
+
+    here = ThisMachine()
+
+    def projection(ref):
+        c = compare_run_set(ref, ref.package, here=here)
+        return {"minutes": c.projected_minutes,
+                "band_minutes": list(c.projection.band_minutes) if c.projection else None,
+                "ratio": c.ratio, "note": c.reason if c.projection is None else None}
+
+    return projection
+
+
 @click.command()
 @click.argument("roots", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--output", "-o", "out_dir", type=click.Path(path_type=Path), default=Path("site"), show_default=True,
@@ -20,7 +35,7 @@ def leaderboard(roots: tuple[Path, ...], out_dir: Path, baseline: str | None) ->
     from harness.leaderboard import write_leaderboard
     from harness.leaderboard.collect import build_leaderboard
 
-    board = build_leaderboard(list(roots), baseline=baseline)
+    board = build_leaderboard(list(roots), baseline=baseline, projector=_projector())
     written = write_leaderboard(board, out_dir)
     sets = sum(len(g["entries"]) for g in board["benchmarks"])
     ranked = sum(e["ranked"] for g in board["benchmarks"] for e in g["entries"])

@@ -9,7 +9,7 @@ import click
 
 from harness.errors import HarnessError
 from harness.hw_profiles import load_profile
-from harness.hw_profiles.profiles import format_bytes
+from harness.hw_profiles.profiles import Profile, format_bytes
 from harness.reference.planner import (
     CommPrecision,
     Plan,
@@ -46,11 +46,12 @@ def plan(
     tables, default_batch, notes = _tables(benchmark=benchmark, model=model)
     config = PlannerConfig(batch_size=batch_size or default_batch, comm_precision=CommPrecision(comm_precision),
                            ddr_cache_fraction=cache_fraction, ssd_cache_fraction=cache_fraction)
-    result = plan_tables(tables, load_profile(profile_name), config)
+    profile = load_profile(profile_name)
+    result = plan_tables(tables, profile, config)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=1))
     else:
-        click.echo(render(result, notes))
+        click.echo(render(result, notes, whole_step=_whole_step(benchmark, profile, result)))
 
 
 def _tables(*, benchmark: str | None, model: str | None) -> tuple[list[TableSpec], int, list[str]]:
@@ -70,9 +71,31 @@ def _tables(*, benchmark: str | None, model: str | None) -> tuple[list[TableSpec
     return tables, int(batch), notes
 
 
-def render(result: Plan, notes: list[str] | None = None) -> str:
+def _whole_step(benchmark: str | None, profile: Profile, result: Plan) -> str:
+    """The line of the whole step's projection on this plan (``harness project``), or why there is none."""
+    if benchmark is None:
+        return "projected whole step: not projected (a model file names its tables only, not its dense layers)"
+    from harness.projection.constants import load_constants
+    from harness.projection.render import whole_step_line
+    from harness.projection.step import training_step
+    from harness.projection.system import system_for_profile
+    from harness.projection.workload import benchmark_workload
+    from harness.rules.specs import load_benchmark
+
+    try:
+        workload = benchmark_workload(load_benchmark(benchmark))
+        system = system_for_profile(profile)
+    except HarnessError as err:
+        return f"projected whole step: not projected ({err})"
+    precision = system.native_precision()
+    step = training_step(workload, system, result, precision, load_constants().of(system.device_class))
+    return whole_step_line(step)
+
+
+def render(result: Plan, notes: list[str] | None = None, *, whole_step: str | None = None) -> str:
     """The plan as text: per-rank bytes per tier and cost, then totals, where the tables are and
-    projections (``notes``: lines on how the tables were priced)."""
+    projections (``notes``: lines on how the tables were priced; ``whole_step``: the line of the
+    whole step's projection, beside the embeddings-only one)."""
     counts: dict[str, int] = {}
     for st in result.sharding_types:
         counts[st.value] = counts.get(st.value, 0) + 1
@@ -98,6 +121,7 @@ def render(result: Plan, notes: list[str] | None = None) -> str:
         f"imbalance (max/mean rank cost): {result.imbalance:.4f}",
         (f"projected step time: {result.step_time_s * 1e3:.3f} ms (embeddings only), "
         f"{result.samples_per_s:,.0f} samples/s"),
+        *([whole_step] if whole_step else []),
         f"fingerprint: {result.fingerprint}",
     ]
     return "\n".join(lines)

@@ -22,7 +22,7 @@ import io
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -216,8 +216,14 @@ def _curve(log, target: float | None) -> dict[str, Any]:
     return {"run": log.path.name, "converged": log.converged(target), "points": points}
 
 
-def build_leaderboard(roots: Sequence[Path], *, baseline: str | None = None) -> dict[str, Any]:
-    """The leaderboard model over every run set under ``roots``, validated against its schema."""
+Projector = Callable[[RunSetRef], dict[str, Any]]
+
+
+def build_leaderboard(roots: Sequence[Path], *, baseline: str | None = None,
+                      projector: Projector | None = None) -> dict[str, Any]:
+    """The leaderboard model over every run set under ``roots``, validated against its schema.
+    ``projector``: each run set's projection (``harness project``; the entry's ``projection``),
+    given by the caller because the leaderboard never imports the reference's planner."""
     groups: dict[str, dict[str, Any]] = {}
     seen: set[Path] = set()
     for root in roots:
@@ -227,6 +233,8 @@ def build_leaderboard(roots: Sequence[Path], *, baseline: str | None = None) -> 
                 continue
             seen.add(key)
             benchmark, entry, spec = build_entry(ref)
+            if projector is not None:
+                entry["projection"] = projector(ref)
             group = groups.setdefault(benchmark, {
                 "benchmark": benchmark,
                 "target_auc": spec.target_auc if spec else None,

@@ -7,7 +7,7 @@ sorts a table by reading its cells' ``data-sort`` attributes.
 
 Hooks for tests and tools: ``<table class="leaderboard ranked|unranked" data-benchmark=...>``,
 rows ``<tr class="entry">``, cells ``<td data-key=... data-sort=...>``, and charts
-``<svg class="chart chart-time|chart-curves|chart-scaling" data-benchmark=...>``.
+``<svg class="chart chart-time|chart-curves|chart-scaling|chart-projection" data-benchmark=...>``.
 """
 
 from __future__ import annotations
@@ -288,6 +288,22 @@ def _score_cell(e: Entry, _: str | None) -> _Cell:
     return _Cell(f"<strong>{_minutes(score)}</strong>{extra}", score)
 
 
+def _projected_cell(e: Entry, _: str | None) -> _Cell:
+    """``harness project``'s minutes for the entry, its band and its ratio to the score; a dash with
+    the reason as a tooltip where it was not projected."""
+    projection = e.get("projection") or {}
+    minutes = _finite(projection.get("minutes"))
+    if minutes is None:
+        note = projection.get("note") or "not projected"
+        return _Cell(f'<span title="{escape(note)}">{DASH}</span>', None)
+    band, ratio = projection.get("band_minutes"), _finite(projection.get("ratio"))
+    extra = (f'<span class="sub" title="band: how far to trust the projection">{_minutes(band[0])}\u2013'
+             f'{_minutes(band[1])}</span>' if band else "")
+    if ratio is not None:
+        extra += f'<span class="sub" title="projected / measured">{ratio:.2f}\u00d7 measured</span>'
+    return _Cell(f"{_minutes(minutes)}{extra}", minutes)
+
+
 def _reasons_cell(e: Entry, _: str | None) -> _Cell:
     reasons = e["reasons"] or ["(no reason given)"]
     items = "".join(f"<li>{escape(r)}</li>" for r in reasons)
@@ -309,6 +325,8 @@ _COLUMNS: tuple[_Column, ...] = (
     _Column("runs", "Runs", "converged / total runs", True, _runs_cell),
     _Column("score", "Score (min)", "olympic mean of the runs in minutes, with its 95% interval", True,
             _score_cell),
+    _Column("projected", "Projected (min)", "harness project's score from the system description, with its band "
+            "and its ratio to the measured score", True, _projected_cell),
     _Column("cv", "CV", "coefficient of variation of the runs' minutes", True,
             lambda e, _: _number_cell(e["coefficient_of_variation"], lambda v: f"{v * 100:.1f}%")),
     _Column("rcp", "RCP", "reference convergence point check", False,
@@ -367,6 +385,7 @@ def _charts(bench: dict[str, Any], entries: list[Entry], colours: dict[str, str]
         ("Time to train", *_time_chart(bench["benchmark"], entries, colours)),
         ("AUC during training", *_curves_chart(bench, entries, colours)),
         ("Score vs accelerators", *_scaling_chart(bench["benchmark"], entries, colours)),
+        ("Projected vs measured", *_projection_chart(bench["benchmark"], entries, colours)),
     ]
     return '<div class="charts">' + "".join(
         f'<figure class="chart-box"><h4>{heading}</h4>{svg}<figcaption>{caption}</figcaption></figure>'
@@ -559,6 +578,47 @@ def _scaling_chart(benchmark: str, entries: list[Entry], colours: dict[str, str]
         caption += f" Skipped, no accelerators (count 0): {escape(_names(no_accelerators))}."
     if no_score:
         caption += f" Skipped, no score: {escape(_names(no_score))}."
+    return svg, caption
+
+
+def _projected(entry: Entry) -> float | None:
+    return _finite((entry.get("projection") or {}).get("minutes"))
+
+
+def _projection_chart(benchmark: str, entries: list[Entry], colours: dict[str, str]) -> tuple[str, str]:
+    """Each entry's projected score (``harness project``, from its system description) against its
+    measured score, on one scale for both axes (logarithmic when they span more than 10x), with the
+    diagonal where the two agree."""
+    drawn = [e for e in entries if _finite(e["score_minutes"]) is not None and _projected(e) is not None]
+    skipped = [e for e in entries if e not in drawn]
+    frame = _Frame(height=230)
+    values = [v for e in drawn for v in (e["score_minutes"], _projected(e))]
+    x, ticks = _time_scale(values, frame.x0, frame.x1)
+    y, _ = _time_scale(values, frame.y0, frame.y1, flip=True)
+    scale = " (log scale)" if x.log else ""
+    body = [_x_axis(x, ticks, frame, "measured score (minutes)" + scale),
+            _y_axis(y, ticks, frame, "projected (minutes)" + scale),
+            f'<line class="diagonal" x1="{_n(x(x.lo))}" y1="{_n(y(x.lo))}" x2="{_n(x(x.hi))}" y2="{_n(y(x.hi))}" '
+            f'stroke="#8c959f" stroke-dasharray="4 3">{_tip("projected = measured")}</line>']
+    for entry in drawn:
+        measured, projected = float(entry["score_minutes"]), float(_projected(entry))  # type: ignore[arg-type]
+        colour = colours[entry["label"]]
+        paint = f'fill="{colour}"' if entry["ranked"] else f'fill="#fff" stroke="{colour}" stroke-width="2"'
+        tip = f"{_who(entry)}: measured {_minutes(measured)} min, projected {_minutes(projected)} min"
+        body.append(f'<circle class="point" cx="{_n(x(measured))}" cy="{_n(y(projected))}" r="5.5" {paint}>'
+                    f"{_tip(tip)}</circle>")
+    if not drawn:
+        body.append(_empty_chart(frame, "no entry has both a score and a projection"))
+    items = _system_legend(drawn, colours, lambda c: f'<circle cx="8" cy="5" r="4.5" fill="{c}"/>')
+    items.append(_LegendItem("projected = measured",
+                             '<line x1="0" y1="5" x2="16" y2="5" stroke="#8c959f" stroke-dasharray="4 3"/>'))
+    legend, legend_height = _legend(items, frame.below, frame)
+    svg = _svg("projection", benchmark, f"Projected against measured score, {benchmark}", "".join(body) + legend,
+               frame.below + legend_height + 6, extra_attrs=f' data-x-scale="{_scale_name(x)}"')
+    caption = ("One point per entry: its score, and harness project's from its own system description and batch "
+               "size. Above the diagonal the projection is slower than the run was; hollow points are not ranked.")
+    if skipped:
+        caption += f" Not drawn (no score or no projection): {escape(_names(skipped))}."
     return svg, caption
 
 

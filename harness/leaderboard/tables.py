@@ -20,6 +20,8 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("runs", "Runs"),
     ("score", "Score (min)"),
     ("interval", "95% interval (min)"),
+    ("projected", "Projected (min)"),
+    ("projected_ratio", "Projected / measured"),
     ("cv", "CV"),
     ("rcp_verdict", "RCP"),
     ("compliance_verdict", "Compliance"),
@@ -37,6 +39,7 @@ def _num(value: float | None, fmt: str) -> str:
 def cells(entry: dict[str, Any]) -> dict[str, str]:
     """One entry's values as display strings, by column key."""
     interval = entry["score_interval_95"]
+    projection = entry.get("projection") or {}
     return {
         "rank": str(entry["rank"]) if entry["rank"] else "-",
         "submitter": entry["submitter"],
@@ -49,6 +52,8 @@ def cells(entry: dict[str, Any]) -> dict[str, str]:
         "runs": runs_text(entry),
         "score": _num(entry["score_minutes"], ".4f"),
         "interval": f"{interval[0]:.4f}-{interval[1]:.4f}" if interval else "",
+        "projected": _num(projection.get("minutes"), ".4f"),
+        "projected_ratio": _num(projection.get("ratio"), ".2f"),
         "cv": _num(entry["coefficient_of_variation"], ".1%"),
         "rcp_verdict": entry["rcp_verdict"],
         "compliance_verdict": entry["compliance_verdict"],

@@ -12,6 +12,15 @@ from harness.projection.step import StepProjection
 from harness.projection.train_time import Projection
 
 
+def duration(seconds: float) -> str:
+    """A time as a person reads it: ``0.0757 s``, ``42.1 s``, ``9.36 minutes``, ``3.79 hours``."""
+    if seconds < 60:
+        return f"{seconds:.3g} s"
+    if seconds < 3 * 3600:
+        return f"{seconds / 60:.3g} minutes"
+    return f"{seconds / 3600:.3g} hours"
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:10.3f}"
 

@@ -62,6 +62,9 @@ from harness.rules.results import RunSetStats, read_run_log, run_set_stats
 from harness.rules.scoring import RunTime, Score
 from harness.rules.seeds import Seed, SeedSource, seeds_for_runs
 from harness.rules.specs import BenchmarkSpec, ModelFamily, load_benchmark
+from harness.projection.render import duration
+from harness.projection.system import system_for_profile
+from harness.projection.train_time import project
 from harness.submitters import borrowing_provenance, effective_hyperparameters, submitter_precision
 from harness.mllog import keys
 
@@ -207,6 +210,18 @@ class RunSetPlan:
         return self.results_dir / f"result_{index}.txt"
 
 
+def projected_on(spec: BenchmarkSpec, profile: Profile) -> str:
+    """What the projection gives for a benchmark on a profile's real hardware, in a phrase."""
+    command = f"harness project --benchmark {spec.name} --profile {profile.name}"
+    try:
+        p = project(spec, system_for_profile(profile))
+    except HarnessError as err:
+        return f"{command} cannot project it ({err})"
+    low, high = p.band_minutes
+    return (f"projected on that hardware, a run takes {duration(p.minutes * 60)} (band {duration(low * 60)} to "
+            f"{duration(high * 60)}; {command} shows where the time goes)")
+
+
 def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | None = None) -> RunSetPlan:
     """Resolve the request; refuse what cannot be run honestly here. ``progress`` hears of the
     dataset's files as they are validated."""
@@ -224,7 +239,8 @@ def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | No
     if not present and not request.emulate:
         raise HarnessError(
             f"profile {profile.name} needs hardware that is not here ({why}); add --emulate to run its "
-            f"{profile.world_size} rank(s) as gloo processes on this CPU, labelled emulated",
+            f"{profile.world_size} rank(s) as gloo processes on this CPU, labelled emulated (a run of the "
+            f"software, not a measure of that hardware's speed); {projected_on(spec, profile)}",
             ErrorCategory.HARDWARE,
         )
     nodes = request.nodes

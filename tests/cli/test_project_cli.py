@@ -65,3 +65,32 @@ def test_an_accelerator_not_in_the_table_names_the_known_ones(capsys, tmp_path):
                                   "accelerator_model_name": "Acme TensorBrick 7"}))
     code, _, err = _run(capsys, ["--benchmark", "dlrm_dcnv2", "--system", str(system)])
     assert code == 2 and "Acme TensorBrick 7" in err and "NVIDIA B200-SXM-180GB" in err and err.count("\n") == 1
+
+
+def test_plan_shows_the_whole_step_beside_the_embeddings_only_one(capsys):
+    code = main(["plan", "--benchmark", "dlrm_dcnv2", "--profile", "dgx-h100-8gpu"])
+    out = capsys.readouterr().out
+    assert code == 0
+    embeddings = float(out.split("projected step time: ")[1].split(" ms (embeddings only)")[0])
+    whole = float(out.split("projected whole step (harness project: ")[1].split("): ")[1].split(" ms")[0])
+    assert whole > embeddings  # the dense part, the all-reduce and the operations are in it too
+    assert main(["plan", "--model", "dlrm-12t", "--profile", "zionex-16x8gpu", "--cache-fraction", "0"]) == 0
+    assert "projected whole step: not projected (a model file names its tables only" in capsys.readouterr().out
+
+
+def test_the_leaderboard_shows_each_run_sets_projection(capsys, shared_logs, tmp_path):
+    import csv
+    import shutil
+
+    shutil.copytree(shared_logs / "v4.1", tmp_path / "tree" / "v4.1")
+    assert main(["leaderboard", str(tmp_path / "tree"), "-o", str(tmp_path / "site")]) == 0
+    capsys.readouterr()
+    (entry,) = json.loads((tmp_path / "site" / "leaderboard.json").read_text())["benchmarks"][0]["entries"]
+    projection = entry["projection"]
+    assert projection["note"] is None
+    assert projection["ratio"] == pytest.approx(projection["minutes"] / entry["score_minutes"])
+    low, high = projection["band_minutes"]
+    assert low < projection["minutes"] < high and 0.8 < projection["ratio"] < 1.25
+    (row,) = csv.DictReader((tmp_path / "site" / "leaderboard.csv").read_text().splitlines())
+    assert float(row["Projected (min)"]) == pytest.approx(projection["minutes"], abs=1e-4)
+    assert 'class="chart chart-projection"' in (tmp_path / "site" / "index.html").read_text()

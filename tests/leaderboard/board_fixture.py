@@ -3,7 +3,8 @@
 Two benchmarks; ranked and unranked entries, among them an emulated one, one that fails
 compliance and one with too few runs (and so a null score); a submitter named like a
 script tag and a system name full of HTML metacharacters; curves with points; one entry
-with no accelerators; one benchmark with no target AUC and no required-run count.
+with no accelerators; one benchmark with no target AUC and no required-run count; a projection
+(``harness project``) on one entry, and on another none, with a reason named like a script tag.
 """
 
 from __future__ import annotations
@@ -73,10 +74,13 @@ def _dlrm_dcnv2() -> dict[str, Any]:
         _entry(submitter="NVIDIA", system="dgx-h100-8gpu", model="H100-SXM5-80GB", count=8,
                host="2x Xeon Platinum 8480C, 2 TiB DDR5", ranked=True, rank=1, round="v4.1",
                run_minutes=[3.71, 3.80, 3.92, 3.85, 3.77, 3.95, 3.88, 3.69, 3.83, 4.02],
-               throughput_samples_per_s=3_350_000.0, **common),
+               throughput_samples_per_s=3_350_000.0,
+               projection={"minutes": 4.46, "band_minutes": [2.79, 7.14], "ratio": 1.17, "note": None}, **common),
         _entry(submitter=SCRIPT_SUBMITTER, system=BASELINE_SYSTEM, model="A100-SXM4-40GB", count=8,
                host="4x Xeon 8376H (ZionEX node)", ranked=True, rank=2, run_minutes=zionex_minutes,
-               throughput_samples_per_s=1_040_000.0, **common),
+               throughput_samples_per_s=1_040_000.0,
+               projection={"minutes": None, "band_minutes": None, "ratio": None,
+                           "note": f"accelerator {SCRIPT_SUBMITTER!r} is not in the table of devices"}, **common),
         _entry(submitter="Acme", system=TRICKY_SYSTEM, model="L40S", count=1, host="1x EPYC 9354",
                ranked=True, rank=3, profile=None, division="open", availability="preview",
                run_minutes=[58.2, 61.0, 59.4, 57.7, 60.3, 62.1, 58.8, 59.9, 60.6, 59.1], **common),

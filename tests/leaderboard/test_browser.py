@@ -109,7 +109,7 @@ def test_charts_are_drawn(loaded: tuple[Any, PageLog]) -> None:
         assert page.locator(f"svg.chart-time{svg} circle.run-dot").count() >= 15
         assert page.locator(f"svg.chart-curves{svg} path.curve").count() >= 3
         assert page.locator(f"svg.chart-scaling{svg} circle.point").count() >= 3
-        for kind in ("time", "curves", "scaling"):
+        for kind in ("time", "curves", "scaling", "projection"):
             box = page.locator(f"svg.chart-{kind}{svg}").bounding_box()
             assert box and box["width"] > 300 and box["height"] > 150, (kind, bench, box)
     assert page.locator('svg.chart-curves[data-benchmark="dlrm_dcnv2"] line.target-line').count() == 1

@@ -21,7 +21,7 @@ from harness.leaderboard.html import _log_ticks, _nice_ticks, render_html
 from tests.leaderboard.board_fixture import BASELINE_SYSTEM, SCRIPT_SUBMITTER, TRICKY_SYSTEM, sample_board
 
 VOID = {"meta", "link", "br", "hr", "img", "input", "source", "wbr", "col", "area", "base", "embed", "track"}
-NUMERIC_KEYS = {"rank", "hardware", "runs", "score", "cv", "throughput", "accelerator_minutes", "speedup"}
+NUMERIC_KEYS = {"rank", "hardware", "runs", "score", "projected", "cv", "throughput", "accelerator_minutes", "speedup"}
 
 
 @dataclass
@@ -172,7 +172,7 @@ def test_the_hooks_are_literal(page: str) -> None:
     assert '<table class="leaderboard ranked" data-benchmark="dlrm_dcnv2">' in page
     assert '<table class="leaderboard unranked" data-benchmark="dlrm_dcnv2">' in page
     assert page.count('<tr class="entry">') == 9
-    for kind in ("time", "curves", "scaling"):
+    for kind in ("time", "curves", "scaling", "projection"):
         assert f'<svg class="chart chart-{kind}" data-benchmark="synthetic_small"' in page
 
 
@@ -242,9 +242,9 @@ def test_verdicts_are_badges_with_their_detail(doc: Node) -> None:
 
 # --- charts ------------------------------------------------------------------------------
 
-def test_three_charts_per_benchmark(doc: Node, board: dict[str, Any]) -> None:
+def test_four_charts_per_benchmark(doc: Node, board: dict[str, Any]) -> None:
     for bench in board["benchmarks"]:
-        for kind in ("time", "curves", "scaling"):
+        for kind in ("time", "curves", "scaling", "projection"):
             svg = chart(doc, kind, bench["benchmark"])
             assert svg.find("text", "axis-title") and svg.find("g", "legend")
             assert svg.find("title"), "an accessible title"
@@ -321,7 +321,7 @@ def test_no_user_value_becomes_markup_anywhere(board: dict[str, Any], payload: s
     assert not doc.find("img") and not doc.find("iframe") and len(doc.find("script")) == 1
     assert len(doc.find("style")) == 1
     assert all(not name.startswith("on") for node in doc.walk() for name in node.attrs)
-    assert len(doc.find("svg")) == 6
+    assert len(doc.find("svg")) == 8
     assert len(doc.find("tr", "entry")) == 9
 
 
@@ -356,7 +356,7 @@ def test_a_benchmark_without_entries_or_data_still_renders_its_charts(board: dic
     doc = parse(render_html({**board, "benchmarks": [empty, bare]}))
     assert "No ranked entries" in doc.text()
     for name in ("empty", "bare"):
-        for kind in ("time", "curves", "scaling"):
+        for kind in ("time", "curves", "scaling", "projection"):
             assert chart(doc, kind, name).find("text", "no-data")
     assert len(table(doc, "unranked", "bare").find("tr", "entry")) == 3
 
@@ -389,3 +389,14 @@ def test_integer_ticks_and_log_ticks() -> None:
     assert _log_ticks(1, 64).labels == ["1", "2", "4", "8", "16", "32", "64"]
     assert _log_ticks(1, 5000).labels == ["1", "10", "100", "1000", "10000"]
     assert _log_ticks(3, 5).values == [2.0, 4.0, 8.0]
+
+
+def test_a_projection_is_shown_beside_the_score_and_its_absence_says_why(doc: Node) -> None:
+    ranked = table(doc, "ranked", "dlrm_dcnv2")
+    projected = column(ranked, "projected")
+    assert projected[0].text().startswith("4.46") and "1.17\u00d7 measured" in projected[0].text()
+    assert projected[0].attrs["data-sort"] == "4.46"
+    (why,) = projected[1].find("span")
+    assert why.attrs["title"] == "accelerator '<script>alert(1)</script>' is not in the table of devices"
+    svg = chart(doc, "projection", "dlrm_dcnv2")
+    assert len(svg.find("circle", "point")) == 1 and svg.find("line", "diagonal")
