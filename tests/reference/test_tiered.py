@@ -366,7 +366,9 @@ def test_harness_run_auto_trains_with_the_planners_placement_and_refuses_what_ca
     # SSD tables forced onto a profile whose memory cannot hold their cache: one line, nothing run
     proc = run(20_000, "--embedding-tier", "ssd", "--cache-fraction", "0.5")
     assert proc.returncode == 3 and "Traceback" not in proc.stderr  # 3: the hardware cannot hold it
-    assert "no rank has room" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    # the message names what does not fit: the cache in DDR of a shard that the SSD holds
+    assert "fits no rank" in proc.stderr and "its cache" in proc.stderr and " of DDR" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("policy", [CachePolicy.LRU, CachePolicy.LFU])

@@ -223,32 +223,46 @@ class ShardEstimator:
     def shard_loads(
         self, table: TableSpec, sharding_type: ShardingType, extents: list[tuple[int, int, int, int]]
     ) -> tuple[ShardLoad, ...]:
-        """Loads of shards ``(row_offset, rows, col_offset, cols)`` of ``table`` under ``sharding_type``."""
+        """Loads of shards ``(row_offset, rows, col_offset, cols)`` of ``table`` under ``sharding_type``.
+        The ids of a sample spread evenly over the extents' distinct row ranges (one for table-wise and
+        column-wise shards, every rank's for row-wise, a node's for table-row-wise, ``k`` for a grid)."""
+        row_ranges = len({(o, n) for o, n, _, _ in extents})
+        sizes: dict[tuple[int, int], ShardLoad] = {}  # shards of one size load alike: priced once
+        loads = []
+        for row_offset, rows, col_offset, cols in extents:
+            same = sizes.get((rows, cols))
+            if same is None:
+                same = sizes[rows, cols] = self.shard_load(table, sharding_type, (0, rows, 0, cols), row_ranges)
+            loads.append(ShardLoad(row_offset, rows, col_offset, cols, same.storage_bytes, same.lookup_bytes,
+                                   same.fwd_comm_s, same.bwd_comm_s, same.ids_per_step, same.replica))
+        return tuple(loads)
+
+    def shard_load(self, table: TableSpec, sharding_type: ShardingType, extent: tuple[int, int, int, int],
+                   row_ranges: int = 1) -> ShardLoad:
+        """The load of one shard ``(row_offset, rows, col_offset, cols)`` of ``table`` split into
+        ``row_ranges`` ranges of rows (the shard receives its share of the ids)."""
         topo, c = self.topology, self.config
         b, p = c.batch_size, table.pooling
         cb, pb = c.comm_precision.bytes_per_element, c.param_bytes_per_element
         w, a = topo.world_size, topo.ranks_per_node
-        per_sample = p if table.sequence else 1.0  # vectors a sample's output holds
-        loads = []
-        for row_offset, rows, col_offset, cols in extents:
-            if sharding_type is ShardingType.DATA_PARALLEL:
-                ids = b / w * p
-                fwd, bwd = 0.0, topo.all_reduce_s(rows * cols * cb)
+        row_offset, rows, col_offset, cols = extent
+        if sharding_type is ShardingType.DATA_PARALLEL:
+            ids = b / w * p
+            fwd, bwd = 0.0, topo.all_reduce_s(rows * cols * cb)
+        else:
+            ids = b * p / row_ranges
+            # a sequence shard sends a vector per id in its rows; a pooled one a vector (or a row
+            # shard's partial sum) per sample
+            out = (ids if table.sequence else b) * cols * cb
+            if sharding_type is ShardingType.TABLE_ROW_WISE:  # gathered in the node, then across nodes
+                per_sample = p if table.sequence else 1.0  # vectors a sample's output holds
+                fwd = topo.node_reduce_scatter_s(out) + topo.all_to_all_s(b * per_sample * cols * cb / a)
             else:
-                ids = b * p / {ShardingType.ROW_WISE: w, ShardingType.TABLE_ROW_WISE: a}.get(sharding_type, 1)
-                # a sequence shard sends a vector per id in its rows; a pooled one a vector (or a row
-                # shard's partial sum) per sample
-                out = (ids if table.sequence else b) * cols * cb
-                if sharding_type is ShardingType.TABLE_ROW_WISE:  # gathered in the node, then across nodes
-                    fwd = topo.node_reduce_scatter_s(out) + topo.all_to_all_s(b * per_sample * cols * cb / a)
-                else:
-                    fwd = topo.all_to_all_s(out)
-                bwd = fwd
-                fwd += topo.all_to_all_s((b + ids) * ID_BYTES)  # the input all-to-all: its lengths, then its ids
-            loads.append(ShardLoad(row_offset, rows, col_offset, cols, self.storage_bytes(table, rows, cols),
-                                   ids * cols * pb, fwd, bwd, ids,
-                                   replica=sharding_type is ShardingType.DATA_PARALLEL))
-        return tuple(loads)
+                fwd = topo.all_to_all_s(out)
+            bwd = fwd
+            fwd += topo.all_to_all_s((b + ids) * ID_BYTES)  # the input all-to-all: its lengths, then its ids
+        return ShardLoad(row_offset, rows, col_offset, cols, self.storage_bytes(table, rows, cols), ids * cols * pb,
+                         fwd, bwd, ids, replica=sharding_type is ShardingType.DATA_PARALLEL)
 
     def cache_tier(self, load: ShardLoad, tier: Tier) -> Tier | None:
         """Where the cache of a shard on ``tier`` lives: the fastest tier above ``tier`` that the
@@ -267,6 +281,20 @@ class ShardEstimator:
         slots = cache_rows(load.rows, self.config.cache_fraction(tier), load.ids_per_step)
         row_bytes = math.ceil(load.storage_bytes / load.rows)
         return cache_nbytes(load.rows, slots, row_bytes, lfu=self.config.cache_policy is CachePolicy.LFU)
+
+    def fits_alone(self, load: ShardLoad, tier: Tier) -> bool:
+        """Whether the shard fits one empty rank on ``tier``: its bytes there, and its cache's (if
+        ``tier`` is cached) in the tier above."""
+        capacity = self.topology.capacity
+        if load.storage_bytes > capacity.get(tier):
+            return False
+        fast = self.cache_tier(load, tier)
+        return fast is None or self.cache_bytes(load, tier) <= capacity.get(fast)
+
+    def option_tiers(self, option: ShardingOption) -> list[Tier]:
+        """The tiers, fastest first, on which the option's largest shard (and its cache) fits one rank."""
+        largest = max(option.shards, key=lambda s: s.storage_bytes)
+        return [t for t in TIERS if self.fits_alone(largest, t)]
 
     def perf(self, load: ShardLoad, tier: Tier) -> Perf:
         """The shard's seconds per step when it lives on ``tier``. A cached shard reads at the

@@ -11,7 +11,12 @@ A table's tier setting (``PlannerConfig.tiers``) limits its shards to those tier
 tier's shard (on the SSD with ``PlannerConfig.ssd_cache_fraction``, in DDR under an HBM tier
 with ``ddr_cache_fraction``) also takes its cache's bytes (exactly what the executor allocates:
 ``estimators.cache_nbytes``) in the fastest tier above it that its rank has: it is placed only
-where both fit. Data-parallel replicas are never cached.
+where both fit. Data-parallel replicas are never cached. The caches the targets imply are set
+aside in the tier above before the targets are given (so fewer tables target HBM when the
+caches of DDR and SSD tables need it), and each rank keeps its share of that room from the
+shards themselves, so the hottest shards, placed first, leave room for the coldest ones' caches.
+A shard that finds no room fails in one line that names what did not fit: the shard, or the
+cache of a shard that fits (its bytes, its tier, and the most room left for it).
 
 A :class:`Partition` is ordered by speed (:meth:`Partition.faster_than`: its rank costs,
 slowest first, compared rank by rank), which is how the balancing of ``planners.py`` keeps
@@ -40,6 +45,7 @@ from harness.reference.planner.types import (
 
 _TARGET_FILL = 0.95  # of a tier's total capacity given to targets, leaving room to pack
 _SAME = 1e-9  # relative: rank costs closer than this are equal
+_CACHE_ROUNDS = 8  # of working out target tiers while the caches they imply outgrow the room set aside
 
 
 @dataclass(frozen=True)
@@ -95,10 +101,16 @@ class GreedyLptPartitioner:
         self._allowed_memo: dict[tuple[str, ShardingType | None], list[int]] = {}
         self._cost_memo: dict[tuple[int, Tier], float] = {}  # keyed by the loads of ``options``, alive meanwhile
         self._used = [[0, 0, 0] for _ in range(topo.world_size)]
+        self._cached = [[0, 0, 0] for _ in range(topo.world_size)]  # of _used: the caches' bytes
         self._load = [0.0] * topo.world_size
         self._singles: list[list[_Placed]] = [[] for _ in range(topo.world_size)]
         self._placed: list[_Placed] = []
-        targets = self._target_tiers(options)
+        self._kept = [0] * len(TIERS)
+        targets, reserve = self._target_tiers(options)
+        # each rank keeps its share of the room set aside for caches from the shards themselves,
+        # so the hottest shards, placed first, leave room for the caches of the coldest
+        self._kept = [-(-r // topo.world_size) + (int(c * (1 - _TARGET_FILL)) if r else 0)
+                      for r, c in zip(reserve, self._capacity)]
         for option in self._lpt_order(options, targets):
             self._place(option, targets[id(option)])
         self._improve()
@@ -120,19 +132,45 @@ class GreedyLptPartitioner:
         self._allowed_memo[key] = allowed
         return allowed
 
-    def _target_tiers(self, options: list[ShardingOption]) -> dict[int, Tier]:
-        """The fastest tier with room left in total, hottest options first."""
+    def _target_tiers(self, options: list[ShardingOption]) -> tuple[dict[int, Tier], list[int]]:
+        """The fastest tier with room left in total, hottest options first. The caches of the
+        options given a cached tier need room in the tier above: that room is set aside, and the
+        targets worked out again, while the caches outgrow it (at most ``_CACHE_ROUNDS`` times: the
+        room only grows, so the hottest tables go on taking the fastest tier that is left)."""
+        reserve = [0] * len(TIERS)
+        for _ in range(_CACHE_ROUNDS):
+            targets, caches = self._targets_within(options, reserve)
+            if all(c <= r for c, r in zip(caches, reserve)):
+                break
+            reserve = [max(c, r) for c, r in zip(caches, reserve)]
+        return targets, reserve
+
+    def _targets_within(self, options: list[ShardingOption], reserve: list[int]) -> tuple[dict[int, Tier], list[int]]:
+        """Targets with ``reserve`` bytes of each tier set aside for caches, and the caches they need."""
         world = self.estimator.topology.world_size
-        budget = [int(c * world * _TARGET_FILL) for c in self._capacity]
+        budget = [int(c * world * _TARGET_FILL) - r for c, r in zip(self._capacity, reserve)]
+        caches = [0] * len(TIERS)
         targets = {}
         for option in sorted(options, key=lambda o: -sum(s.lookup_bytes for s in o.shards) / max(o.storage_bytes, 1)):
             usable = self._allowed(option.table.name, option.sharding_type)
             if not usable:
                 raise self._no_tier(option)
-            index = next((i for i in usable if budget[i] >= option.storage_bytes), usable[-1] if usable else 0)
+            index = next((i for i in usable if budget[i] >= option.storage_bytes), usable[-1])
+            cached = self._option_caches(option, index)
+            above = {t for t, _ in cached}
+            if len(above) == 1 and (up := above.pop()) in usable and sum(n for _, n in cached) >= option.storage_bytes:
+                # its cache would take more of the tier above than the shards themselves (a small table
+                # of which one step looks up every row): the shards go there, uncached
+                index, cached = up, []
             budget[index] -= option.storage_bytes
             targets[id(option)] = TIERS[index]
-        return targets
+            for tier, nbytes in cached:
+                caches[tier] += nbytes
+        return targets, caches
+
+    def _option_caches(self, option: ShardingOption, tier: int) -> list[tuple[int, int]]:
+        """(tier, bytes) of the caches of all of the option's shards on ``tier`` (none: uncached)."""
+        return [c for load in option.shards for c in self._charges(tier, load)[1:]]
 
     def _lpt_order(self, options: list[ShardingOption], targets: dict[int, Tier]) -> list[ShardingOption]:
         def per_rank_cost(option: ShardingOption) -> float:
@@ -157,11 +195,17 @@ class GreedyLptPartitioner:
         return [(tier, load.storage_bytes), (-1 if fast is None else TIERS.index(fast), cache)]
 
     def _fits(self, rank: int, tier: int, load: ShardLoad) -> bool:
-        return all(t >= 0 and self._used[rank][t] + n <= self._capacity[t] for t, n in self._charges(tier, load))
+        """Whether the shard fits the rank's ``tier`` outside the room kept for caches, and its cache
+        (if any) fits the tier above."""
+        (_, nbytes), *cache = self._charges(tier, load)
+        used = self._used[rank]
+        return nbytes <= self._room(rank, tier) and all(t >= 0 and used[t] + n <= self._capacity[t] for t, n in cache)
 
     def _charge(self, rank: int, tier: int, load: ShardLoad, sign: int) -> None:
-        for t, n in self._charges(tier, load):
+        for i, (t, n) in enumerate(self._charges(tier, load)):
             self._used[rank][t] += sign * n
+            if i:  # a cache: it takes the room kept for caches first
+                self._cached[rank][t] += sign * n
 
     def _cost(self, load: ShardLoad, tier: Tier) -> float:
         # asked for the same shard and tier again and again by the improvement passes (every pair
@@ -253,14 +297,82 @@ class GreedyLptPartitioner:
         )
 
     def _no_room(self, option: ShardingOption, load: ShardLoad) -> PlannerError:
-        free = max((self._capacity[t] - self._used[r][t] for r in range(len(self._load)) for t in range(3)), default=0)
+        """One line: what did not fit (the shard, or the cache of a shard that fits) and the most
+        room left for it, as the option's placement can use it."""
+        what = f"{load.storage_bytes:,} B shard of table {option.table.name!r} ({option.sharding_type.value})"
+        n = len(option.shards)
+        where = {Placement.ANY: "no rank has", Placement.WORLD: "not every rank has",
+                 Placement.NODE: f"no node has {n} ranks with"}[option.placement]
+        cache = self._cache_short(option, load)
+        if cache is not None:
+            tier, fast, nbytes, free = cache
+            fraction = self.estimator.config.cache_fraction(TIERS[tier])
+            slow, up = TIERS[tier].value.upper(), TIERS[fast].value.upper()
+            return PlannerError(
+                f"{where} room for the cache of a {what} on the {slow}: the shard fits, but its cache ({fraction:g} "
+                f"of its rows, and at least those one step looks up) needs {nbytes:,} B of {up}, and "
+                f"{self._most(option, f'free {up}', 'with room for the shard ')} is {free:,} B. Possible solutions: a "
+                f"lower cache fraction (--cache-fraction), a profile with more {up} per rank or more nodes (smaller "
+                "shards and caches).",
+                PlannerErrorType.PARTITION,
+                option.table.name,
+            )
+        allowed = self._allowed(option.table.name, option.sharding_type)
+        free = max((self._room_for(option, [self._room(r, t) for r in range(len(self._load))]) for t in allowed),
+                   default=0)
+        tiers = " or ".join(TIERS[t].value.upper() for t in allowed)
         return PlannerError(
-            f"no rank has room for a {load.storage_bytes:,} B shard of table {option.table.name!r} "
-            f"({option.sharding_type.value}); the largest free space left in any tier of any rank is {free:,} B. "
-            "Possible solutions: a profile with more nodes or more memory per node, a lower-precision "
-            "optimizer state, or an SSD tier.",
+            f"{where} room for a {what}; {self._most(option, f'free space in {tiers}')} is {max(free, 0):,} B. "
+            "Possible solutions: a profile with more nodes or more memory per node, a lower-precision optimizer "
+            "state, or an SSD tier.",
             PlannerErrorType.PARTITION,
+            option.table.name,
         )
+
+    def _most(self, option: ShardingOption, room: str, ranks: str = "") -> str:
+        """How much ``room`` the option's placement found, in words (see :meth:`_room_for`)."""
+        if option.placement is Placement.ANY:
+            return f"the most {room} left on a rank {ranks}".rstrip()
+        if option.placement is Placement.WORLD:
+            return f"the least {room} left on a rank of the world (each takes a shard)"
+        return f"the most {room} that {len(option.shards)} ranks of one node {ranks}each have left"
+
+    def _room(self, rank: int, tier: int) -> int:
+        """Bytes a shard may still take in the rank's tier: not the room kept for caches, less what
+        the caches placed there have taken of it already."""
+        kept = max(self._kept[tier] - self._cached[rank][tier], 0)
+        return self._capacity[tier] - kept - self._used[rank][tier]
+
+    def _cache_short(self, option: ShardingOption, load: ShardLoad) -> tuple[int, int, int, int] | None:
+        """(tier, cache tier, cache bytes, most room for it) of the allowed cached tier where the
+        shard fits the option's placement but its cache does not (the nearest to fitting), or None."""
+        world = range(len(self._load))
+        found = None
+        for tier in self._allowed(option.table.name, option.sharding_type):
+            charges = self._charges(tier, load)
+            fits = [self._room(r, tier) >= load.storage_bytes for r in world]
+            # 1 where the shard fits: the placement has ranks for its shards if its room is 1
+            if len(charges) < 2 or charges[1][0] < 0 or self._room_for(option, [int(f) for f in fits]) < 1:
+                continue
+            fast, nbytes = charges[1]
+            free = self._room_for(option, [self._capacity[fast] - self._used[r][fast] if f else -1
+                                           for r, f in zip(world, fits)])
+            if free < nbytes and (found is None or free - nbytes > found[3] - found[2]):
+                found = (tier, fast, nbytes, free)
+        return found
+
+    def _room_for(self, option: ShardingOption, per_rank: list[int]) -> int:
+        """Of a room per rank, what the option's placement can count on for each shard: the most of
+        any rank (shards placed anywhere), the least of its ranks (one shard per rank of the world),
+        the most that as many ranks of one node as it has shards each have (one node)."""
+        if option.placement is Placement.ANY:
+            return max(per_rank)
+        n = len(option.shards)
+        if option.placement is Placement.WORLD:
+            return min(per_rank[:n])
+        a = self.estimator.topology.ranks_per_node
+        nodes = [sorted(per_rank[i : i + a], reverse=True) for i in range(0, len(per_rank), a)]
+        return max((node[n - 1] for node in nodes if len(node) >= n), default=-1)
 
     # -- improvement ------------------------------------------------------------------------
 

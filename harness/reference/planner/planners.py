@@ -20,8 +20,11 @@ It stops when neither step has anything to offer, or after ``balance_max_steps``
 (a count, not a time, so the same input gives the same plan), and returns the fastest plan it
 saw. A plan already within the target is not touched.
 
-When the tables cannot fit, it raises one :class:`PlannerError` that names the capacity
-that ran out, the shortfall, and possible solutions.
+When the cheapest options cannot be packed, it partitions the smallest (their shards and the
+caches of cached tiers' shards), and splits a table finer while its shards or their caches
+find no room. When the tables cannot fit, it raises one :class:`PlannerError` that names the
+capacity that ran out (a table's shard, or the cache a shard on a cached tier needs in the
+tier above), the shortfall, and possible solutions.
 """
 
 from __future__ import annotations
@@ -93,14 +96,25 @@ class EmbeddingShardingPlanner:
     def _partition(
         self, chosen: list[ShardingOption], options: list[list[ShardingOption]]
     ) -> tuple[list[ShardingOption], Partition]:
-        """Partition the preferred options; when their shards cannot be packed, the smallest ones."""
+        """Partition the preferred options; when their shards cannot be packed, the smallest ones,
+        and, while a table's shards (or their caches) find no room, that table's option split finer
+        (each time to an option whose largest shard takes fewer bytes: deterministic, and finite)."""
         try:
             return chosen, self.partitioner.partition(chosen)
         except PlannerError as err:
-            smallest = [self.proposer.smallest(o) for o in options]
-            if err.planner_category is not PlannerErrorType.PARTITION or smallest == chosen:
+            if err.planner_category is not PlannerErrorType.PARTITION:
                 raise
-            return smallest, self.partitioner.partition(smallest)  # type: ignore[arg-type]
+        smallest: list[ShardingOption] = [self.proposer.smallest(o) for o in options]  # type: ignore[misc]
+        index = {o.table.name: i for i, o in enumerate(chosen)}
+        while True:  # ends: each pass makes one table's largest shard (with its cache) smaller, or raises
+            try:
+                return smallest, self.partitioner.partition(smallest)
+            except PlannerError as err:
+                i = index.get(err.table) if err.planner_category is PlannerErrorType.PARTITION else None
+                finer = self.proposer.finer(options[i], smallest[i]) if i is not None else None
+                if finer is None:
+                    raise
+                smallest[i] = finer  # type: ignore[index]
 
     def _balance(
         self, chosen: list[ShardingOption], options: list[list[ShardingOption]], partition: Partition
@@ -205,10 +219,16 @@ class EmbeddingShardingPlanner:
         missing = [(t, o) for t, o, c in zip(tables, options, chosen) if c is None]
         if missing:
             table, opts = max(missing, key=lambda m: self.estimator.table_bytes(m[0]))
-            raise self._no_rank_fits(table, min(o.max_shard_bytes for o in opts))
+            raise self._no_rank_fits(table, opts)
         return chosen  # type: ignore[return-value]
 
-    def _no_rank_fits(self, table: TableSpec, shard_bytes: int) -> PlannerError:
+    def _no_rank_fits(self, table: TableSpec, options: list[ShardingOption]) -> PlannerError:
+        """One line on why no option of ``table`` fits one rank: the cache of its shards (when a
+        shard fits a cached tier but its cache does not fit the tier above), else the shard."""
+        cache = self._cache_too_large(options)
+        if cache is not None:
+            return cache
+        shard_bytes = min(o.max_shard_bytes for o in options)
         cap = self.topology.capacity
         tier = max(TIERS, key=cap.get)
         return PlannerError(
@@ -217,6 +237,32 @@ class EmbeddingShardingPlanner:
             f"{tier.value.upper()} {format_bytes(cap.get(tier))}, short by {format_bytes(shard_bytes - cap.get(tier))}. "
             "Possible solutions: a profile with more nodes (row-wise shards get smaller) or more memory per node; "
             "a lower-precision optimizer state (row-wise Adagrad, or fp16 state); an SSD tier.",
+            PlannerErrorType.INSUFFICIENT_STORAGE,
+        )
+
+    def _cache_too_large(self, options: list[ShardingOption]) -> PlannerError | None:
+        """The error naming the smallest overflow of a cache, over the options' largest shards on
+        the cached tiers they fit one rank of (None: no shard fits a cached tier)."""
+        est, cap = self.estimator, self.topology.capacity
+        short = []
+        for option in options:
+            load = max(option.shards, key=lambda s: s.storage_bytes)
+            for tier in TIERS:
+                fast = est.cache_tier(load, tier)
+                if fast is not None and load.storage_bytes <= cap.get(tier):
+                    short.append((est.cache_bytes(load, tier) - cap.get(fast), option, load, tier, fast))
+        if not short:
+            return None
+        _, option, load, tier, fast = min(short, key=lambda s: s[0])
+        nbytes, have = est.cache_bytes(load, tier), cap.get(fast)
+        slow, up = tier.value.upper(), fast.value.upper()
+        return PlannerError(
+            f"insufficient storage: table {option.table.name!r} fits no rank of profile {self.profile.name!r} however "
+            f"it is split: its shard of {format_bytes(load.storage_bytes)} ({option.sharding_type.value}) fits the "
+            f"{slow}, but its cache ({self.config.cache_fraction(tier):g} of its rows, and at least those one step looks up) "
+            f"needs {format_bytes(nbytes)} of {up}, and one rank has {format_bytes(have)} of {up}, short by "
+            f"{format_bytes(nbytes - have)}. Possible solutions: a lower cache fraction (--cache-fraction); "
+            f"a profile with more {up} per rank, or more nodes (row-wise shards and their caches get smaller).",
             PlannerErrorType.INSUFFICIENT_STORAGE,
         )
 

@@ -4,17 +4,19 @@ Two roles, as torchrec's proposers (a first proposal, then more from the feedbac
 partition):
 
 - :class:`CheapestFitProposer` gives the first proposal: per table, the cheapest option in
-  isolation (or, when storage is tight, the smallest); for a sequence table, of the options
-  within 1% of the cheapest, a row split when its costliest shard costs less.
+  isolation (or, when storage is tight, the smallest, counting the caches of shards on cached
+  tiers); for a sequence table, of the options within 1% of the cheapest, a row split when its
+  costliest shard costs less. An option is one only if its largest shard, and its cache when
+  the tier is cached, fits one rank (a table whole on the SSD whose cache is larger than a
+  rank's HBM is not).
 - :class:`BalancingProposer` reads a partition and proposes switches of one table's option:
   it takes the most loaded rank, the tables that load it most (by seconds, so by pooling as
   well as by size), and, per table, the options that would take that rank below its cost
   without lifting another rank to it. Each switch is priced without partitioning: the table's
   shards leave their ranks and the new ones go where the partitioner would put them (the
-  least loaded rank, or every rank, or the least loaded ranks of one node). A switch that
-  brings the plan within ``PlannerConfig.imbalance_target`` comes first, the one with the
-  fewest shards among those; otherwise the one with the lowest projected peak (the fewest
-  shards among those within 1% of it). The planner
+  least loaded rank, or every rank, or the least loaded ranks of one node). The switch with
+  the lowest projected peak comes first (the fewest shards among those within 1% of it): by
+  the peak, not by max/mean, which a table spread thin meets by lifting the mean. The planner
   (``planners.py``) partitions each proposal and keeps it only if it is faster. When none is,
   :meth:`BalancingProposer.refinement` splits the coarsest shards of the plan finer at once.
 
@@ -57,8 +59,7 @@ class CheapestFitProposer:
         self.large_table_bytes = estimator.config.large_table_bytes
 
     def fitting(self, options: list[ShardingOption]) -> list[ShardingOption]:
-        largest_tier = max(self.estimator.topology.capacity.to_dict().values())
-        return [o for o in options if o.max_shard_bytes <= largest_tier]
+        return [o for o in options if self.estimator.option_tiers(o)]
 
     def propose(self, table: TableSpec, options: list[ShardingOption]) -> ShardingOption | None:
         candidates = self.fitting(options)
@@ -78,9 +79,38 @@ class CheapestFitProposer:
         return chosen
 
     def smallest(self, options: list[ShardingOption]) -> ShardingOption | None:
-        """The option that stores the fewest bytes (used when the cheapest do not fit together)."""
-        candidates = self.fitting(options)
-        return min(candidates, key=lambda o: (o.storage_bytes, self.nominal_cost(o))) if candidates else None
+        """The option that takes the fewest bytes (used when the cheapest do not fit together):
+        its shards and, on the slowest tier it fits, their caches (a column split caches every
+        row once per shard, a row split each row once)."""
+        return self._least_bytes(self.fitting(options))
+
+    def _least_bytes(self, candidates: list[ShardingOption]) -> ShardingOption | None:
+        """The candidate of the smallest footprint, the cheapest of those (priced only on a tie)."""
+        if not candidates:
+            return None
+        sizes = {id(o): self.footprint(o) for o in candidates}
+        least = min(sizes.values())
+        return min((o for o in candidates if sizes[id(o)] == least), key=self.nominal_cost)
+
+    def finer(self, options: list[ShardingOption], current: ShardingOption) -> ShardingOption | None:
+        """Of the options whose largest shard takes fewer bytes with its cache than ``current``'s,
+        the one that takes the fewest in all (then the cheapest); None: none is finer."""
+        largest = self.largest_footprint(current)
+        return self._least_bytes([o for o in self.fitting(options) if self.largest_footprint(o) < largest])
+
+    def largest_footprint(self, option: ShardingOption) -> int:
+        """Bytes of the option's largest shard and its cache on the slowest tier it fits one rank of."""
+        tier = self.estimator.option_tiers(option)[-1]
+        return max(s.storage_bytes + self.estimator.cache_bytes(s, tier) for s in option.shards)
+
+    def footprint(self, option: ShardingOption) -> int:
+        """Bytes of the option's shards and of their caches on the slowest tier it fits one rank of."""
+        tier = self.estimator.option_tiers(option)[-1]
+        caches: dict[tuple[int, int], int] = {}  # shards of one size (an option's shards share their ids) alike
+        for s in option.shards:
+            if (s.rows, s.storage_bytes) not in caches:
+                caches[s.rows, s.storage_bytes] = self.estimator.cache_bytes(s, tier)
+        return option.storage_bytes + sum(caches[s.rows, s.storage_bytes] for s in option.shards)
 
     def largest_shard_cost(self, option: ShardingOption) -> float:
         """Seconds of the option's costliest shard on the fastest tier it could live on."""
@@ -88,8 +118,7 @@ class CheapestFitProposer:
         return max(self.estimator.perf(s, tier).total for s in option.shards)
 
     def _nominal_tier(self, option: ShardingOption) -> Tier:
-        cap = self.estimator.topology.capacity
-        return next((t for t in TIERS if option.max_shard_bytes <= cap.get(t)), TIERS[-1])
+        return next(iter(self.estimator.option_tiers(option)), TIERS[-1])
 
     def nominal_cost(self, option: ShardingOption) -> float:
         """Seconds of all shards on the fastest tier each could live on."""
@@ -98,26 +127,25 @@ class CheapestFitProposer:
 
 @dataclass(frozen=True)
 class Switch:
-    """Table ``index`` to take ``option``, with the rank costs projected after the switch."""
+    """Table ``index`` to take ``option``, with the slowest rank cost projected after the switch."""
 
     index: int
     option: ShardingOption
     peak_s: float  # the projected slowest rank
-    meets_target: bool  # the projected max/mean rank cost is within the target
 
 
 def _best_first(switches: list[Switch]) -> list[Switch]:
-    """Those within the target, fewest shards first; then those within 1% of the lowest
-    projected peak, fewest shards first; then the rest, lowest peak first."""
+    """Those within 1% of the lowest projected peak, fewest shards first; then the rest, lowest
+    peak first. By the peak alone, not by max/mean: a switch that spreads a table thin lifts the
+    mean as much as it lowers the peak, so it would pass the imbalance target while a coarser
+    one is faster."""
     if not switches:
         return []
     lowest = min(s.peak_s for s in switches)
 
     def preference(s: Switch) -> tuple[int, float, float]:
         shards = len(s.option.shards)
-        if s.meets_target:
-            return (0, shards, s.peak_s)
-        return (1, shards, s.peak_s) if s.peak_s <= lowest * (1 + _NEAR) else (2, s.peak_s, shards)
+        return (0, shards, s.peak_s) if s.peak_s <= lowest * (1 + _NEAR) else (1, s.peak_s, shards)
 
     return sorted(switches, key=preference)
 
@@ -205,15 +233,12 @@ class BalancingProposer:
         touched = {rank for rank, _ in placed} | {peak_rank}
         if max(after[r] for r in touched) >= peak * (1 - _SAME):
             return None
-        new_peak, mean = max(after), sum(after) / len(after)
-        target = self.estimator.config.imbalance_target
-        return Switch(index, option, new_peak, mean > 0 and new_peak <= target * mean)
+        return Switch(index, option, max(after))
 
     def _tier_for(self, option: ShardingOption, tier: Tier) -> Tier:
         """The table's tier now, or a slower one when the option's largest shard does not fit one rank of it."""
-        cap = self.estimator.topology.capacity
         at = TIERS.index(tier)
-        return next((t for t in TIERS[at:] if option.max_shard_bytes <= cap.get(t)), tier)
+        return next((t for t in self.estimator.option_tiers(option) if TIERS.index(t) >= at), tier)
 
     def _place(self, option: ShardingOption, costs: list[float], base: list[float]) -> list[tuple[int, float]] | None:
         """(rank, cost) of each shard, as the partitioner would place them on ranks loaded ``base``."""

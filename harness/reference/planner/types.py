@@ -19,7 +19,7 @@ class ShardingType(enum.Enum):
 
     DATA_PARALLEL = "data_parallel"  # a full replica on every rank, gradients all-reduced
     TABLE_WISE = "table_wise"  # the whole table on one rank
-    ROW_WISE = "row_wise"  # rows split evenly over every rank
+    ROW_WISE = "row_wise"  # rows split evenly over every rank (or a grid: row ranges by column blocks, anywhere)
     COLUMN_WISE = "column_wise"  # columns split into shards placed anywhere
     TABLE_ROW_WISE = "table_row_wise"  # rows split over the ranks of one node
     TABLE_COLUMN_WISE = "table_column_wise"  # columns split over ranks of one node
@@ -78,12 +78,14 @@ class PlannerErrorType(enum.Enum):
 
 
 class PlannerError(HarnessError):
-    """The one error of the planner; ``planner_category`` says why, the message how to fix it."""
+    """The one error of the planner; ``planner_category`` says why, the message how to fix it;
+    ``table``: the table whose shards found no room, when a partition failed on one."""
 
-    def __init__(self, message: str, planner_category: PlannerErrorType):
+    def __init__(self, message: str, planner_category: PlannerErrorType, table: str | None = None):
         category = ErrorCategory.BAD_INPUT if planner_category is PlannerErrorType.BAD_INPUT else ErrorCategory.HARDWARE
         super().__init__(message, category)
         self.planner_category = planner_category
+        self.table = table
 
 
 @dataclass(frozen=True)
@@ -213,10 +215,11 @@ class ShardingOption:
     table: TableSpec
     sharding_type: ShardingType
     shards: tuple[ShardLoad, ...]
+    grid: bool = False  # a row-wise split whose row ranges are split by columns too: placed anywhere
 
     @property
     def placement(self) -> Placement:
-        return PLACEMENT[self.sharding_type]
+        return Placement.ANY if self.grid else PLACEMENT[self.sharding_type]
 
     @property
     def storage_bytes(self) -> int:
@@ -477,11 +480,14 @@ class Enumerator(Protocol):
 
 
 class Proposer(Protocol):
-    """One option per table: the preferred one, or the smallest when storage is tight."""
+    """One option per table: the preferred one, or the smallest when storage is tight, or one
+    whose largest shard is smaller than ``current``'s when its shards found no room."""
 
     def propose(self, table: TableSpec, options: list[ShardingOption]) -> ShardingOption | None: ...
 
     def smallest(self, options: list[ShardingOption]) -> ShardingOption | None: ...
+
+    def finer(self, options: list[ShardingOption], current: ShardingOption) -> ShardingOption | None: ...
 
 
 class Partitioner(Protocol):
