@@ -9,9 +9,10 @@ import click
 
 def _projector():
     """Each run set's projection from its own system description and logs (docs/projection.md)."""
+    from harness.cli.project import input_cost
     from harness.projection.against import ThisMachine, compare_run_set
 
-    here = ThisMachine()
+    here = ThisMachine(input_cost=input_cost)
 
     def projection(ref):
         c = compare_run_set(ref, ref.package, here=here)

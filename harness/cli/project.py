@@ -11,13 +11,13 @@ import click
 from harness.errors import ErrorCategory, HarnessError
 from harness.hw_profiles import load_profile
 from harness.hw_profiles.from_system import profile_from_system_file
-from harness.hw_profiles.profiles import DEFAULT_PROFILE
-from harness.projection.against import Comparison, compare_tree, summarize
+from harness.hw_profiles.profiles import DEFAULT_PROFILE, LOCAL
+from harness.projection.against import Comparison, ThisMachine, compare_tree, summarize
 from harness.projection.constants import load_constants
 from harness.projection.render import render_comparisons, render_projection
 from harness.projection.system import system_for_profile
 from harness.projection.train_time import project as project_benchmark
-from harness.rules.specs import load_benchmark
+from harness.rules.specs import BenchmarkSpec, load_benchmark
 
 DEFAULT_BENCHMARK = "dlrm_synthetic"  # as `harness run`
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -54,17 +54,29 @@ def project(benchmark: str | None, profile_name: str | None, system_path: Path |
     else:
         profile = load_profile(profile_name or DEFAULT_PROFILE)
     spec = load_benchmark(benchmark or DEFAULT_BENCHMARK)
-    result = project_benchmark(spec, system_for_profile(profile), batch_size=batch_size, precision=precision)
+    generation = input_cost(spec) if profile.name == LOCAL else 0.0
+    result = project_benchmark(spec, system_for_profile(profile), batch_size=batch_size, precision=precision,
+                               input_seconds_per_sample=generation)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=1))
     else:
         click.echo(render_projection(result, load_constants()))
 
 
+def input_cost(spec: BenchmarkSpec) -> float:
+    """One core's seconds to generate a sample of a synthetic benchmark on this machine, measured
+    (``harness run`` generates it beside the step, on the same cores); 0 for data read from files."""
+    if spec.dataset["kind"] != "synthetic":
+        return 0.0
+    from harness.reference.data.datasets import generation_seconds_per_sample  # loads torch: only when asked
+
+    return generation_seconds_per_sample(spec.dataset)
+
+
 def _against(root: Path, *, as_json: bool) -> None:
     if not root.exists():
         raise HarnessError(f"{root} does not exist", ErrorCategory.NOT_FOUND)
-    comparisons: list[Comparison] = compare_tree(root)
+    comparisons: list[Comparison] = compare_tree(root, here=ThisMachine(input_cost=input_cost))
     if not comparisons:
         raise HarnessError(f"{root}: no run sets (no <package>/results/<system>/<benchmark>/result_*.txt below it)",
                            ErrorCategory.NOT_FOUND)

@@ -16,7 +16,7 @@ three run sets or more, the lowest of them.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,8 +107,13 @@ class ThisMachine:
     set written on it is met: a `harness run` of the ``local`` profile (its description's notes say
     so) whose processor and cores are the ones detected here."""
 
-    def __init__(self, detected: DetectedHardware | None = None):
+    def __init__(self, detected: DetectedHardware | None = None, *, memory_bw_bytes_per_s: float | None = None,
+                 input_cost: Callable[[BenchmarkSpec], float] | None = None):
         self._detected = detected
+        self._bandwidth = memory_bw_bytes_per_s  # a copy's measured bandwidth (default: measured when needed)
+        # one core's seconds to generate a sample of a synthetic benchmark here (measured by the caller,
+        # which may load the generator; None: the data's generation is not counted)
+        self.input_cost = input_cost
         self._system: System | None = None
 
     def wrote(self, desc: dict) -> bool:
@@ -121,7 +126,8 @@ class ThisMachine:
 
     def system(self) -> System:
         if self._system is None:
-            self._system = system_for_profile(local_profile(self._detected), detected=self._detected)
+            self._system = system_for_profile(local_profile(self._detected), detected=self._detected,
+                                              memory_bw_bytes_per_s=self._bandwidth)
         return self._system
 
 
@@ -153,12 +159,14 @@ def compare_run_set(ref: RunSetRef, root: Path, *, constants: Constants | None =
     batch = int(statistics.median_low(sorted(int(b) for b in batches)))
     try:
         desc = read_system_description(ref.package / "systems" / f"{ref.system}.json")
+        generation = 0.0
         if here is not None and here.wrote(desc):
             system = here.system()
+            generation = here.input_cost(spec) if here.input_cost and spec.dataset["kind"] == "synthetic" else 0.0
         else:
             system = described_system(desc, ref.system)
         projection = project(spec, system, batch_size=batch, precision=_precision(logs[0].values),
-                             constants=constants)
+                             constants=constants, input_seconds_per_sample=generation)
     except HarnessError as err:
         return Comparison(label, ref.benchmark_dir, benchmark, measured, None, str(err))
     return Comparison(label, ref.benchmark_dir, benchmark, measured, projection)

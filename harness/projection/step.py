@@ -21,7 +21,10 @@ efficiencies of its device class (``constants.yaml``):
 
 What overlaps: the id all-to-all of the next batch runs under this step's dense work (as TorchRec's
 and HugeCTR's pipelines prefetch it), and the all-reduce under the backward GEMMs (DDP's buckets);
-each adds only what sticks out. Everything else is serial. An evaluation step is the forward pass
+each adds only what sticks out. Everything else is serial. A synthetic benchmark's data generated
+on the rank's own cores (``harness run`` on a CPU: one prefetch thread beside the step) is the
+**input** phase: the generator's seconds shared with the step's cores, and never less than the
+generator alone: ``max(generation / cores, generation - step)``. An evaluation step is the forward pass
 alone: the forward GEMMs, two passes of the activations, the lookup, both all-to-alls' forward halves
 and a third of the operations.
 """
@@ -126,8 +129,10 @@ def gemm_seconds(workload: Workload, rows: float, system: System, precision: str
     return total
 
 
-def training_step(workload: Workload, system: System, plan: Plan, precision: str, eff: Efficiencies) -> StepProjection:
-    """The projected training step of the plan's global batch (see the module)."""
+def training_step(workload: Workload, system: System, plan: Plan, precision: str, eff: Efficiencies, *,
+                  input_seconds_per_sample: float = 0.0) -> StepProjection:
+    """The projected training step of the plan's global batch (see the module); with
+    ``input_seconds_per_sample``, the input phase of data generated on the rank's cores."""
     ranks = system.ranks
     rows = plan.batch_size / ranks
     bw = system.memory_bw_bytes_per_s * eff.memory_efficiency
@@ -152,13 +157,14 @@ def training_step(workload: Workload, system: System, plan: Plan, precision: str
         Phase("operations (launch and dispatch)", workload.ops_per_step * eff.seconds_per_op,
               workload.ops_per_step * eff.seconds_per_op),
     )
+    phases = _with_input(phases, rows * input_seconds_per_sample, system)
     return StepProjection(plan.batch_size, ranks, precision, phases)
 
 
 def eval_step(workload: Workload, system: System, plan: Plan, precision: str, eff: Efficiencies,
-              batch_size: int) -> StepProjection:
+              batch_size: int, *, input_seconds_per_sample: float = 0.0) -> StepProjection:
     """The projected forward-only step of ``batch_size`` evaluation samples (the plan's embedding
-    costs scaled from its training batch)."""
+    costs scaled from its training batch; the input phase as a training step's)."""
     rows = batch_size / system.ranks
     scale = batch_size / plan.batch_size
     bw = system.memory_bw_bytes_per_s * eff.memory_efficiency
@@ -177,7 +183,18 @@ def eval_step(workload: Workload, system: System, plan: Plan, precision: str, ef
         Phase("vector all-to-all (forward)", vectors_forward, vectors_forward),
         Phase("operations (launch and dispatch)", ops, ops),
     )
+    phases = _with_input(phases, rows * input_seconds_per_sample, system)
     return StepProjection(batch_size, system.ranks, precision, phases)
+
+
+def _with_input(phases: tuple[Phase, ...], generation: float, system: System) -> tuple[Phase, ...]:
+    """The phases and, when data is generated on the rank's cores, the input phase (see the module)."""
+    if generation <= 0:
+        return phases
+    step = sum(p.exposed for p in phases)
+    cores = max(system.device.cores * system.sockets_per_rank, 1)
+    return (*phases, Phase("input (synthetic data generated alongside)", generation,
+                           max(generation / cores, generation - step)))
 
 
 def comm_precision(precision: str) -> str:

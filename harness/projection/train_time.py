@@ -46,6 +46,7 @@ class Projection:
     evaluations: float
     eval_seconds_each: float
     band: float
+    input_seconds_per_sample: float = 0.0  # one core's seconds to generate a sample (0: not generated here)
 
     @property
     def train_seconds(self) -> float:
@@ -105,10 +106,12 @@ def plan_for(spec: BenchmarkSpec, system: System, batch_size: int, precision: st
 
 
 def project(spec: BenchmarkSpec, system: System, *, batch_size: int | None = None, precision: str | None = None,
-            constants: Constants | None = None, plan: Plan | None = None) -> Projection:
+            constants: Constants | None = None, plan: Plan | None = None,
+            input_seconds_per_sample: float = 0.0) -> Projection:
     """The projected time to train of ``spec`` on ``system`` (batch: the spec's reference global batch;
     precision: the lowest the device computes natively; ``plan``: the embedding plan, when it is made
-    already: a plan does not depend on the constants)."""
+    already: a plan does not depend on the constants; ``input_seconds_per_sample``: one core's seconds
+    to generate a sample, where a synthetic benchmark's data is generated on the ranks' own cores)."""
     workload = benchmark_workload(spec)
     batch = int(batch_size or spec.reference_hyperparameters["global_batch_size"])
     if batch < system.ranks:
@@ -119,11 +122,13 @@ def project(spec: BenchmarkSpec, system: System, *, batch_size: int | None = Non
     plan = plan or plan_for(spec, system, batch, precision)
     point = convergence_point(spec.name, batch)
     samples = samples_to_target(spec, point)
-    evaluation = eval_step(workload, system, plan, precision, eff, spec.eval_batch_size)
+    evaluation = eval_step(workload, system, plan, precision, eff, spec.eval_batch_size,
+                           input_seconds_per_sample=input_seconds_per_sample)
     eval_samples = int(spec.dataset["eval_samples"])
     return Projection(
         benchmark=spec.name, system=system, batch_size=batch, precision=precision, plan=plan,
-        step=training_step(workload, system, plan, precision, eff), eval_step=evaluation,
+        step=training_step(workload, system, plan, precision, eff, input_seconds_per_sample=input_seconds_per_sample),
+        eval_step=evaluation, input_seconds_per_sample=input_seconds_per_sample,
         convergence=point, samples_to_target=samples, evaluations=max(samples / eval_interval(spec, batch), 1.0),
         eval_seconds_each=eval_samples / spec.eval_batch_size * evaluation.seconds, band=eff.band,
     )

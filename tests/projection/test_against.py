@@ -62,10 +62,13 @@ def test_every_run_set_is_within_what_the_constants_were_fitted_to(comparisons):
     assert summary.median_error <= 0.12 and summary.worst <= 1.25
 
 
-# every constant the shared logs determine (the links' efficiency is set from nccl-tests, not fitted,
-# yet the accelerators' still shows; a CPU's operation cost is immaterial at these batch sizes)
+# every constant the shared logs determine, off by 2x either way, moves a run set out of its hold: the
+# accelerators' four and their link efficiency (set from nccl-tests, not fitted, but it shows), the CPUs'
+# two and the stream efficiency they share with the accelerators. Not here: an accelerator's operation
+# (its fit sits at the range's floor, 1 us: 139 operations are 0.1 ms of a 3.5 ms step) and a CPU's
+# (20 us, set, not fitted), and a CPU's links (a few percent of a CPU cluster's step).
 MATERIAL = [(DeviceClass.ACCELERATOR, f) for f in
-            ("gemm_efficiency", "memory_efficiency", "gather_efficiency", "link_efficiency", "seconds_per_op")] + \
+            ("gemm_efficiency", "memory_efficiency", "gather_efficiency", "link_efficiency")] + \
            [(DeviceClass.CPU, f) for f in ("gemm_efficiency", "memory_efficiency", "gather_efficiency")]
 
 

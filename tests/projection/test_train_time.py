@@ -90,3 +90,30 @@ def test_this_machine_is_priced_from_its_measured_memory():
     assert p.batch_size == 2048 and p.minutes > 0
     assert dataclasses.replace(p, band=2.0).band_minutes == (p.minutes / 2, p.minutes * 2)
     assert benchmark_workload(load_benchmark("dlrm_synthetic")).ops_per_step > 0
+
+
+def test_data_generated_alongside_shares_the_cores_and_is_never_less_than_the_generator_alone():
+    system = system_for_profile(load_profile("local"), memory_bw_bytes_per_s=10e9)
+    spec = load_benchmark("dlrm_synthetic")
+    base = project(spec, system)
+    cores = system.device.cores
+    for per_sample in (1e-7, 1e-4):  # a generator far faster than the step, and one far slower
+        p = project(spec, system, plan=base.plan, input_seconds_per_sample=per_sample)
+        step_input = p.step.phase("input (synthetic data generated alongside)")
+        assert step_input.seconds == pytest.approx(2048 * per_sample)
+        alone = step_input.seconds
+        assert step_input.exposed == pytest.approx(max(alone / cores, alone - base.step.seconds))
+        assert p.step.seconds == pytest.approx(base.step.seconds + step_input.exposed)
+        evaluation = p.eval_step.phase("input (synthetic data generated alongside)")
+        assert evaluation.seconds == pytest.approx(16384 * per_sample)
+    assert [ph.name for ph in base.step.phases if ph.name.startswith("input")] == []
+
+
+def test_harness_project_counts_this_machines_generator_for_a_synthetic_benchmark(capsys):
+    from harness.cli import main
+
+    assert main(["project"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("dlrm_synthetic on local:") and "input (synthetic data generated alongside)" in out
+    assert main(["project", "--benchmark", "dlrm_dcnv2", "--profile", "dgx-h100-8gpu"]) == 0
+    assert "input (" not in capsys.readouterr().out  # real data, on a system that is not this one

@@ -32,6 +32,7 @@ dropped in every epoch.
 from __future__ import annotations
 
 import enum
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -200,6 +201,21 @@ class SyntheticDataset:
 
 
 # ---------------------------------------------------------------------------------- opening
+def generation_seconds_per_sample(dataset: dict[str, Any], *, samples: int = 8192, repeats: int = 3) -> float:
+    """One core's seconds to generate one sample of a synthetic benchmark's data (its ``dataset``
+    section), measured: the best of ``repeats`` batches of ``samples`` after one to warm up. What the
+    projection of a synthetic benchmark on this machine counts for the data a run generates beside
+    its step (``harness project``)."""
+    generator = SyntheticDataset(dataset).generator
+    generator.samples(np.arange(samples, dtype=np.int64))
+    best = float("inf")
+    for i in range(repeats):
+        start = time.perf_counter()
+        generator.samples(np.arange((i + 1) * samples, (i + 2) * samples, dtype=np.int64))
+        best = min(best, time.perf_counter() - start)
+    return best / samples
+
+
 def dataset_manifest(dataset: Dataset) -> dict[str, Any] | None:
     """What a worker needs to reopen ``dataset`` without reading it again (None: the generator)."""
     manifest = getattr(dataset, "manifest", None)
