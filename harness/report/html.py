@@ -213,6 +213,9 @@ class _Row:
     stacked: bool = False  # one lane, the bars end to end (a breakdown); else a lane per bar
 
 
+MIN_WIDTH_PX = 0.1  # px() writes coordinates to a tenth of a pixel
+
+
 def _bar_chart(kind: str, index: int, title: str, rows: Sequence[_Row], x_title: str, show: Callable[[float], str],
                items: Sequence[LegendItem], **data: object) -> str:
     """Horizontal bars under each row's label: stacked (a breakdown) or side by side (a comparison)."""
@@ -230,7 +233,9 @@ def _bar_chart(kind: str, index: int, title: str, rows: Sequence[_Row], x_title:
         at, lane_y = x.lo, y + 18
         for bar in row.bars:
             start = at if row.stacked else x.lo
-            width = max(x(start + bar.value) - x(start), 0.0)
+            # a bar of any time is drawn at least as wide as the coordinates' precision (0.1 px): a phase
+            # of a few microseconds beside a step of milliseconds would otherwise round to nothing
+            width = max(x(start + bar.value) - x(start), MIN_WIDTH_PX if bar.value > 0 else 0.0)
             paint = (f'fill="#fff" stroke="{bar.colour}" stroke-width="1.5" stroke-dasharray="3 2"' if bar.hollow
                      else f'fill="{bar.colour}"')
             parts.append(f'<rect class="bar {bar.cls}"{bar.attrs} x="{px(x(start))}" y="{px(lane_y)}" '
