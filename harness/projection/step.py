@@ -9,9 +9,10 @@ efficiencies of its device class (``constants.yaml``):
   its operands and result (a thin layer, a 13-wide input or a 1-wide logit, is bound by memory);
 * **activations**: the elementwise work's bytes (:data:`~harness.projection.workload.TRAINING_ACTIVATION_PASSES`
   passes of every activation) over the memory bandwidth;
-* **embedding lookup** and **update**: the sharding planner's seconds for the slowest rank (rows read
-  from their tier at its bandwidth, backward a multiple of it), over ``gather_efficiency``: rows at
-  random addresses reach a smaller share of a memory's bandwidth than streams do;
+* **embedding lookup** and **update**, per tier: the sharding planner's seconds for the slowest rank
+  (rows read from their tier at its bandwidth, a cached tier's at the blend with its cache's, backward
+  a multiple of it), over ``gather_efficiency``: rows at random addresses reach a smaller share of a
+  memory's bandwidth than streams do;
 * **id all-to-all** (lengths and ids) and **vector all-to-all** (pooled vectors, and their gradients
   back): the plan's traffic over the links, over ``link_efficiency``;
 * **dense all-reduce**: the dense gradients at the communication precision, summed as NCCL does
@@ -41,7 +42,8 @@ from harness.projection.workload import (
     TRAINING_ACTIVATION_PASSES,
     Workload,
 )
-from harness.reference.planner import Plan, ShardingType, Topology
+from harness.reference.planner import Plan, ShardingType, Tier, Topology
+from harness.reference.planner.types import TIERS
 from harness.reference.planner.traffic import ID_BYTES
 
 
@@ -86,21 +88,31 @@ class StepProjection:
 
 @dataclass(frozen=True)
 class EmbeddingCost:
-    """The slowest rank's embedding work at the plan's batch, in seconds at peak bandwidths."""
+    """The slowest rank's embedding work at the plan's batch, in seconds at peak bandwidths: its
+    lookups and updates per tier its shards live on (a shard behind a cache at its blend of the two
+    tiers' bandwidths, as the planner prices it), and its all-to-alls."""
 
-    lookup: float
-    update: float
+    lookup: tuple[tuple[Tier, float], ...]
+    update: tuple[tuple[Tier, float], ...]
     ids: float  # the input all-to-all's lengths and ids
     vectors: float  # the output all-to-all, forward and backward
+
+    @property
+    def gathers(self) -> float:
+        return sum(v for _, v in self.lookup) + sum(v for _, v in self.update)
 
 
 def embedding_cost(plan: Plan, system: System, eff: Efficiencies) -> EmbeddingCost:
     """The embedding cost of the rank that is slowest once the efficiencies are applied."""
     topology = Topology.from_profile(system.profile)
     ids = [0.0] * plan.world_size
+    lookup = [dict.fromkeys(TIERS, 0.0) for _ in range(plan.world_size)]
+    update = [dict.fromkeys(TIERS, 0.0) for _ in range(plan.world_size)]
     tables = {t.name: t for t in plan.tables}
     types = {t.name: st for t, st in zip(plan.tables, plan.sharding_types)}
     for shard in plan.shards:
+        lookup[shard.rank][shard.tier] += shard.perf.fwd_compute
+        update[shard.rank][shard.tier] += shard.perf.bwd_compute
         if types[shard.table] is ShardingType.DATA_PARALLEL:
             continue
         table = tables[shard.table]
@@ -109,10 +121,16 @@ def embedding_cost(plan: Plan, system: System, eff: Efficiencies) -> EmbeddingCo
     costs = []
     for rank, perf in enumerate(plan.rank_perf):
         comm = perf.fwd_comm + perf.bwd_comm
-        cost = EmbeddingCost(perf.fwd_compute, perf.bwd_compute, min(ids[rank], comm), max(comm - ids[rank], 0.0))
-        costs.append(((cost.lookup + cost.update) / eff.gather_efficiency
-                      + (cost.ids + cost.vectors) / eff.link_efficiency, cost))
-    return max(costs, key=lambda c: c[0])[1] if costs else EmbeddingCost(0.0, 0.0, 0.0, 0.0)
+        cost = EmbeddingCost(tuple((t, v) for t, v in lookup[rank].items() if v > 0),
+                             tuple((t, v) for t, v in update[rank].items() if v > 0),
+                             min(ids[rank], comm), max(comm - ids[rank], 0.0))
+        costs.append((cost.gathers / eff.gather_efficiency + (cost.ids + cost.vectors) / eff.link_efficiency, cost))
+    return max(costs, key=lambda c: c[0])[1] if costs else EmbeddingCost((), (), 0.0, 0.0)
+
+
+def _per_tier(name: str, seconds: tuple[tuple[Tier, float], ...], scale: float) -> tuple[Phase, ...]:
+    """A phase per tier (``embedding lookup, HBM``), each at its seconds times ``scale``."""
+    return tuple(Phase(f"{name}, {tier.value.upper()}", v * scale, v * scale) for tier, v in seconds)
 
 
 def gemm_seconds(workload: Workload, rows: float, system: System, precision: str, eff: Efficiencies) -> float:
@@ -148,8 +166,8 @@ def training_step(workload: Workload, system: System, plan: Plan, precision: str
         Phase("dense forward GEMMs", forward, forward),
         Phase("dense backward GEMMs", backward, backward),
         Phase("activations (elementwise)", activations, activations),
-        Phase("embedding lookup", emb.lookup / eff.gather_efficiency, emb.lookup / eff.gather_efficiency),
-        Phase("embedding update", emb.update / eff.gather_efficiency, emb.update / eff.gather_efficiency),
+        *_per_tier("embedding lookup", emb.lookup, 1 / eff.gather_efficiency),
+        *_per_tier("embedding update", emb.update, 1 / eff.gather_efficiency),
         Phase("id all-to-all (under the dense work)", ids, max(0.0, ids - dense)),
         Phase("vector all-to-all (forward and backward)", emb.vectors / eff.link_efficiency,
               emb.vectors / eff.link_efficiency),
@@ -177,8 +195,7 @@ def eval_step(workload: Workload, system: System, plan: Plan, precision: str, ef
     phases = (
         Phase("dense forward GEMMs", forward, forward),
         Phase("activations (elementwise)", activations, activations),
-        Phase("embedding lookup", emb.lookup * scale / eff.gather_efficiency,
-              emb.lookup * scale / eff.gather_efficiency),
+        *_per_tier("embedding lookup", emb.lookup, scale / eff.gather_efficiency),
         Phase("id all-to-all", ids, ids),
         Phase("vector all-to-all (forward)", vectors_forward, vectors_forward),
         Phase("operations (launch and dispatch)", ops, ops),

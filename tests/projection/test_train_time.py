@@ -42,7 +42,8 @@ def test_an_efficiency_scales_the_phases_it_prices(h100):
     again = project(load_benchmark("dlrm_dcnv2"), h100.system, constants=slower, plan=h100.plan)
     assert again.step.phase("activations (elementwise)").seconds == pytest.approx(
         2 * h100.step.phase("activations (elementwise)").seconds)
-    assert again.step.phase("embedding lookup").seconds == pytest.approx(h100.step.phase("embedding lookup").seconds)
+    lookup = "embedding lookup, HBM"
+    assert again.step.phase(lookup).seconds == pytest.approx(h100.step.phase(lookup).seconds)
     assert again.minutes > h100.minutes
 
 
@@ -117,3 +118,24 @@ def test_harness_project_counts_this_machines_generator_for_a_synthetic_benchmar
     assert out.startswith("dlrm_synthetic on local:") and "input (synthetic data generated alongside)" in out
     assert main(["project", "--benchmark", "dlrm_dcnv2", "--profile", "dgx-h100-8gpu"]) == 0
     assert "input (" not in capsys.readouterr().out  # real data, on a system that is not this one
+
+
+def test_the_embeddings_are_priced_per_tier_their_shards_live_on():
+    """The 12-trillion-parameter model's tables on 16 ZionEX nodes live in HBM, in DDR behind HBM caches
+    and on the SSD behind caches: the slowest rank's lookups and updates are a phase per tier."""
+    from harness.projection.step import embedding_cost
+    from harness.reference.planner import PlannerConfig, plan_tables
+    from harness.reference.planner.models import load_model
+
+    system = system_for_profile(load_profile("zionex-16x8gpu"))
+    plan = plan_tables(load_model("dlrm-12t"), system.profile,
+                       PlannerConfig(batch_size=65536, ddr_cache_fraction=0.05, ssd_cache_fraction=0.05))
+    eff = load_constants().of(DeviceClass.ACCELERATOR)
+    cost = embedding_cost(plan, system, eff)
+    assert {t.value for t, _ in cost.lookup} >= {"hbm"} and len(cost.lookup) >= 2
+    slowest = max(range(plan.world_size), key=lambda r: sum(
+        s.perf.fwd_compute + s.perf.bwd_compute for s in plan.shards if s.rank == r) / eff.gather_efficiency
+        + (plan.rank_perf[r].fwd_comm + plan.rank_perf[r].bwd_comm) / eff.link_efficiency)
+    mine = [s for s in plan.shards if s.rank == slowest]
+    for tier, seconds in cost.lookup:
+        assert seconds == pytest.approx(sum(s.perf.fwd_compute for s in mine if s.tier is tier))
