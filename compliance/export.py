@@ -34,6 +34,7 @@ import yaml
 
 from compliance.engine import ROOT_LEVEL, RULESETS, VALUE, load_rule_file
 from harness.errors import ErrorCategory, HarnessError
+from harness.files import write_atomic
 
 _IS_NUM = "(isinstance({x}, (int, float)) and not isinstance({x}, bool))"
 _NUM = "(isinstance({x}, (int, float)) and not isinstance({x}, bool) and {x} == {x})"  # a number, not NaN
@@ -255,8 +256,6 @@ def export_mlperf(ruleset: str, out_dir: Path) -> list[Path]:
         path = out_dir / f"{level}.yaml"
         header = (f"# mlperf_logging compliance config exported by `harness rules export-mlperf` from\n"
                   f"# compliance/rulesets/{ruleset}/{level}.yaml. Generated: edit the rule file, not this.\n")
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(header + yaml.safe_dump(doc["records"], sort_keys=False, width=1000))
-        os.replace(tmp, path)
+        write_atomic(path, header + yaml.safe_dump(doc["records"], sort_keys=False, width=1000))
         written.append(path)
     return written

@@ -18,18 +18,34 @@ def write_atomic(path: Path, text: str, *, then: str = "") -> None:
     replace_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), then=then)
 
 
-def replace_atomic(path: Path, write: Callable[[Path], object], *, doing: str = "", then: str = "") -> None:
+def replace_atomic(path: Path, write: Callable[[Path], object], *, doing: str = "", then: str = "",
+                   durable: bool = False) -> None:
     """Make ``path`` by ``write(temporary sibling)`` and a rename over it: the temporary file is
-    removed on any failure (an interrupt too), and an I/O fault is one line (exit 5)."""
+    removed on any failure (an interrupt too), and an I/O fault is one line (exit 5). ``durable``:
+    the file's bytes, then the rename, reach the disk before this returns (``fsync`` of the file and
+    of its folder), for what must survive a power cut (a checkpoint and its manifest)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write(tmp)
+        if durable:
+            fsync_path(tmp)
         os.replace(tmp, path)
+        if durable:
+            fsync_path(path.parent)
     except BaseException as err:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         if isinstance(err, OSError):
             raise io_fault(err, path, doing or f"writing {path.name}", then) from None
         raise
+
+
+def fsync_path(path: Path) -> None:
+    """Flush a file's (or a folder's entries') written data to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -12,13 +12,13 @@ import importlib.metadata
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import harness
 from compliance.schemas import load_schema, validate
 from harness.errors import ErrorCategory, HarnessError
+from harness.files import write_atomic
 from harness.hw_profiles.detection import (
     DetectedHardware,
     matching_devices,
@@ -103,16 +103,7 @@ def system_description(
 def write_system_description(desc: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write ``desc`` as JSON to ``path`` atomically (a crash never leaves half a file)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(desc, f, indent=4)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(desc, indent=4) + "\n")
     return path
 
 

@@ -10,7 +10,6 @@ claims a borrow but changes anything other than the batch size is refused.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +17,10 @@ import yaml
 
 from compliance.schemas import validate
 from harness.errors import ErrorCategory, HarnessError
+from harness.files import write_atomic
+from harness.mllog import keys
 from harness.rules.fingerprint import fingerprint
 from harness.rules.specs import BenchmarkSpec, load_benchmark
-from harness.mllog import keys
 
 BATCH_SIZE = "global_batch_size"
 
@@ -118,10 +118,7 @@ def borrow(*, source: Path, to: Path, submitter: str | None = None, batch_size: 
         **({"precision": existing["precision"]} if existing is not None and "precision" in existing else {}),
     }
     validate(config, "submitter_config", what=f"borrower config {to}")
-    Path(to).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(to).with_name(f".{Path(to).name}.tmp-{os.getpid()}")
-    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-    os.replace(tmp, to)
+    write_atomic(Path(to), yaml.safe_dump(config, sort_keys=False))
     return config
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any
 import torch
 
 from harness.errors import ErrorCategory, HarnessError, exit_now
+from harness.files import replace_atomic
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import SessionHooks, TrainingSession
 
@@ -53,21 +53,9 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _durable_copy(src: Path, dst: Path) -> None:
-    tmp = dst.with_name(f".{dst.name}.tmp")
+def _copy(src: Path, tmp: Path) -> None:
     with open(src, "rb") as fin, open(tmp, "wb") as fout:
         shutil.copyfileobj(fin, fout, _CHUNK)
-        fout.flush()
-        os.fsync(fout.fileno())
-    os.replace(tmp, dst)
 
 
 def save(directory: Path, session: TrainingSession) -> None:
@@ -78,13 +66,9 @@ def save(directory: Path, session: TrainingSession) -> None:
     session.flush()
     tables_file = directory / f"tables-{step}.bin"
     dense_file = directory / f"dense-{step}.pt"
-    _durable_copy(session.table_file, tables_file)
-    tmp = dense_file.with_name(f".{dense_file.name}.tmp")
-    with open(tmp, "wb") as f:
-        torch.save(session.state_dict(), f)  # everything but the tables, which are in their file
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, dense_file)
+    replace_atomic(tables_file, lambda tmp: _copy(session.table_file, tmp), durable=True)
+    # everything but the tables, which are in their file
+    replace_atomic(dense_file, lambda tmp: torch.save(session.state_dict(), tmp), durable=True)
     manifest = {
         "step": step,
         "tables": tables_file.name,
@@ -92,14 +76,8 @@ def save(directory: Path, session: TrainingSession) -> None:
         "dense": dense_file.name,
         "dense_sha256": file_sha256(dense_file),
     }
-    tmp = directory / f".{MANIFEST}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(manifest, f)
-        f.flush()
-        os.fsync(f.fileno())
     previous = latest(directory)
-    os.replace(tmp, directory / MANIFEST)
-    _fsync_dir(directory)
+    replace_atomic(directory / MANIFEST, lambda tmp: tmp.write_text(json.dumps(manifest)), durable=True)
     if previous is not None and previous["step"] != step:  # the old checkpoint is no longer needed
         (directory / previous["tables"]).unlink(missing_ok=True)
         (directory / previous["dense"]).unlink(missing_ok=True)
@@ -128,7 +106,7 @@ def restore_tables(directory: Path, working_tables: Path) -> dict[str, Any] | No
                 f"checkpoint {directory} (step {manifest['step']}): {path.name} is missing or does not match its "
                 "SHA-256; it cannot be resumed from", ErrorCategory.BAD_INPUT,
             )
-    _durable_copy(directory / manifest["tables"], working_tables)
+    replace_atomic(working_tables, lambda tmp: _copy(directory / manifest["tables"], tmp), durable=True)
     return manifest
 
 
