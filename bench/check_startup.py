@@ -1,7 +1,7 @@
 """Start-up and checking time of `harness check LOG` against MLPerf's official checker, one
 process per log, side by side on the same logs.
 
-    python bench/check_startup.py                 # every log of ../shared/mlperf-logs
+    python bench/check_startup.py                 # every log of tests/data/mlperf-logs
     python bench/check_startup.py --logs DIR --rounds 3
 
 For each log (``<round>/<submitter>/results/<system>/<benchmark>/result_*``), in alternation:
@@ -29,7 +29,8 @@ ROUND = re.compile(r"^v(\d+)\.(\d+)$")
 
 
 def shared_logs() -> Path:
-    return Path(__file__).resolve().parents[2] / "shared" / "mlperf-logs"
+    """The real MLPerf logs committed with the test suite (``tests/data/mlperf-logs``)."""
+    return Path(__file__).resolve().parents[1] / "tests" / "data" / "mlperf-logs"
 
 
 def logs_under(root: Path) -> list[tuple[Path, str]]:
@@ -50,7 +51,7 @@ def timed(cmd: list[str]) -> tuple[float, int]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--logs", type=Path, default=shared_logs(), help="a tree of rounds [default: ../shared/mlperf-logs]")
+    ap.add_argument("--logs", type=Path, default=shared_logs(), help="a tree of rounds [default: tests/data/mlperf-logs]")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
     logs = logs_under(args.logs)

@@ -1,7 +1,7 @@
 """Collect every run set under some roots into the leaderboard model (``leaderboard.schema.json``).
 
 A root may be a submitter package (``<pkg>/systems``, ``<pkg>/results``), a folder of
-packages (``results/``), or anything above them (``../shared/mlperf-logs``); folders whose
+packages (``results/``), or anything above them (``tests/data/mlperf-logs``); folders whose
 names start with a dot (the harness's staging) are not entered, nor are symlinks followed.
 
 Per run set: the score and spread (:mod:`harness.rules.results`); the system description;

@@ -9,7 +9,7 @@ rules and the logs speak of it without the training stack).
 * ``fp16``: as bf16 with fp16, and the loss scaled (dynamic loss scaling, as
   ``torch.amp.GradScaler``) so that small gradients do not flush to zero.
 
-Optimizer state stays fp32 in every precision. See ``../shared/DESIGN.md`` ("Numerics").
+Optimizer state stays fp32 in every precision. See ``docs/design.md`` ("Numerics").
 """
 
 from __future__ import annotations

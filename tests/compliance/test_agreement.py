@@ -1,6 +1,6 @@
 """Our checker against MLPerf's own (mlperf_logging 4.1.68), run in a subprocess.
 
-On every real log under ``../shared/mlperf-logs`` and on systematic mutations of each, the
+On every real log under ``tests/data/mlperf-logs`` and on systematic mutations of each, the
 per-run verdict of ``compliance.engine`` must equal the official checker's, except where the
 official checker is wrong; those cases are listed in ``mutations.DIFFERENCES`` with each
 side's verdict and the reason, and the test holds both sides to them.

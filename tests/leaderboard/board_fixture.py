@@ -128,7 +128,7 @@ def sample_board() -> dict[str, Any]:
         "generated_at": "2025-01-15T12:00:00+00:00",
         "harness_version": "0.1.0",
         "baseline_system": BASELINE_SYSTEM,
-        "roots": ["results", "../shared/mlperf-logs"],
+        "roots": ["results", "tests/data/mlperf-logs"],
         "benchmarks": [_dlrm_dcnv2(), _synthetic_small()],
     }
     for bench in board["benchmarks"]:

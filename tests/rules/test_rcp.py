@@ -25,7 +25,6 @@ from harness.errors import ErrorCategory, HarnessError
 from harness.rules import rcp
 from harness.rules.results import RunLog
 from harness.rules.specs import load_benchmark
-from tests.conftest import SHARED_LOGS
 
 RCP_VERSION = "6.0.0"  # the issue's; every round's set gets the same verdict with its own version too
 REFERENCE_RUNS = Path(rcp.RCP_DIR.joinpath("..", "reference_runs", "dlrm_synthetic").__fspath__())
@@ -83,16 +82,14 @@ PERTURBED = {  # name: (real set, change, how many logs)
 
 
 @pytest.fixture(scope="module")
-def run_sets(tmp_path_factory) -> dict[str, Path]:
+def run_sets(shared_logs, tmp_path_factory) -> dict[str, Path]:
     """Copies of the real dlrm_dcnv2 run sets and of their perturbations."""
-    if SHARED_LOGS is None:
-        pytest.skip("the real MLPerf logs (../shared/mlperf-logs) are not beside this checkout")
     root = tmp_path_factory.mktemp("sets")
     out = {}
     for name, rel in SETS.items():
-        out[name] = Path(shutil.copytree(SHARED_LOGS / rel, root / name / "dlrm_dcnv2"))
+        out[name] = Path(shutil.copytree(shared_logs / rel, root / name / "dlrm_dcnv2"))
     for name, (base, change, files) in PERTURBED.items():
-        out[name] = Path(shutil.copytree(SHARED_LOGS / SETS[base], root / name / "dlrm_dcnv2"))
+        out[name] = Path(shutil.copytree(shared_logs / SETS[base], root / name / "dlrm_dcnv2"))
         _rewrite(out[name], change, files)
     return out
 

@@ -1,4 +1,4 @@
-"""Scoring real MLPerf result trees: the expected scores of ../shared/mlperf-logs/README.md."""
+"""Scoring real MLPerf result trees: the expected scores of tests/data/mlperf-logs/README.md."""
 
 import re
 import shutil
@@ -11,14 +11,16 @@ from harness.rules.results import read_run_log, score_run_set
 
 from tests.conftest import SHARED_LOGS
 
-SHARED = SHARED_LOGS or Path("/nonexistent")
+SHARED = SHARED_LOGS
 
 
-def _expected_scores() -> list[tuple[Path, int, float, int]]:
-    """(run set dir, runs, score, decimals given) for each row of the README's table."""
+def _expected_scores() -> list:
+    """(run set dir, runs, score, decimals given) for each row of the README's table. Without
+    the README, one placeholder case, which the ``shared_logs`` fixture fails with the reason
+    (an empty parameter set would be skipped, and the missing logs go unnoticed)."""
     rows = []
-    if SHARED_LOGS is None:
-        return rows
+    if not (SHARED / "README.md").is_file():
+        return [pytest.param(None, 0, 0.0, 0, id="no-logs")]
     for line in (SHARED / "README.md").read_text().splitlines():
         m = re.match(r"\| (v[0-9.]+) \| (\S+) \| (\S+) \| (\S+) \| (\d+) \| ([0-9.]+) \|", line)
         if m:
