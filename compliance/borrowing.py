@@ -12,9 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.mllog.reader import ParsedLog, parse_log
 from harness.errors import HarnessError
 from harness.mllog import keys
+from harness.mllog.reader import ParsedLog, parse_log
+from harness.rules.specs import load_benchmark
+from harness.submitters.borrowing import lender_from_logs
 
 BATCH_SIZE = keys.GLOBAL_BATCH_SIZE  # the one logged hyperparameter a borrower may change
 _MAX_CANDIDATES = 2000
@@ -40,9 +42,6 @@ def _candidate_dirs(lenders: list[Path], search_root: Path | None, benchmark: st
 def verify_borrow(claim: dict[str, Any], logs: list[ParsedLog], *, lenders: list[Path],
                   search_root: Path | None) -> list[str]:
     """Why the claim does not hold (empty when it does)."""
-    from harness.rules.specs import load_benchmark
-    from harness.submitters.borrowing import lender_from_logs
-
     lender, lender_fp = claim.get("lender"), claim.get("lender_fingerprint")
     if not isinstance(lender, str) or not isinstance(lender_fp, str):
         return ["harness_borrowed_from must name the lender and the lender's fingerprint"]

@@ -45,11 +45,18 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from mlperf_logging.benchmark_meta import get_allowed_benchmarks
+
+from compliance.engine import check_parsed, ruleset_names
 from harness.errors import ErrorCategory, HarnessError
 from harness.mllog import keys
+from harness.mllog.reader import ParseProblem, iter_lines, mllog_text, parse_log, parse_object
+from harness.rules.rcp import Verdict, evaluate, load_rcps, prune, submission_runs
 
 USAGE = "training"
 
@@ -165,7 +172,6 @@ def packages_under(root: Path) -> list[Path]:
 
 def choose_round(root: Path, explicit: str | None) -> str:
     """The round's version (``"3.0.0"``): ``explicit`` (``3.0.0``, ``training_3.0.0``, ``v3.0``), else a vNN.N folder."""
-    from compliance.engine import ruleset_names
 
     known = ruleset_names()
     if explicit:
@@ -192,7 +198,6 @@ def choose_round(root: Path, explicit: str | None) -> str:
 
 def allowed_benchmarks(ruleset: str) -> list[str]:
     """The benchmarks of round ``ruleset``, in the summarizer's column order."""
-    from mlperf_logging.benchmark_meta import get_allowed_benchmarks
 
     try:
         return list(get_allowed_benchmarks(USAGE, ruleset))
@@ -231,8 +236,6 @@ def _result_files(folder: Path) -> list[Path]:
 
 def _run_minutes(path: Path, ruleset_name: str) -> float | None:
     """The run's minutes, or None when the summarizer would drop it (not compliant, no start/stop)."""
-    from compliance.engine import check_parsed
-    from harness.mllog.reader import parse_log
 
     log = parse_log(path)
     if log.unreadable or not check_parsed(log, ruleset_name).passed:
@@ -280,7 +283,6 @@ def read_scaling_factor(folder: Path) -> Any:
 
 def _submission_epochs(files: list[Path]) -> tuple[Any, list[float] | None]:
     """``rcp_checker.get_submission_epochs`` for DLRM: (batch size, each run's epochs to converge or 1e9)."""
-    from harness.mllog.reader import ParseProblem, iter_lines, mllog_text, parse_object
 
     def record(line_no: int, text: str) -> dict[str, Any]:
         # the official checker json-loads a line only where a key's name occurs in it (and fails
@@ -374,8 +376,7 @@ def score_run_set(folder: Path, benchmark: str, ruleset: str, *, closed: bool,
             if epochs is not None:
                 epochs.sort()
                 if len(epochs) >= 3:
-                    import numpy as np
-
+            
                     result.samples_to_converge = float(np.mean(epochs[1: len(epochs) - 1]))
         except (OSError, ValueError, KeyError, TypeError, IndexError, HarnessError) as err:
             notes.append(f"WARNING: RCP/GBS computation failed for {folder}: {type(err).__name__}: {err}")
@@ -384,9 +385,7 @@ def score_run_set(folder: Path, benchmark: str, ruleset: str, *, closed: bool,
 
 def _official_rcps(ruleset: str, benchmark: str) -> list[Any]:
     """The round's pruned RCPs as mlperf_logging ships them (not the harness's own file); ValueError if none."""
-    from importlib import resources
 
-    from harness.rules.rcp import load_rcps, prune, submission_runs
 
     path = resources.files("mlperf_logging.rcp_checker").joinpath(f"{USAGE}_{ruleset}", f"rcps_{benchmark}.json")
     if not path.is_file():
@@ -396,7 +395,6 @@ def _official_rcps(ruleset: str, benchmark: str) -> list[Any]:
 
 def _rcp_verdict(benchmark: str, bs: Any, epochs: list[float] | None, rcps: list[Any]) -> str:
     """The summarizer's RCP cell: ``Pass``, or what ``check_directory``'s message says went wrong."""
-    from harness.rules.rcp import Verdict, evaluate, submission_runs
 
     if bs == -1 or epochs is None:  # 'Could not detect global_batch_size', 'Insufficient convergence'
         return "Unknown state"

@@ -30,9 +30,11 @@ from typing import Any
 
 import numpy as np
 import scipy.stats
+from mlperf_logging.rcp_checker.rcp_checker import submission_runs as official
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.rules.results import RESULT_GLOB, RunLog, read_run_log
+from harness.rules.specs import load_benchmark
 from harness.mllog import keys
 
 ALPHA = 0.05
@@ -243,12 +245,8 @@ def normalization_factor(rcp_mean: float, submission_mean: float) -> float:
 
 def submission_runs(benchmark: str) -> int:
     """Runs in a submission's set: the checker's table where it knows the benchmark, else the spec's."""
-    from mlperf_logging.rcp_checker.rcp_checker import submission_runs as official
-
     if benchmark in official["training"]:
         return int(official["training"][benchmark])
-    from harness.rules.specs import load_benchmark
-
     return load_benchmark(benchmark).required_runs
 
 
@@ -292,8 +290,6 @@ def rcp_file(benchmark: str, *, version: str | None = None) -> Any:
     if own.is_file():
         return own
     if version is None:
-        from harness.rules.specs import load_benchmark
-
         version = load_benchmark(benchmark).ruleset
     shipped = _MLPERF_RCP_DIR.joinpath(f"training_{version}", f"rcps_{benchmark}.json")
     if shipped.is_file():
@@ -376,8 +372,6 @@ def generate_rcp(benchmark: str, logs_dir: Path, *, target: float | None = None)
     (``max_non_converged_runs``) may never reach it: they are left out of the RCP, as MLPerf's RCP
     files hold converged runs only, and the record says how many there were; more is an error.
     """
-    from harness.rules.specs import load_benchmark
-
     spec = load_benchmark(benchmark)
     target = spec.target_auc if target is None else target
     paths = _run_paths(logs_dir)
@@ -421,8 +415,6 @@ def rcp_file_json(rcps: list[Rcp]) -> str:
 def check_run_set(run_dir: Path, *, rcps: list[Rcp] | None = None, version: str | None = None,
                   rcp_pass: RcpPass = RcpPass.PRUNED) -> RcpCheck:
     """Check a run set (``results/<system>/<benchmark>/``) against its benchmark's RCPs."""
-    from harness.rules.specs import load_benchmark
-
     paths = _run_paths(run_dir)
     runs = [read_run_log(p) for p in paths]
     values = [r.values for r in runs]
