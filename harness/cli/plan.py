@@ -10,6 +10,11 @@ import click
 from harness.errors import HarnessError
 from harness.hw_profiles import load_profile
 from harness.hw_profiles.profiles import Profile, format_bytes
+from harness.projection.constants import load_constants
+from harness.projection.render import whole_step_line
+from harness.projection.step import training_step
+from harness.projection.system import system_for_profile
+from harness.projection.workload import benchmark_workload
 from harness.reference.planner import (
     CommPrecision,
     Plan,
@@ -17,8 +22,13 @@ from harness.reference.planner import (
     TableSpec,
     plan_tables,
 )
-from harness.reference.planner.models import load_model, sequence_events, tables_for_benchmark
+from harness.reference.planner.models import (
+    load_model,
+    sequence_events,
+    tables_for_benchmark,
+)
 from harness.reference.planner.types import TIERS
+from harness.rules.specs import load_benchmark
 
 DEFAULT_BATCH_SIZE = 65536
 DEFAULT_CACHE_FRACTION = 0.05  # as `harness run --cache-fraction`: the plan shown is the plan a run executes
@@ -58,8 +68,6 @@ def _tables(*, benchmark: str | None, model: str | None) -> tuple[list[TableSpec
     """The tables, the default global batch, and what the text output should say about how they are priced."""
     if model is not None:
         return load_model(model), DEFAULT_BATCH_SIZE, []
-    from harness.rules.specs import load_benchmark
-
     spec = load_benchmark(benchmark)  # type: ignore[arg-type]
     batch = spec.reference_hyperparameters.get("global_batch_size", DEFAULT_BATCH_SIZE)
     tables = tables_for_benchmark(spec)
@@ -75,13 +83,6 @@ def _whole_step(benchmark: str | None, profile: Profile, result: Plan) -> str:
     """The line of the whole step's projection on this plan (``harness project``), or why there is none."""
     if benchmark is None:
         return "projected whole step: not projected (a model file names its tables only, not its dense layers)"
-    from harness.projection.constants import load_constants
-    from harness.projection.render import whole_step_line
-    from harness.projection.step import training_step
-    from harness.projection.system import system_for_profile
-    from harness.projection.workload import benchmark_workload
-    from harness.rules.specs import load_benchmark
-
     try:
         workload = benchmark_workload(load_benchmark(benchmark))
         system = system_for_profile(profile)
