@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,10 +31,10 @@ from compliance.engine import (
     run_set_rules,
 )
 from compliance.findings import Finding, Severity
-from harness.mllog.reader import ParsedLog, parse_log
+from compliance.tree import find_packages
 from harness.errors import ErrorCategory, HarnessError
 from harness.mllog import keys
-from harness.rules.results import RESULT_GLOB
+from harness.mllog.reader import ParsedLog, parse_log
 
 RESULT_NAME = re.compile(r"^result_.*\.txt$")
 _ROUND = re.compile(r"^v(\d+)\.(\d+)$")
@@ -261,57 +260,6 @@ def check_path(path: Path, *, ruleset: str | None = None, lenders: list[Path] | 
         f"{path}: nothing to check here (no result_*.txt logs, no package with systems/ and results/ in it or "
         "below it)", ErrorCategory.BAD_INPUT,
     )
-
-
-_MAX_DEPTH = 6  # a tree of rounds: <tree>/<round>/<submitter>/results/<system>/<benchmark>/
-
-
-def find_packages(root: Path, max_depth: int = _MAX_DEPTH) -> list[Path]:
-    """The submitter packages (folders with a ``results/`` folder) in or below ``root``: a round
-    folder of submitters, a tree of rounds. Hidden folders and symlinks are not followed; a
-    package's own sub-folders are not searched."""
-    found: list[Path] = []
-
-    def walk(folder: Path, depth: int) -> None:
-        results = folder / "results"
-        if results.is_dir() and not results.is_symlink():
-            found.append(folder)
-            return
-        if depth >= max_depth:
-            return
-        try:
-            children = sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
-        except OSError:
-            return
-        for child in children:
-            if not child.name.startswith("."):
-                walk(child, depth + 1)
-
-    walk(Path(root), 0)
-    return found
-
-
-@dataclass(frozen=True)
-class RunSetRef:
-    """One run set of a results tree: ``<package>/results/<system>/<benchmark_dir>/``."""
-
-    package: Path  # the submitter package (holds results/ and systems/)
-    system: str
-    benchmark_dir: Path
-
-
-def find_run_sets(root: Path) -> Iterator[RunSetRef]:
-    """Every ``<package>/results/<system>/<benchmark>/`` with result logs under ``root`` (the
-    packages of :func:`find_packages`), in path order."""
-    root = Path(root)
-    if not root.is_dir():
-        raise HarnessError(f"{root} is not a directory", ErrorCategory.NOT_FOUND)
-    for package in find_packages(root):
-        results = package / "results"
-        for system in sorted(p for p in results.iterdir() if p.is_dir() and not p.is_symlink()):
-            for bench in sorted(p for p in system.iterdir() if p.is_dir() and not p.is_symlink()):
-                if any(bench.glob(RESULT_GLOB)):
-                    yield RunSetRef(package, system.name, bench)
 
 
 def _is_package(path: Path) -> bool:

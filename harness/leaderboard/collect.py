@@ -26,10 +26,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from compliance.check import RunSetRef, accepted_non_compliant, find_run_sets
+from compliance.check import accepted_non_compliant
 from compliance.schemas import validate
+from compliance.tree import RunSetRef, find_run_sets
 from harness import __version__
 from harness.errors import HarnessError
+from harness.leaderboard.labels import assign_labels, resolve_baseline, system_key
+from harness.mllog import keys
 from harness.rules.results import (
     RESULT_GLOB,
     RunSetStats,
@@ -37,9 +40,7 @@ from harness.rules.results import (
     run_set_stats,
     scaling_factor,
 )
-from harness.leaderboard.labels import assign_labels, resolve_baseline, system_key
 from harness.rules.specs import BenchmarkSpec, benchmark_names, load_benchmark
-from harness.mllog import keys
 
 _ROUND = re.compile(r"^v(\d+)\.(\d+)$")
 RCP_NOT_CHECKED = "not checked"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import scipy.stats
 
-from compliance.check import RunSetRef, find_run_sets
+from compliance.tree import RunSetRef, find_run_sets
 from harness.errors import HarnessError
 from harness.hw_profiles.detection import DetectedHardware, detect
 from harness.hw_profiles.from_system import profile_from_system, read_system_description
@@ -31,7 +31,12 @@ from harness.mllog import keys
 from harness.projection.constants import Constants
 from harness.projection.system import System, system_for_profile
 from harness.projection.train_time import Projection, project
-from harness.rules.results import RESULT_GLOB, read_run_log, run_set_stats, scaling_factor
+from harness.rules.results import (
+    RESULT_GLOB,
+    read_run_log,
+    run_set_stats,
+    scaling_factor,
+)
 from harness.rules.specs import BenchmarkSpec, benchmark_names, load_benchmark
 
 MIN_RUN_SETS_FOR_RANKS = 3  # a rank correlation of two run sets is always +-1: not evidence

@@ -13,11 +13,12 @@ an empty tuple) and named in :attr:`RunReport.missing`; a log that cannot be rea
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from compliance.tree import find_log_folders
 from harness.errors import ErrorCategory, HarnessError
 from harness.leaderboard.svg import finite as _number
 from harness.mllog import keys
@@ -25,7 +26,6 @@ from harness.mllog.reader import read_records
 from harness.rules.results import RESULT_GLOB
 from harness.rules.specs import benchmark_names, load_benchmark
 
-_MAX_DEPTH = 8  # how far below PATH run sets are looked for
 LINK_CLASSES = ("intra_node", "inter_node")
 TIERS = ("hbm", "ddr", "ssd")
 
@@ -196,31 +196,6 @@ class Report:
     run_sets: tuple[RunSetReport, ...] = field(default=())
 
 
-# ---------------------------------------------------------------------------------------
-# Finding run sets
-
-def find_run_set_dirs(root: Path) -> Iterator[Path]:
-    """``root`` when it holds result logs, else every folder below it that does (hidden folders
-    and symlinks not entered), in sorted order."""
-    def has_logs(folder: Path) -> bool:
-        return any(p.is_file() for p in folder.glob(RESULT_GLOB))
-
-    def walk(folder: Path, depth: int) -> Iterator[Path]:
-        if has_logs(folder):
-            yield folder
-        if depth >= _MAX_DEPTH:
-            return
-        try:
-            children = sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
-        except OSError:
-            return
-        for child in children:
-            if not child.name.startswith("."):
-                yield from walk(child, depth + 1)
-
-    yield from walk(Path(root), 0)
-
-
 def collect_report(root: Path) -> Report:
     """The report over the run set at ``root``, or every run set below it.
 
@@ -232,7 +207,7 @@ def collect_report(root: Path) -> Report:
     if not root.is_dir():
         raise HarnessError(f"{root} is not a folder: give a run set (results/<submitter>/results/<system>/"
                            "<benchmark>/) or a folder above run sets", ErrorCategory.BAD_INPUT)
-    run_sets = tuple(read_run_set(d) for d in find_run_set_dirs(root))
+    run_sets = tuple(read_run_set(d) for d in find_log_folders(root))
     if not run_sets:
         raise HarnessError(f"{root}: no {RESULT_GLOB} logs in it or below it: give a run set "
                            "(results/<submitter>/results/<system>/<benchmark>/) or a results tree",
