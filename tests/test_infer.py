@@ -22,17 +22,10 @@ import torch
 from harness.cli import main
 from harness.cli.infer import render
 from harness.errors import ErrorCategory, HarnessError
-from harness.inference.run import (
-    QUICK_ACCURACY_SAMPLES,
-    InferConfig,
-    LoadgenSummary,
-    default_model_dir,
-    SampleLibrary,
-    Scenario,
-    parse_summary,
-    run_inference,
-    run_worker,
-)
+from harness.inference.config import QUICK_ACCURACY_SAMPLES, InferConfig, Scenario, default_model_dir
+from harness.inference.pipeline import run_inference, run_worker
+from harness.inference.qsl import SampleLibrary
+from harness.inference.results import LoadgenSummary, parse_summary
 from harness.inference import mlperf
 from harness.inference.storage import PreadRows, SdmEmbeddings, write_rows
 from harness.reference.models.embeddings import FusedEmbeddingCollection
@@ -356,7 +349,7 @@ def test_the_added_read_latency_is_calibrated_and_paid_per_read(tmp_path):
 
 
 def _server_run(tmp_path: Path, model_dir: Path, latency_us: float, qps: float) -> tuple[dict, LoadgenSummary]:
-    from harness.inference.run import memory_model
+    from harness.inference.model import memory_model
     from harness.rules.specs import load_benchmark
 
     spec = load_benchmark("dlrm_synthetic")
@@ -381,7 +374,7 @@ def test_the_server_target_search_doubles_while_runs_pass_then_bisects_and_stops
     rate while a run passes (p99 within the margin of the bound, kept up with the schedule), then
     bisecting between the highest pass and the lowest failure; with nothing passing it halves down
     to its floor and stops there. Small runs (30 queries, 0.3 s) of the in-memory model."""
-    from harness.inference.run import run_worker
+    from harness.inference.pipeline import run_worker
 
     def search(margin: float, floor: float, out: str, start: float = 40.0, probes: int = 3) -> dict:
         job = {"benchmark": "dlrm_synthetic", "state": str(quick["model"] / "model.pt"), "variant": "memory",
@@ -657,7 +650,7 @@ def test_a_warmed_cache_starts_with_the_rows_the_training_data_looks_up_most(tmp
     """--warm-cache: the hottest rows of the training data, counted over its first samples,
     fill the cache before any lookup; the first batch then hits them, and the reads that
     filled the cache are not the run's."""
-    from harness.inference.run import hot_rows
+    from harness.inference.model import hot_rows
     from harness.reference.data.datasets import SyntheticDataset
     from harness.rules.specs import load_benchmark
 

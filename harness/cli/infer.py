@@ -13,19 +13,17 @@ from pathlib import Path
 import click
 
 from harness.hw_profiles.profiles import format_bytes
-from harness.errors import HarnessError, interrupt_category, interrupt_reason
-from harness.inference.run import (
+from harness.errors import ErrorCategory, HarnessError, interrupt_category, interrupt_reason
+from harness.inference.config import (
     DEFAULT_RESULTS,
     DEFAULT_STORAGE_LATENCY_US,
     DEFAULT_STORAGE_QUEUE_DEPTH,
     VARIANT_KINDS,
     InferConfig,
-    InferReport,
-    RunResult,
     Scenario,
-    run_inference,
 )
-from harness.reference.tiered import CachePolicy
+from harness.inference.results import InferReport, RunResult
+from harness.reference.planner.types import CachePolicy
 from harness.rules.precision import Precision
 
 DEFAULT_BENCHMARK = "dlrm_synthetic"
@@ -101,6 +99,11 @@ def infer(
         direct=not buffered, variant_kinds=variant_kinds or VARIANT_KINDS, seed=seed, train_steps=train_steps, model_dir=model_dir, max_batch=max_batch,
         threads=threads, precision=precision, warm_cache=warm_cache,
     )
+    try:  # here, not at the top: the pipeline loads torch, which `harness infer --help` must not
+        from harness.inference.pipeline import run_inference
+    except ModuleNotFoundError as err:  # as the command group says it when a command's module cannot load
+        raise HarnessError(f"harness infer is not available: it needs the module {err.name or str(err)!r}, which is "
+                           f"not installed", ErrorCategory.NOT_IMPLEMENTED) from None
     try:
         report = run_inference(config, progress=lambda message: click.echo(message, err=True))
     except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the LoadGen worker has been stopped with it

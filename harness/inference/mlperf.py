@@ -32,6 +32,9 @@ holds hundreds of thousands of samples, not hundreds of millions of rows.
 writes them, a float32 (prediction, label) pair per row of the user) is decoded and scored by
 the AUC scikit-learn's ``roc_auc_score`` computes (:func:`harness.rules.auc.roc_auc`), as the official ``accuracy-dlrm.py`` does with a log that
 carries the labels; the labels logged are checked against the eval split's.
+
+**LoadGen.** :func:`loadgen` is the installed ``mlperf_loadgen`` module (an optional
+dependency: a one-line error says how to install it), :func:`loadgen_version` its version.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +70,27 @@ USER_ROWS_QUANTILES = (100, 100, 200, 200, 200, 200, 200, 200, 200, 200, 200, 20
                        600, 700)
 USER_ROWS_SEED = 123
 NOT_VALID = "not a valid MLPerf result"
+LOADGEN_PACKAGE = "mlcommons-loadgen"
+
+
+def loadgen() -> Any:
+    """The ``mlperf_loadgen`` module, or a one-line error saying how to install it."""
+    try:
+        import mlperf_loadgen  # here, not at the top: an optional dependency, needed only to run a test
+    except ImportError as err:
+        raise HarnessError(
+            f"MLPerf's LoadGen is not installed ({err}): pip install '{LOADGEN_PACKAGE}>=6.0,<7'",
+            ErrorCategory.NOT_FOUND,
+        ) from err
+    return mlperf_loadgen
+
+
+def loadgen_version() -> str:
+    """The installed LoadGen's version, or ``unknown``."""
+    try:
+        return version(LOADGEN_PACKAGE)
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def conf_sha1(path: Path = MLPERF_CONF) -> str:

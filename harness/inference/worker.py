@@ -5,13 +5,17 @@ LoadGen 6.0 applies its official settings (``mlperf.conf``) in the first
 for any later one; so, as MLPerf's reference harnesses do, every test (one variant, one
 scenario, one mode) is one process that calls it once, with its system's ``user.conf``.
 
-The job (JSON, written by :func:`harness.inference.run.run_inference`) names the model, the
+The job (JSON, written by :func:`harness.inference.pipeline.run_inference`) names the model, the
 variant (``memory``, or ``ssd``: the rows file, its layout, the cache and the added
 latency), the scenario, the mode, the ``user.conf``, the output directory and, with
 ``--quick``, the overrides of the minimum duration and query count. The process writes
 the job's ``result`` JSON: the storage reads, bytes and misses, per table the lookups and
 hits, the test's wall time, the tables' resident bytes and the process's peak RSS; or
 ``{"error": ...}`` and exits 1.
+
+It builds the model (:mod:`harness.inference.model`), the samples (:mod:`harness.inference.qsl`)
+and reads LoadGen's summary (:mod:`harness.inference.results`); the pipeline that starts it
+(:mod:`harness.inference.pipeline`) is never imported here.
 """
 
 from __future__ import annotations
@@ -29,6 +33,16 @@ import torch
 
 from harness.errors import ErrorCategory, HarnessError, exit_now, io_fault
 from harness.files import write_atomic
+from harness.inference import mlperf
+from harness.inference.config import AGAIN, Scenario
+from harness.inference.model import memory_model, ssd_model
+from harness.inference.qsl import SampleLibrary
+from harness.inference.results import parse_summary
+from harness.inference.storage import Layout, SdmEmbeddings
+from harness.reference.data.datasets import SyntheticDataset
+from harness.reference.models.dlrm import DLRM
+from harness.reference.tiered import CachePolicy
+from harness.rules.specs import load_benchmark
 
 _STOP = object()
 _AHEAD = 2  # model calls whose lookups may be done ahead of their dense part
@@ -37,6 +51,7 @@ SERVER_LOOKUP_ROWS = 16384  # Server: the most rows of queries that arrived toge
 # each thread's reads through its own io_uring), so one large user's reads do not hold up the
 # queries that arrive behind it
 SERVER_LOOKUP_THREADS = 4
+WORKER_IO_FAULT = "harness: error: "  # how a LoadGen worker that cannot write its result says why, on stderr
 
 
 class FastSut:
@@ -44,7 +59,7 @@ class FastSut:
     ints (about half the memory of a list of ``QuerySample`` objects), kept as NumPy arrays;
     a worker thread answers whatever has arrived (Server: :data:`SERVER_LOOKUP_THREADS` of them,
     each taking what has arrived when it is free, their lookup calls in flight at once). A sample is a user (its eval rows:
-    :class:`harness.inference.run.SampleLibrary`): consecutive users are answered together in
+    :class:`harness.inference.qsl.SampleLibrary`): consecutive users are answered together in
     calls of about ``max_rows`` rows (a call ends with the user that reaches it); with
     ``max_rows`` 0 (Server: a query is one user's ranking request) the queries that arrived
     together share one call's embedding lookups (one cache admission, one submission of their
@@ -60,7 +75,8 @@ class FastSut:
     this one computes (at most ``_AHEAD`` calls ahead). The values are the same as one
     ``model(dense, sparse)`` call's: the same operations on the same inputs."""
 
-    def __init__(self, lg: Any, model: Any, library: Any, max_rows: int, tables: Any = None):
+    def __init__(self, lg: Any, model: DLRM, library: SampleLibrary, max_rows: int,
+                 tables: SdmEmbeddings | None = None):
         self.lg, self.model, self.library, self.max_rows, self.tables = lg, model, library, max_rows, tables
         self._queue: queue.Queue = queue.Queue()
         self.error: BaseException | None = None
@@ -189,32 +205,19 @@ class FastSut:
 
 def peak_rss_bytes() -> int:
     """This process's peak resident memory (``VmHWM``), or 0 where /proc is not there."""
-    from harness.inference.mlperf import proc_bytes
-
-    return proc_bytes("/proc/self/status", "VmHWM") or 0
+    return mlperf.proc_bytes("/proc/self/status", "VmHWM") or 0
 
 
-def build(job: dict[str, Any]) -> tuple[Any, Any]:
+def build(job: dict[str, Any]) -> tuple[DLRM, SdmEmbeddings | None]:
     """The job's model (and its SSD tables, or None)."""
-    from harness.inference.run import memory_model
-    from harness.inference.storage import Layout, PreadRows, SdmEmbeddings
-    from harness.reference.tiered import CachePolicy
-    from harness.rules.specs import load_benchmark
-
     spec = load_benchmark(job["benchmark"])
     state = torch.load(job["state"], weights_only=True)
-    model = memory_model(spec, state)
     if job["variant"] == "memory":
-        return model, None
-    full = model.sparse_arch.embeddings
-    store = PreadRows(Path(job["rows_file"]), Layout(**job["layout"]), latency_us=float(job["latency_us"]),
-                      queue_depth=int(job.get("queue_depth", 1)))
-    tables = SdmEmbeddings(full.table_rows, full.dim, full.pooling, store, int(job["cache_rows"]),
-                           CachePolicy(job["policy"]))
-    if job.get("warm_rows"):  # the hot rows a deployment loads at start
-        tables.warm(torch.from_numpy(np.load(job["warm_rows"])))
-    model.sparse_arch.embeddings = tables
-    return model.eval(), tables
+        return memory_model(spec, state), None
+    warm = np.load(job["warm_rows"]) if job.get("warm_rows") else None  # the hot rows a deployment loads at start
+    return ssd_model(spec, state, Path(job["rows_file"]), Layout(**job["layout"]), cache_rows=int(job["cache_rows"]),
+                     policy=CachePolicy(job["policy"]), latency_us=float(job["latency_us"]),
+                     queue_depth=int(job.get("queue_depth", 1)), warm=warm)
 
 
 def log_settings(lg: Any, out_dir: Path) -> Any:
@@ -229,14 +232,10 @@ def log_settings(lg: Any, out_dir: Path) -> Any:
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
-    from harness.inference.run import SampleLibrary, loadgen
-    from harness.inference import mlperf
-    from harness.reference.data.datasets import SyntheticDataset
-    from harness.rules.specs import load_benchmark
-
+    """The job's LoadGen test (or Server target search); its counts."""
     t_start = time.perf_counter()
     torch.set_num_threads(int(job["threads"]))
-    lg = loadgen()
+    lg = mlperf.loadgen()
     model, tables = build(job)
     data = SyntheticDataset(load_benchmark(job["benchmark"]).dataset).generator
     library = SampleLibrary(data)
@@ -245,17 +244,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         if tables is not None:
             tables.store.close()
         return {**result, "wall_s": time.perf_counter() - t_start}
-    scenario = mlperf.SCENARIO_NAMES[job["scenario"]]
-    settings = lg.TestSettings()
-    settings.scenario = getattr(lg.TestScenario, scenario)
-    if settings.FromConfig(job["user_conf"], mlperf.LOADGEN_MODEL, scenario) != 0:
-        raise HarnessError(f"LoadGen could not read {job['user_conf']}", ErrorCategory.BAD_INPUT)
-    settings.mode = lg.TestMode.AccuracyOnly if job["mode"] == "accuracy" else lg.TestMode.PerformanceOnly
-    if job.get("quick"):
-        settings.min_duration_ms = int(job["quick_min_duration_ms"])
-        settings.min_query_count = int(job["quick_min_query_count"])
-        if job.get("quick_accuracy_samples"):
-            settings.accuracy_sample_count_override = int(job["quick_accuracy_samples"])
+    settings = loadgen_settings(lg, job)
     log = log_settings(lg, Path(job["out_dir"]))
     sut = FastSut(lg, model, library, int(job["max_batch"]), tables)
     qsl = lg.ConstructQSL(library.count, library.count, library.load, library.unload)
@@ -269,9 +258,33 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     if sut.error is not None:
         raise HarnessError(f"the model failed during the LoadGen {job['scenario']} {job['mode']} run: "
                            f"{type(sut.error).__name__}: {sut.error}", ErrorCategory.RUN_FAILED)
+    return run_counts(sut, model, tables, test_s=test_s, wall_s=time.perf_counter() - t_start)
+
+
+def loadgen_settings(lg: Any, job: dict[str, Any]) -> Any:
+    """LoadGen's settings for the job: the official ones and the job's ``user.conf`` (read by
+    LoadGen, once in this process), its mode, and ``--quick``'s overrides."""
+    scenario = mlperf.SCENARIO_NAMES[job["scenario"]]
+    settings = lg.TestSettings()
+    settings.scenario = getattr(lg.TestScenario, scenario)
+    if settings.FromConfig(job["user_conf"], mlperf.LOADGEN_MODEL, scenario) != 0:
+        raise HarnessError(f"LoadGen could not read {job['user_conf']}", ErrorCategory.BAD_INPUT)
+    settings.mode = lg.TestMode.AccuracyOnly if job["mode"] == "accuracy" else lg.TestMode.PerformanceOnly
+    if job.get("quick"):
+        settings.min_duration_ms = int(job["quick_min_duration_ms"])
+        settings.min_query_count = int(job["quick_min_query_count"])
+        if job.get("quick_accuracy_samples"):
+            settings.accuracy_sample_count_override = int(job["quick_accuracy_samples"])
+    return settings
+
+
+def run_counts(sut: FastSut, model: DLRM, tables: SdmEmbeddings | None, *, test_s: float,
+               wall_s: float) -> dict[str, Any]:
+    """What the test did: its samples, rows and model calls, the memory held, and for an SSD
+    variant its reads, misses and cache hits (its store closed after)."""
     calls = np.array(sut.calls, dtype=np.int64).reshape(-1, 5)
     result: dict[str, Any] = {
-        "test_s": test_s, "wall_s": time.perf_counter() - t_start,
+        "test_s": test_s, "wall_s": wall_s,
         "samples": int(calls[:, 0].sum()), "rows": int(calls[:, 1].sum()), "model_calls": int(calls.shape[0]),
         "max_call_rows": int(calls[:, 1].max()) if calls.size else 0,
         "reads_per_call_equal_misses": bool((calls[:, 2] == calls[:, 3]).all()),
@@ -296,7 +309,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def search_server_qps(job: dict[str, Any], lg: Any, model: Any, tables: Any, library: Any) -> dict[str, Any]:
+def search_server_qps(job: dict[str, Any], lg: Any, model: DLRM, tables: SdmEmbeddings | None,
+                      library: SampleLibrary) -> dict[str, Any]:
     """The Server target QPS by a short search over LoadGen runs in this one process (settings set
     directly: a search needs no ``mlperf.conf``, which LoadGen applies to a process's first test
     only): runs of at least ``search_queries`` one-user queries and ``search_ms``, from ``search_start_qps``, doubling while
@@ -306,11 +320,6 @@ def search_server_qps(job: dict[str, Any], lg: Any, model: Any, tables: Any, lib
     kept up with the schedule
     (completed at least 0.95 of the queries per second LoadGen scheduled). The cache stays warm
     from one run to the next. Returns every run and the highest rate that passed (None if none)."""
-    from harness.inference.run import Scenario, parse_summary
-    from harness.inference import mlperf
-
-    bound_ns = int(job["search_bound_ns"])
-    margin = float(job["search_margin"])
     qsl = lg.ConstructQSL(library.count, library.count, library.load, library.unload)
     probes: list[dict[str, Any]] = []
     best = failed = None
@@ -318,31 +327,10 @@ def search_server_qps(job: dict[str, Any], lg: Any, model: Any, tables: Any, lib
     floor = float(job.get("search_floor_qps") or 0.0)
     try:
         for k in range(int(job["search_probes"])):
-            settings = lg.TestSettings()
-            settings.scenario = lg.TestScenario.Server
-            settings.mode = lg.TestMode.PerformanceOnly
-            settings.server_target_qps = qps
-            settings.server_target_latency_ns = bound_ns
-            settings.min_duration_ms = int(job["search_ms"])
-            settings.min_query_count = int(job["search_queries"])
-            out_dir = Path(job["out_dir"]) / f"probe_{k}"
-            out_dir.mkdir(parents=True, exist_ok=True)
-            log = log_settings(lg, out_dir)
-            sut = FastSut(lg, model, library, 0, tables)
-            with sut as handle:
-                lg.StartTestWithLogSettings(handle, qsl, settings, log)
-            if sut.error is not None:
-                raise HarnessError(f"the model failed during the Server target search: {type(sut.error).__name__}: "
-                                   f"{sut.error}", ErrorCategory.RUN_FAILED)
-            summary = parse_summary(out_dir / mlperf.SUMMARY, Scenario.SERVER)
-            kept_up = summary.scheduled_per_s is None or summary.samples_per_s >= 0.95 * summary.scheduled_per_s
-            # the p99.9 (of a few hundred queries, about the slowest) within the bound too: a
-            # long run's early stopping fails on a handful of queries over it
-            passed = kept_up and summary.p99_latency_ms * 1e6 <= margin * bound_ns \
-                and summary.p999_latency_ms * 1e6 <= bound_ns
-            probes.append({"qps": qps, "p99_ms": summary.p99_latency_ms, "p999_ms": summary.p999_latency_ms,
-                           "samples_per_s": summary.samples_per_s, "passed": passed})
-            if passed:
+            probe = server_probe(job, lg, qsl, Path(job["out_dir"]) / f"probe_{k}", qps,
+                                 FastSut(lg, model, library, 0, tables))
+            probes.append(probe)
+            if probe["passed"]:
                 best = qps
                 qps = qps * 2 if failed is None else (qps + failed) / 2
             else:
@@ -355,11 +343,38 @@ def search_server_qps(job: dict[str, Any], lg: Any, model: Any, tables: Any, lib
     return {"probes": probes, "best_qps": best}
 
 
+def server_probe(job: dict[str, Any], lg: Any, qsl: Any, out_dir: Path, qps: float, sut: FastSut) -> dict[str, Any]:
+    """One run of the Server target search at ``qps``, its logs in ``out_dir``: its rate, p99 and
+    p99.9, and whether it passed."""
+    bound_ns = int(job["search_bound_ns"])
+    settings = lg.TestSettings()
+    settings.scenario = lg.TestScenario.Server
+    settings.mode = lg.TestMode.PerformanceOnly
+    settings.server_target_qps = qps
+    settings.server_target_latency_ns = bound_ns
+    settings.min_duration_ms = int(job["search_ms"])
+    settings.min_query_count = int(job["search_queries"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = log_settings(lg, out_dir)
+    with sut as handle:
+        lg.StartTestWithLogSettings(handle, qsl, settings, log)
+    if sut.error is not None:
+        raise HarnessError(f"the model failed during the Server target search: {type(sut.error).__name__}: "
+                           f"{sut.error}", ErrorCategory.RUN_FAILED)
+    summary = parse_summary(out_dir / mlperf.SUMMARY, Scenario.SERVER)
+    kept_up = summary.scheduled_per_s is None or summary.samples_per_s >= 0.95 * summary.scheduled_per_s
+    # the p99.9 (of a few hundred queries, about the slowest) within the bound too: a
+    # long run's early stopping fails on a handful of queries over it
+    passed = kept_up and summary.p99_latency_ms * 1e6 <= float(job["search_margin"]) * bound_ns \
+        and summary.p999_latency_ms * 1e6 <= bound_ns
+    return {"qps": qps, "p99_ms": summary.p99_latency_ms, "p999_ms": summary.p999_latency_ms,
+            "samples_per_s": summary.samples_per_s, "passed": passed}
+
+
 def main(argv: list[str]) -> int:
+    """Run the job of ``argv[0]`` and write its result (or its error); the exit status."""
     job_path = Path(argv[0])
     job = json.loads(job_path.read_text())
-    from harness.inference.run import AGAIN, WORKER_IO_FAULT
-
     out = Path(job["result"])
     try:
         result = run(job)
