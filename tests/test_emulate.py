@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +16,9 @@ from harness.errors import HarnessError
 from harness.hw_profiles import Tier, detect, emulated_profile, load_profile
 from harness.reference.planner.codecs import CommConfig
 from harness.reference.planner.types import CommPrecision
-from harness.runsets.runset import EmbeddingTierChoice, RunSetRequest, plan_run_set, worker_command
+from harness.runsets.launch import worker_command
+from harness.runsets.plan import plan_run_set
+from harness.runsets.request import EmbeddingTierChoice, RunSetRequest
 from tests.processes import alive, ranks_below
 from tests.test_runsets import FIXTURE, harness, records, start_harness, wait_for_run_start
 

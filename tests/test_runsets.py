@@ -276,7 +276,7 @@ def test_a_resume_that_changes_a_setting_is_refused_naming_it_and_changes_nothin
 
 def test_a_set_begun_before_precision_was_kept_resumes_only_in_fp32():
     from harness.errors import HarnessError
-    from harness.runsets.runset import _check_resume_settings
+    from harness.runsets.manifest import check_resume_settings as _check_resume_settings
 
     began = {"division": "closed", "threads": None}  # a manifest written before precision was a setting
     _check_resume_settings(began, {"division": "closed", "threads": None, "precision": "fp32"})
@@ -292,13 +292,9 @@ def test_a_manifest_written_with_names_resumes_a_set_planned_with_enums(tmp_path
     from harness.reference.planner.codecs import CommConfig
     from harness.reference.planner.types import CachePolicy, CommPrecision
     from harness.rules.precision import Precision
-    from harness.runsets.runset import (
-        EmbeddingTierChoice,
-        RunSetRequest,
-        _check_resume_settings,
-        plan_run_set,
-        set_settings,
-    )
+    from harness.runsets.manifest import check_resume_settings as _check_resume_settings, set_settings
+    from harness.runsets.plan import plan_run_set
+    from harness.runsets.request import EmbeddingTierChoice, RunSetRequest
 
     written = {  # a manifest's settings, as JSON kept them before the request held enums
         "communication codecs": {"allreduce": "fp32", "backward": "fp32", "forward": "fp32"}, "division": "closed",
@@ -350,7 +346,10 @@ def test_the_precision_is_the_option_else_the_submitters_choice_for_the_system_e
     from harness.hw_profiles import detect, load_profile, native_precision
     from harness.rules.precision import Precision
     from harness.rules.seeds import Seed, SeedSource
-    from harness.runsets.runset import RunSetRequest, _worker_config, plan_run_set, set_settings
+    from harness.runsets.manifest import set_settings
+    from harness.runsets.plan import plan_run_set
+    from harness.runsets.request import RunSetRequest
+    from harness.runsets.workers import worker_config as _worker_config
 
     def plan(**request):
         return plan_run_set(RunSetRequest(**{"benchmark": str(FIXTURE), "profile": "local",
@@ -379,7 +378,8 @@ def test_16_bit_tables_behind_caches_keep_their_precision_and_the_plans_count_th
     """Tables on the SSD tier (one rank) and DDR shards behind HBM caches (sharded) run in the
     precision asked, and the plans count their weights in its bytes (half of fp32's)."""
     from harness.rules.precision import Precision
-    from harness.runsets.runset import EmbeddingTierChoice, RunSetRequest, plan_run_set
+    from harness.runsets.plan import plan_run_set
+    from harness.runsets.request import EmbeddingTierChoice, RunSetRequest
 
     def ssd(**request):
         return plan_run_set(RunSetRequest(benchmark=str(FIXTURE), profile="local", results_dir=tmp_path / "r",
@@ -513,7 +513,7 @@ def test_one_failing_log_of_a_full_set_is_accepted_and_of_a_short_set_is_not(tmp
 
 
 def test_harness_run_exits_1_when_the_set_fails_its_check_or_has_runs_enough_and_no_score(tmp_path):
-    from harness.runsets.runset import RunOutcome, RunSetOutcome
+    from harness.runsets.score import RunOutcome, RunSetOutcome
     from harness.runsets.verdict import ComplianceVerdict, SetVerdict, compliance_verdict, run_set_fails
     from harness.rules.scoring import Score
     from harness.rules.seeds import Seed, SeedSource

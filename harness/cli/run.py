@@ -9,23 +9,19 @@ import click
 from tqdm import tqdm
 
 from harness.hw_profiles import DEFAULT_PROFILE
+from harness.hw_profiles.profiles import format_bytes
+from harness.hw_profiles.tiers import TIERS, Tier
 from harness.reference.planner.codecs import CommConfig  # torch-free, as comm_codecs is not
 from harness.reference.planner.types import CachePolicy, CommPrecision as Codec
 from harness.rules.precision import Precision
 from harness.rules.seeds import Seed, SeedSource
-from harness.runsets.runset import (
-    DEFAULT_STATUS,
-    DEFAULT_SUBMITTER,
-    EmbeddingTierChoice,
-    Reporter,
-    RunOutcome,
-    RunSetPlan,
-    RunSetRequest,
-    execute_run_set,
-    follow_run_set,
-    plan_run_set,
-    run_name,
-)
+from harness.runsets.execute import execute_run_set
+from harness.runsets.follow import follow_run_set
+from harness.runsets.launch import Nodes
+from harness.runsets.plan import RunSetPlan, plan_run_set
+from harness.runsets.reporter import Reporter, run_name
+from harness.runsets.request import DEFAULT_STATUS, DEFAULT_SUBMITTER, EmbeddingTierChoice, RunSetRequest
+from harness.runsets.score import RunOutcome
 from harness.runsets.verdict import (
     ComplianceVerdict,
     SetVerdict,
@@ -157,8 +153,6 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
         nnodes: int, node_rank: int,
         rdzv_endpoint: str | None, rdzv_id: str, local_addr: str | None) -> None:
     """Train the reference DLRM N times to the target AUC; write MLPerf logs; print the score."""
-    from harness.runsets.launch import Nodes
-
     nodes = Nodes(nnodes, node_rank, rdzv_endpoint, rdzv_id, local_addr)
     if data is not None:
         click.echo(f"validating the data at {data} (read once, every TSV line or parquet batch checked, before the first "
@@ -269,9 +263,6 @@ def _describe_sharding(plan: RunSetPlan) -> None:
 
 
 def _describe_tiers(plan: RunSetPlan) -> None:
-    from harness.hw_profiles.profiles import format_bytes
-    from harness.hw_profiles.tiers import TIERS, Tier
-
     tp = plan.tier_plan or plan.sharding_plan
     assert tp is not None  # described only when there is one
     s = tp.tier_summary()

@@ -119,7 +119,7 @@ class NodeGroup:
     """
 
     def __init__(self, nodes: Nodes):
-        import torch.distributed as dist
+        import torch.distributed as dist  # here: only a multi-node set needs torch in the launcher
 
         self.nodes = nodes
         self.prefix = f"harness/{nodes.rdzv_id}"

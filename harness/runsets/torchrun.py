@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import multiprocessing
 
+from harness.errors import exit_now
 from harness.reference.engine.forked import PRELOAD
 
 # the options that make torchrun start its ranks from the preloaded server
@@ -27,9 +28,8 @@ FORKED_RANKS = ["--run-path", "--start-method=forkserver"]
 
 def main() -> None:
     multiprocessing.set_forkserver_preload(PRELOAD)
+    # here, not at the top: the launcher imports this module (FORKED_RANKS) and must not import torch
     from torch.distributed.run import main as torchrun
-
-    from harness.errors import exit_now
 
     torchrun()  # a failed rank raises (torchrun's report, exit status 1), as torchrun does
     exit_now(0)  # without tearing torch's modules down

@@ -10,8 +10,10 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
+from compliance.check import check_run_set
 from harness.errors import HarnessError
-from harness.runsets.runset import RunSetOutcome, RunSetPlan
+from harness.runsets.plan import RunSetPlan
+from harness.runsets.score import RunSetOutcome
 
 # An olympic mean drops the fastest and the slowest run: a set of fewer runs than this has no
 # score by construction (``--runs 1``, ``--runs 2``), which is not a failure of the set.
@@ -56,8 +58,6 @@ def compliance_verdict(results_dir: Path, *, short_by_request: bool) -> Complian
     ``incomplete``, not failed, when its only error is the run count (every run passes: the
     acceptance of one failing log under olympic scoring is a full set's); ``harness check`` on it
     still says FAIL until the set is completed (``--resume``)."""
-    from compliance.check import check_run_set
-
     try:
         rs = check_run_set(results_dir)
     except HarnessError as err:

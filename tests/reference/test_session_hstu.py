@@ -122,7 +122,8 @@ def test_unknown_or_inapplicable_hyperparameters_are_refused():
 
 def test_the_run_set_refuses_dlrmv4_without_its_data(tmp_path):
     from harness.hw_profiles import DEFAULT_PROFILE
-    from harness.runsets.runset import RunSetRequest, plan_run_set
+    from harness.runsets.plan import plan_run_set
+    from harness.runsets.request import RunSetRequest
 
     # the official dlrmv4: its data is what it lacks (a folder without Yambda's files is named); nothing is written
     with pytest.raises(HarnessError, match="give the dataset's folder with --data PATH") as err:

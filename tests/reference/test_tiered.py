@@ -312,7 +312,9 @@ def small_memory_profile(tmp_path: Path, ddr_bytes: int) -> Path:
 
 def test_the_planner_places_the_tables_that_memory_cannot_hold_on_the_ssd(tmp_path):
     from harness.rules.precision import Precision
-    from harness.runsets.runset import EmbeddingTierChoice, RunSetRequest, plan_run_set, table_tiers
+    from harness.runsets.placement import table_tiers
+    from harness.runsets.plan import plan_run_set
+    from harness.runsets.request import EmbeddingTierChoice, RunSetRequest
 
     profile = small_memory_profile(tmp_path, 500_000)
 

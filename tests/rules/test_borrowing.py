@@ -69,7 +69,9 @@ def test_borrow_from_a_lenders_result_logs_keeps_their_logged_fingerprint(root):
 
 
 def test_a_run_set_plan_carries_the_provenance_into_the_logs(root, tmp_path):
-    from harness.runsets.runset import RunSetRequest, _worker_config, plan_run_set
+    from harness.runsets.plan import plan_run_set
+    from harness.runsets.request import RunSetRequest
+    from harness.runsets.workers import worker_config as _worker_config
     from harness.rules.seeds import Seed, SeedSource
 
     borrow(source=root / "acme" / "dlrm_synthetic.yaml", to=root / "beta" / "dlrm_synthetic.yaml", submitter="beta")
