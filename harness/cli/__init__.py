@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import importlib
 import signal
-import sys
 from collections.abc import Mapping
 
 import click
 
-from harness.errors import ErrorCategory, HarnessError, exit_now, interrupt_reason, io_fault, signal_of, stop_on_signals
+from harness.errors import ErrorCategory, HarnessError, io_fault
+from harness.process import exit_now, interrupt_reason, signal_of, stop_on_signals
 
 #: name -> ("module:attribute" of the click command, the one-line help ``harness --help`` shows)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -138,5 +138,5 @@ if __name__ == "__main__":
 
 def entry() -> None:
     """Console-script entry point (``python -m harness`` too): the process ends at once when
-    the command is done (:func:`harness.errors.exit_now`)."""
+    the command is done (:func:`harness.process.exit_now`)."""
     exit_now(main())

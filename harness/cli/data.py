@@ -15,7 +15,8 @@ from pathlib import Path
 
 import click
 
-from harness.errors import HarnessError, interrupt_category, interrupt_reason
+from harness.errors import HarnessError
+from harness.process import interrupt_category, interrupt_reason
 
 
 def _size(n: int) -> str:
@@ -92,7 +93,10 @@ def inspect(path: Path, as_json: bool, benchmark: str | None) -> None:
 
     log = None if as_json else (lambda line: click.echo(f"  read {line}", err=True))
     if path.is_dir() and ((path / FLAT_FILE).is_file() or (path / EVENT_FILES["listen"]).is_file()):
-        from harness.reference.data.yambda_inspect import format_yambda_report, inspect_yambda
+        from harness.reference.data.yambda_inspect import (
+            format_yambda_report,
+            inspect_yambda,
+        )
         from harness.rules.specs import load_benchmark
 
         dataset = load_benchmark(benchmark).dataset if benchmark else None

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import click
 
+from harness.errors import ErrorCategory, HarnessError
 from harness.hw_profiles.profiles import format_bytes
-from harness.errors import ErrorCategory, HarnessError, interrupt_category, interrupt_reason
 from harness.inference.config import (
     DEFAULT_RESULTS,
     DEFAULT_STORAGE_LATENCY_US,
@@ -23,6 +23,7 @@ from harness.inference.config import (
     Scenario,
 )
 from harness.inference.results import InferReport, RunResult
+from harness.process import interrupt_category, interrupt_reason
 from harness.reference.planner.types import CachePolicy
 from harness.rules.precision import Precision
 

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.errors import ErrorCategory, HarnessError, exit_now, io_fault
+from harness.errors import ErrorCategory, HarnessError, io_fault
 from harness.files import write_atomic
 from harness.inference import mlperf
 from harness.inference.config import AGAIN, Scenario
@@ -39,6 +39,7 @@ from harness.inference.model import memory_model, ssd_model
 from harness.inference.qsl import SampleLibrary
 from harness.inference.results import parse_summary
 from harness.inference.storage import Layout, SdmEmbeddings
+from harness.process import exit_now
 from harness.reference.data.datasets import SyntheticDataset
 from harness.reference.models.dlrm import DLRM
 from harness.reference.tiered import CachePolicy

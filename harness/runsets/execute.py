@@ -13,9 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ErrorCategory, HarnessError, interrupt_category, interrupt_reason, io_fault
+from harness.errors import ErrorCategory, HarnessError, io_fault
 from harness.hw_profiles import detect, system_description, write_system_description
 from harness.mllog import keys
+from harness.process import interrupt_category, interrupt_reason
 from harness.reference.data import open_dataset
 from harness.reference.engine.forked import start_server
 from harness.reference.engine.mlperf_log import MLPerfLog, parse_records
@@ -23,11 +24,28 @@ from harness.reference.engine.run_config import RunConfig
 from harness.rules.seeds import Seed, seeds_for_runs
 from harness.rules.specs import BenchmarkSpec
 from harness.runsets.launch import NodeGroup
-from harness.runsets.manifest import RESUME, begin_manifest, pending_indices, record_run, write_resumable
+from harness.runsets.manifest import (
+    RESUME,
+    begin_manifest,
+    pending_indices,
+    record_run,
+    write_resumable,
+)
 from harness.runsets.plan import RunSetPlan
 from harness.runsets.reporter import Reporter, run_name
-from harness.runsets.score import RunOutcome, RunSetOutcome, run_time_from_log, score_results
-from harness.runsets.workers import IO_FAULT_EXIT, remove_tables, run_worker, worker_config, worker_failure
+from harness.runsets.score import (
+    RunOutcome,
+    RunSetOutcome,
+    run_time_from_log,
+    score_results,
+)
+from harness.runsets.workers import (
+    IO_FAULT_EXIT,
+    remove_tables,
+    run_worker,
+    worker_config,
+    worker_failure,
+)
 
 FAILED_DONE_TIMEOUT_S = 5.0  # after a failed run, how long node 0 waits for its followers to hear of it
 

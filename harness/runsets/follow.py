@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ErrorCategory, HarnessError, interrupt_category, interrupt_reason
+from harness.errors import ErrorCategory, HarnessError
+from harness.process import interrupt_category, interrupt_reason
 from harness.reference.engine.run_config import RunConfig
 from harness.runsets.launch import NodeGroup
 from harness.runsets.manifest import write_resumable

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import multiprocessing
 
-from harness.errors import exit_now
+from harness.process import exit_now
 from harness.reference.engine.forked import PRELOAD
 
 # the options that make torchrun start its ranks from the preloaded server

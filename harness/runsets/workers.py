@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.errors import signal_of
 from harness.mllog import keys
+from harness.process import signal_of
 from harness.reference.engine.forked import ForkedProcess, forked_run_worker
 from harness.reference.engine.run_config import RunConfig
 from harness.rules.seeds import Seed

@@ -12,8 +12,12 @@ import numpy as np
 import pytest
 
 from harness.cli import main
-from harness.reference.data.inspect import DistinctCounter, format_report, inspect_dataset
 from harness.reference.data.datasets import SyntheticDataset
+from harness.reference.data.inspect import (
+    DistinctCounter,
+    format_report,
+    inspect_dataset,
+)
 from harness.rules.specs import load_benchmark
 
 FIXTURE = str(Path(__file__).resolve().parents[1] / "fixtures" / "tiny_benchmark.yaml")
@@ -203,7 +207,7 @@ def test_event_streams_export_as_yambda_and_inspect(tmp_path: Path, capsys, monk
 
 SIGNAL_DURING_IMPORT = """
 import os, signal, sys, threading, time
-from harness.errors import stop_on_signals
+from harness.process import stop_on_signals
 stop_on_signals(signal.SIGINT, signal.SIGTERM)
 threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()  # torch's import takes seconds
 try:

@@ -40,17 +40,19 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from harness.errors import detach_forked_rank, end_process
 from harness.hw_profiles import load_profile
+from harness.process import detach_forked_rank, end_process
 from harness.reference.data import synthetic
-from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
-from harness.reference.planner import Plan, PlannerConfig, ShardingType, plan_tables
-from harness.reference.planner.models import tables_for_benchmark
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import SessionHooks
+from harness.reference.models.embeddings import (
+    FusedEmbeddingCollection,
+    SparseOptimizerConfig,
+)
+from harness.reference.planner import Plan, PlannerConfig, ShardingType, plan_tables
+from harness.reference.planner.models import tables_for_benchmark
 from harness.reference.runs import open_session
 from harness.rules.specs import BenchmarkSpec, load_benchmark, spec_from_dict
-
 
 # the DLRM's recipe (dlrm_synthetic's), which an HSTU job takes with "table_optimizer": "adagrad": row-wise
 # Adagrad's column shards keep an accumulator per row of their own columns (as FBGEMM's do), so a
@@ -175,8 +177,8 @@ def main(job_path: str) -> None:
 
 
 def run_job(job: dict, world: int) -> None:
-    from harness.reference.engine import session as session_module
     from harness.reference.distributed import session as distributed_session
+    from harness.reference.engine import session as session_module
 
     out = Path(job["out"])
     # process-wide settings some jobs change, restored after each job

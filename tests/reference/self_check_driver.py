@@ -17,13 +17,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from harness.errors import detach_forked_rank
 from harness.hw_profiles import load_profile
+from harness.process import detach_forked_rank
 from harness.reference.distributed import comm
 from harness.reference.distributed.self_check import self_check
+from harness.reference.engine.run_config import RunConfig
 from harness.reference.planner import PlannerConfig, ShardingType, plan_tables
 from harness.reference.planner.models import tables_for_benchmark
-from harness.reference.engine.run_config import RunConfig
 from harness.rules.specs import load_benchmark
 
 PROFILE = Path(__file__).resolve().parents[1] / "fixtures" / "two_nodes_2gpu.yaml"

@@ -139,7 +139,7 @@ def _child(target: Callable[..., int], args: tuple[Any, ...], pipe: Any, stdout_
         pipe.close()
     else:
         _redirect(1, stdout_path)  # type: ignore[arg-type]
-    from harness.errors import flush_std_streams
+    from harness.process import flush_std_streams
 
     code = target(*args)
     flush_std_streams()

@@ -24,7 +24,7 @@ import atexit
 import gc
 import os
 
-from harness.errors import flush_std_streams
+from harness.process import flush_std_streams
 
 _SERVER = os.getpid()
 

@@ -25,10 +25,14 @@ from pathlib import Path
 
 import torch
 
-from harness.errors import interrupt_reason
 from harness.files import replace_atomic
 from harness.mllog import keys
-from harness.reference.distributed.comm_codecs import Codec, CommConfig, mlperf_precision
+from harness.process import interrupt_reason
+from harness.reference.distributed.comm_codecs import (
+    Codec,
+    CommConfig,
+    mlperf_precision,
+)
 from harness.reference.engine.mlperf_log import MLPerfLog
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import (

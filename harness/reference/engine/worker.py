@@ -18,7 +18,14 @@ from pathlib import Path
 # deterministic cuBLAS on a GPU (read when cuBLAS starts, so before torch is used)
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
-from harness.errors import HarnessError, detach_forked_rank, end_process, interrupt_reason, signal_of, stop_on_signals
+from harness.errors import HarnessError
+from harness.process import (
+    detach_forked_rank,
+    end_process,
+    interrupt_reason,
+    signal_of,
+    stop_on_signals,
+)
 
 
 def main(argv: list[str]) -> int:

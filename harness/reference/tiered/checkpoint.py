@@ -36,8 +36,9 @@ from typing import Any
 
 import torch
 
-from harness.errors import ErrorCategory, HarnessError, exit_now
+from harness.errors import ErrorCategory, HarnessError
 from harness.files import replace_atomic
+from harness.process import exit_now
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import SessionHooks, TrainingSession
 
