@@ -97,7 +97,9 @@ def _mlperf_version(ruleset: str) -> str | None:
 # ---- reports ------------------------------------------------------------------------------------
 
 @dataclass
-class RunReport:
+class CheckedLog:
+    """One log of a run set and the checker's verdict on it."""
+
     path: Path
     check: LogCheck
 
@@ -107,10 +109,10 @@ class RunReport:
 
 
 @dataclass
-class RunSetReport:
+class RunSetCheck:
     path: Path
     ruleset: str
-    runs: list[RunReport]
+    runs: list[CheckedLog]
     findings: list[Finding]  # the set's own findings (not the runs')
     summary: dict[str, Any] = field(default_factory=dict)
     # how many of its logs may fail and the set still pass (:func:`accepted_non_compliant`); 0 where
@@ -118,7 +120,7 @@ class RunSetReport:
     accepted_failures: int = 0
 
     @property
-    def failed_runs(self) -> list[RunReport]:
+    def failed_runs(self) -> list[CheckedLog]:
         return [r for r in self.runs if not r.passed]
 
     @property
@@ -157,8 +159,8 @@ class Report:
     path: Path
     ruleset: str | None
     findings: list[Finding] = field(default_factory=list)  # package level: layout, systems
-    run_sets: list[RunSetReport] = field(default_factory=list)
-    runs: list[RunReport] = field(default_factory=list)  # a single log checked alone
+    run_sets: list[RunSetCheck] = field(default_factory=list)
+    runs: list[CheckedLog] = field(default_factory=list)  # a single log checked alone
 
     @property
     def all_findings(self) -> list[Finding]:
@@ -179,7 +181,7 @@ class Report:
                 and all(r.passed for r in self.runs))
 
     def as_json(self) -> dict[str, Any]:
-        def run_json(r: RunReport) -> dict[str, Any]:
+        def run_json(r: CheckedLog) -> dict[str, Any]:
             return {"file": str(r.path), "ruleset": r.check.ruleset, "rule_files": r.check.levels,
                     "verdict": "pass" if r.passed else "fail", "findings": [f.as_json() for f in r.check.findings]}
 
@@ -244,7 +246,7 @@ def check_path(path: Path, *, ruleset: str | None = None, lenders: list[Path] | 
     if is_file:
         log = parse_log(path)
         name = choose_ruleset(path, [log], ruleset)
-        return Report(path, name, runs=[RunReport(path, check_parsed(log, name))])
+        return Report(path, name, runs=[CheckedLog(path, check_parsed(log, name))])
     if _is_package(path):
         return _check_package(path, ruleset, lenders or [])
     if _result_entries(path):
@@ -304,7 +306,7 @@ def _check_package(path: Path, ruleset: str | None, lenders: list[Path]) -> Repo
 
 
 def check_run_set(run_dir: Path, *, ruleset: str | None = None, lenders: list[Path] | None = None,
-                  search_root: Path | None = None) -> RunSetReport:
+                  search_root: Path | None = None) -> RunSetCheck:
     """Each log of ``results/<system>/<benchmark>/``, then the rules over the set."""
     entries = _result_entries(run_dir)
     findings: list[Finding] = []
@@ -320,8 +322,8 @@ def check_run_set(run_dir: Path, *, ruleset: str | None = None, lenders: list[Pa
             findings.append(Finding("run_set.unreadable", Severity.ERROR, f"{entry.name}: {err.strerror}", entry))
     logs = [parse_log(p) for p in files]
     name = choose_ruleset(run_dir, logs, ruleset)
-    runs = [RunReport(p, check_parsed(log, name)) for p, log in zip(files, logs)]
-    report = RunSetReport(run_dir, name, runs, findings)
+    runs = [CheckedLog(p, check_parsed(log, name)) for p, log in zip(files, logs)]
+    report = RunSetCheck(run_dir, name, runs, findings)
     if runs:
         _set_rules(report, logs, lenders or [], search_root)
     else:
@@ -329,7 +331,7 @@ def check_run_set(run_dir: Path, *, ruleset: str | None = None, lenders: list[Pa
     return report
 
 
-def _olympic_acceptance(report: RunSetReport) -> None:
+def _olympic_acceptance(report: RunSetCheck) -> None:
     """The package checker's verdict on the set's non-compliant logs, as a finding: a warning when
     it accepts them under olympic scoring, an error when there are more than it accepts."""
     report.accepted_failures = allowed = accepted_non_compliant(report.path.name)
@@ -350,7 +352,7 @@ def _olympic_acceptance(report: RunSetReport) -> None:
             f"accepts up to {allowed} in a {report.path.name} run set)", report.path))
 
 
-def _set_rules(report: RunSetReport, logs: list[ParsedLog], lenders: list[Path], search_root: Path | None) -> None:
+def _set_rules(report: RunSetCheck, logs: list[ParsedLog], lenders: list[Path], search_root: Path | None) -> None:
     from harness.rules.results import read_run_log, run_set_stats, scaling_factor
 
     f = report.findings
@@ -430,7 +432,7 @@ SEED_BYPASS = "seed-checker-bypass"
 _BYPASS_FILE = "package_checker_params"
 
 
-def _seed_checker(report: RunSetReport, logs: list[ParsedLog], log_division: Any) -> None:
+def _seed_checker(report: RunSetCheck, logs: list[ParsedLog], log_division: Any) -> None:
     """``mlperf_logging.package_checker.seed_checker``'s rule, as findings ``<ruleset>/run_set:seeds_*``.
 
     As the package checker runs it: for a round in :data:`SEED_CHECKER_ROUNDS` whose system
@@ -540,8 +542,8 @@ def _target(ruleset: str, levels: list[str]) -> float | None:
     return None
 
 
-def _rcp(report: RunSetReport, add, division: Any) -> None:
-    from harness.rules.rcp import Verdict, check_run_set
+def _rcp(report: RunSetCheck, add, division: Any) -> None:
+    from harness.rules.rcp import Verdict, check_convergence
     from harness.rules.specs import load_benchmark
 
     benchmark = report.summary.get("benchmark")
@@ -556,7 +558,7 @@ def _rcp(report: RunSetReport, add, division: Any) -> None:
         report.summary["rcp"] = {"verdict": "not checked", "why": "the benchmark spec has rcp_checked: false"}
         return
     try:
-        result = check_run_set(report.path, version=_mlperf_version(report.ruleset))
+        result = check_convergence(report.path, version=_mlperf_version(report.ruleset))
     except HarnessError as err:
         report.summary["rcp"] = {"verdict": "not checked", "why": str(err)}
         add("rcp", f"the RCP check could not run: {err}", Severity.WARNING)
@@ -568,7 +570,7 @@ def _rcp(report: RunSetReport, add, division: Any) -> None:
         add("rcp", f"no RCP for batch size {result.batch_size}: {result.message}", Severity.WARNING)
 
 
-def _borrowing(report: RunSetReport, logs: list[ParsedLog], add, lenders: list[Path], search_root: Path | None) -> None:
+def _borrowing(report: RunSetCheck, logs: list[ParsedLog], add, lenders: list[Path], search_root: Path | None) -> None:
     claims = [log.first(keys.HARNESS_BORROWED_FROM) for log in logs]
     if all(c is None for c in claims):
         return

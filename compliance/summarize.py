@@ -340,7 +340,7 @@ def _submission_epochs(files: list[Path]) -> tuple[Any, list[float] | None]:
     return bs, (None if not_converged > max_failed else epochs)
 
 
-def score_run_set(folder: Path, benchmark: str, ruleset: str, *, closed: bool,
+def summarize_run_set(folder: Path, benchmark: str, ruleset: str, *, closed: bool,
                   notes: list[str] | None = None, who: str = "") -> RunSetScore:
     """The summarizer's numbers for ``results/<system>/<benchmark>/`` under round ``ruleset``."""
     notes = notes if notes is not None else []
@@ -510,7 +510,7 @@ def summarize_package(package: Path, ruleset: str, notes: list[str]) -> tuple[li
                 raise HarnessError(f"{bench_dir}: {benchmark!r} is not a benchmark of MLPerf Training {ruleset} "
                                    f"({', '.join(benchmarks)}); the result summarizer has no column for it",
                                    ErrorCategory.BAD_INPUT)
-            s = score_run_set(bench_dir, benchmark, ruleset, closed=specs["division"] == "closed", notes=notes, who=who)
+            s = summarize_run_set(bench_dir, benchmark, ruleset, closed=specs["division"] == "closed", notes=notes, who=who)
             detailed[f"{benchmark}:rcp_scaling_factor"] = float(s.scaling_factor)
             if s.score is not None:
                 scores[benchmark] = float(s.score)

@@ -22,7 +22,7 @@ from harness.inference.config import (
     InferConfig,
     Scenario,
 )
-from harness.inference.results import InferReport, RunResult
+from harness.inference.results import InferReport, LoadgenRun
 from harness.process import interrupt_category, interrupt_reason
 from harness.reference.planner.types import CachePolicy
 from harness.rules.precision import Precision
@@ -121,7 +121,7 @@ def _ms(x: float) -> str:
     return f"{x:.2f}"
 
 
-def _row(r: RunResult) -> str:
+def _row(r: LoadgenRun) -> str:
     s, st = r.summary, r.storage
     server = r.scenario is Scenario.SERVER
     lat = [_ms(s.p50_latency_ms), _ms(s.p99_latency_ms), _ms(s.p999_latency_ms)] if server else ["-"] * 3

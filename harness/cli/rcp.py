@@ -44,7 +44,7 @@ def check(ctx: click.Context, run_dir: Path, as_json: bool, rcp_version: str | N
     """Check the run set RUN_DIR (results/<system>/<benchmark>); exit 0 on pass, 1 otherwise."""
     from harness.rules import rcp as rcps_lib
 
-    result = rcps_lib.check_run_set(
+    result = rcps_lib.check_convergence(
         run_dir, version=rcp_version, rcp_pass=rcps_lib.RcpPass.FULL if full_rcps else rcps_lib.RcpPass.PRUNED
     )
     if as_json:

@@ -26,7 +26,7 @@ import torch
 from harness.errors import ErrorCategory, HarnessError
 from harness.files import replace_atomic, write_atomic
 from harness.inference.config import AGAIN
-from harness.inference.storage import Layout, PreadRows, SdmEmbeddings
+from harness.inference.storage import RowLayout, PreadRows, SdmEmbeddings
 from harness.reference.data import synthetic
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import SessionHooks, TrainingSession
@@ -185,7 +185,7 @@ def memory_model(spec: BenchmarkSpec, state: dict[str, torch.Tensor]) -> DLRM:
     return model.eval()
 
 
-def ssd_model(spec: BenchmarkSpec, state: dict[str, torch.Tensor], rows_file: Path, layout: Layout, *,
+def ssd_model(spec: BenchmarkSpec, state: dict[str, torch.Tensor], rows_file: Path, layout: RowLayout, *,
               cache_rows: int, policy: CachePolicy, latency_us: float,
               queue_depth: int = 1, warm: np.ndarray | None = None) -> tuple[DLRM, SdmEmbeddings]:
     """The trained model with its tables served from ``rows_file`` through a cache of

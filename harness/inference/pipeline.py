@@ -73,8 +73,8 @@ from harness.inference.model import (
     trained_model,
 )
 from harness.inference.qsl import SampleLibrary
-from harness.inference.results import InferReport, RunResult, SsdReads, parse_summary
-from harness.inference.storage import Layout, SdmEmbeddings, probe_device, write_rows
+from harness.inference.results import InferReport, LoadgenRun, SsdReads, parse_summary
+from harness.inference.storage import RowLayout, SdmEmbeddings, probe_device, write_rows
 from harness.inference.worker import WORKER_IO_FAULT, main as worker_main
 from harness.reference.data import synthetic
 from harness.reference.data.datasets import SyntheticDataset
@@ -125,7 +125,7 @@ class _SsdTier:
 
     work_dir: Path
     rows_file: Path
-    layout: Layout
+    layout: RowLayout
     table_rows: int
     cache_rows: int
     probe: rowio.DeviceProbe
@@ -290,7 +290,7 @@ def _close(served: list[_Served]) -> None:
 
 
 def _report(config: InferConfig, model: TrainedModel, variants: tuple[Variant, ...], weight: torch.Tensor,
-            tier: _SsdTier, *, identical: int, ref_auc: float, results: list[RunResult], notes: list[str],
+            tier: _SsdTier, *, identical: int, ref_auc: float, results: list[LoadgenRun], notes: list[str],
             t_start: float) -> InferReport:
     sha_ok = all(r.effective.get("mlperf_conf_sha1") == mlperf.MLPERF_CONF_SHA1 for r in results) \
         and mlperf.conf_sha1() == mlperf.MLPERF_CONF_SHA1
@@ -394,7 +394,7 @@ def _user_conf(config: InferConfig, v: Variant, scenario: Scenario, qps: float,
 
 def _run_variant(config: InferConfig, s: _Served, scenario: Scenario, *, job: dict[str, Any],
                  library: SampleLibrary, labels: np.ndarray, ref_probs: np.ndarray, work_dir: Path,
-                 notes: list[str], progress: Callable[[str], None]) -> RunResult:
+                 notes: list[str], progress: Callable[[str], None]) -> LoadgenRun:
     """One variant in one scenario: its user.conf, a performance run, an accuracy run, scored."""
     v, model_name = s.variant, config.model_name
     perf_dir = mlperf.performance_dir(config.results, v.system, model_name, scenario.value)
@@ -428,7 +428,7 @@ def _run_variant(config: InferConfig, s: _Served, scenario: Scenario, *, job: di
     progress(f"  {summary.samples_per_s:,.0f} samples/s, {p99}"
              f"{'VALID' if summary.valid else 'INVALID'} ({perf['test_s']:.0f} s); accuracy {score.official_line()} "
              f"{'PASS' if score.passed else 'FAIL'} ({outcomes['accuracy']['test_s']:.0f} s)")
-    return RunResult(
+    return LoadgenRun(
         variant=v, scenario=scenario, target_qps=qps, qps_source=source, user_conf=user_conf, summary=summary,
         storage=SsdReads.from_worker(perf) if v.ssd else None, accuracy=score,
         resident_table_bytes=perf["resident_table_bytes"], peak_rss_bytes=perf["peak_rss_bytes"],

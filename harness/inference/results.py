@@ -1,6 +1,6 @@
 """What ``harness infer`` measured, as values: LoadGen's summary of a performance run
 (:func:`parse_summary`), the SSD tier's reads during a run (:class:`SsdReads`), one
-(variant, scenario) (:class:`RunResult`) and the whole command (:class:`InferReport`), each
+(variant, scenario) (:class:`LoadgenRun`) and the whole command (:class:`InferReport`), each
 with the ``to_dict`` the ``--json`` report prints.
 
 Torch-free at import (the model and the device probe are named in annotations only), so that
@@ -138,7 +138,7 @@ class SsdReads:
 
 
 @dataclass(frozen=True)
-class RunResult:
+class LoadgenRun:
     """One (variant, scenario): its performance run and its accuracy run."""
 
     variant: Variant
@@ -184,7 +184,7 @@ class InferReport:
     storage_mode: str
     identical_samples: int
     reference_auc: float
-    results: list[RunResult]
+    results: list[LoadgenRun]
     loadgen_version: str
     mlperf_conf_sha1_matches: bool
     wall_s: float

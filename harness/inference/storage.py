@@ -55,7 +55,7 @@ from harness.reference.tiered.rowio import ALIGNMENTS, probe_direct
 
 
 @dataclass(frozen=True)
-class Layout:
+class RowLayout:
     """Where rows are in the file: row ``r`` at ``r * stride``, ``cols`` float32 values."""
 
     rows: int
@@ -77,7 +77,7 @@ class Layout:
                 "reason": self.reason}
 
 
-def write_rows(path: Path, weight: torch.Tensor, *, direct: bool = True) -> Layout:
+def write_rows(path: Path, weight: torch.Tensor, *, direct: bool = True) -> RowLayout:
     """Write ``weight`` (``rows x cols`` float32) to ``path``, one slot per row: aligned slots
     if O_DIRECT works there (and ``direct``), else packed. The file is made durable (fsync)
     and, for direct reads, dropped from the page cache."""
@@ -100,7 +100,7 @@ def write_rows(path: Path, weight: torch.Tensor, *, direct: bool = True) -> Layo
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
-    return Layout(rows=int(rows), cols=int(cols), stride=int(stride), direct=align is not None, reason=reason)
+    return RowLayout(rows=int(rows), cols=int(cols), stride=int(stride), direct=align is not None, reason=reason)
 
 
 def busy_wait_ns(ns: int) -> None:
@@ -117,7 +117,7 @@ class PreadRows(RowStore):
 
     tier = Tier.SSD
 
-    def __init__(self, path: Path, layout: Layout, *, latency_us: float = 0.0, queue_depth: int = 1):
+    def __init__(self, path: Path, layout: RowLayout, *, latency_us: float = 0.0, queue_depth: int = 1):
         super().__init__(layout.rows, layout.cols, 0)
         self.path, self.layout = Path(path), layout
         expected = layout.rows * layout.stride
@@ -367,7 +367,7 @@ class SdmEmbeddings(FusedEmbeddingCollection):
         return self.cache.nbytes + self.table_starts.numel() * 8
 
 
-def probe_device(path: Path, layout: Layout, *, depth: int, reads: int = 20000, seed: int = 0,
+def probe_device(path: Path, layout: RowLayout, *, depth: int, reads: int = 20000, seed: int = 0,
                  seconds: float = 1.0) -> rowio.DeviceProbe:
     """The device's own limit: random reads of one slot each over the rows of ``path`` (as
     ``layout``), ``depth`` in flight, through :class:`PreadRows` (the compiled reader, or the

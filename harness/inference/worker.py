@@ -38,7 +38,7 @@ from harness.inference.config import AGAIN, Scenario
 from harness.inference.model import memory_model, ssd_model
 from harness.inference.qsl import SampleLibrary
 from harness.inference.results import parse_summary
-from harness.inference.storage import Layout, SdmEmbeddings
+from harness.inference.storage import RowLayout, SdmEmbeddings
 from harness.process import exit_now
 from harness.reference.data.datasets import SyntheticDataset
 from harness.reference.models.dlrm import DLRM
@@ -216,7 +216,7 @@ def build(job: dict[str, Any]) -> tuple[DLRM, SdmEmbeddings | None]:
     if job["variant"] == "memory":
         return memory_model(spec, state), None
     warm = np.load(job["warm_rows"]) if job.get("warm_rows") else None  # the hot rows a deployment loads at start
-    return ssd_model(spec, state, Path(job["rows_file"]), Layout(**job["layout"]), cache_rows=int(job["cache_rows"]),
+    return ssd_model(spec, state, Path(job["rows_file"]), RowLayout(**job["layout"]), cache_rows=int(job["cache_rows"]),
                      policy=CachePolicy(job["policy"]), latency_us=float(job["latency_us"]),
                      queue_depth=int(job.get("queue_depth", 1)), warm=warm)
 

@@ -196,10 +196,10 @@ def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | No
 
 def rcp_verdict_of(run_set_dir: Path, ruleset: str | None) -> str:
     """``pass``, ``fail: <why>``, ``missing RCP`` or ``not checked`` (no RCPs for the benchmark)."""
-    from harness.rules.rcp import Verdict, check_run_set
+    from harness.rules.rcp import Verdict, check_convergence
 
     try:
-        check = check_run_set(run_set_dir, version=ruleset)
+        check = check_convergence(run_set_dir, version=ruleset)
     except HarnessError:
         return RCP_NOT_CHECKED
     if check.verdict is Verdict.PASS:

@@ -105,7 +105,7 @@ class RankMemory:
 
 
 @dataclass(frozen=True)
-class CacheStats:
+class CacheReport:
     """The embedding cache over a slower tier (``harness_embedding_cache``), over the whole run."""
 
     tier: str
@@ -152,7 +152,7 @@ class RunReport:
     step_phases: StepPhases | None
     collectives: tuple[CollectiveBytes, ...]
     memory: tuple[RankMemory, ...]
-    cache: CacheStats | None
+    cache: CacheReport | None
     missing: tuple[str, ...]  # the figures this log cannot give, each with the record it lacks
     harness_log: bool  # whether the log has any harness_* record (a run of this harness)
 
@@ -516,10 +516,10 @@ def _memory(value: Any) -> tuple[RankMemory, ...]:
                  for r in ranks if isinstance(r, dict))
 
 
-def _cache(value: Any) -> CacheStats | None:
+def _cache(value: Any) -> CacheReport | None:
     if not isinstance(value, dict):
         return None
-    return CacheStats(str(value.get("tier", "?")), str(value["policy"]) if value.get("policy") else None,
+    return CacheReport(str(value.get("tier", "?")), str(value["policy"]) if value.get("policy") else None,
                       _number(value.get("hit_rate")), _number(value.get("unique_hit_rate")),
                       _int(value.get("lookups")), _int(value.get("ranks")),
                       _number(value.get(f"{value.get('tier')}_bytes_read_per_step")),

@@ -412,7 +412,7 @@ def rcp_file_json(rcps: list[Rcp]) -> str:
 # --- checking -----------------------------------------------------------------------------
 
 
-def check_run_set(run_dir: Path, *, rcps: list[Rcp] | None = None, version: str | None = None,
+def check_convergence(run_dir: Path, *, rcps: list[Rcp] | None = None, version: str | None = None,
                   rcp_pass: RcpPass = RcpPass.PRUNED) -> RcpCheck:
     """Check a run set (``results/<system>/<benchmark>/``) against its benchmark's RCPs."""
     paths = _run_paths(run_dir)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from compliance.check import check_path
-from compliance.summarize import score_run_set
+from compliance.summarize import summarize_run_set
 from tests.compliance.mutations import change_fixed_hyperparameter
 
 ROUNDS = ["v0.7", "v1.0", "v2.1", "v3.0", "v3.1", "v4.0", "v4.1", "v5.0"]
@@ -300,6 +300,6 @@ def test_non_compliant_logs_get_the_package_checkers_verdict(checked, name, coun
     assert finding.is_error is not accepted
     assert rs.passed is accepted and report.passed is accepted, [f.human() for f in report.all_findings if f.is_error]
     if accepted:  # scored as MLPerf's results summarizer scores it: the non-compliant log dropped
-        official = score_run_set(rs.path, "dlrm_dcnv2", "4.1.0", closed=True)
+        official = summarize_run_set(rs.path, "dlrm_dcnv2", "4.1.0", closed=True)
         assert official.dropped == 1
         assert rs.summary["score_minutes"] == pytest.approx(official.score, rel=1e-12)

@@ -82,7 +82,7 @@ def test_too_few_runs_emulated_and_broken_sets_are_kept_apart_with_reasons(share
 def test_one_non_compliant_log_is_accepted_under_olympic_scoring_two_are_not(shared_logs, tmp_path):
     """As MLPerf's package checker: one log of a set that fails the compliance checker leaves the set
     ranked, scored as the results summarizer scores it (that log dropped); two do not."""
-    from compliance.summarize import score_run_set
+    from compliance.summarize import summarize_run_set
 
     for count in (1, 2):
         pkg = _package_copy(shared_logs, tmp_path / str(count))
@@ -93,7 +93,7 @@ def test_one_non_compliant_log_is_accepted_under_olympic_scoring_two_are_not(sha
         (_, e), = _entries(build_leaderboard([tmp_path / str(count)]))
         if count == 1:
             assert e["ranked"] and e["compliance_verdict"] == "pass", e["reasons"]
-            summarized = score_run_set(run_set, "dlrm_dcnv2", "4.1.0", closed=True)
+            summarized = summarize_run_set(run_set, "dlrm_dcnv2", "4.1.0", closed=True)
             assert summarized.dropped == 1 and e["score_minutes"] == pytest.approx(summarized.score, rel=1e-12)
         else:
             assert not e["ranked"] and e["compliance_verdict"] == "fail"

@@ -134,7 +134,7 @@ def _parse_official(rc: int, log: str) -> tuple[bool, str, float | None, float]:
 @pytest.mark.parametrize("name", [*SETS, *PERTURBED])
 def test_verdict_and_factor_equal_the_official_checkers(name, run_sets, official):
     passed, message, mean, factor = official[name]
-    ours = rcp.check_run_set(run_sets[name], version=RCP_VERSION)
+    ours = rcp.check_convergence(run_sets[name], version=RCP_VERSION)
     assert (ours.verdict is rcp.Verdict.PASS) == passed
     assert ours.message == message
     if mean is not None:
@@ -154,9 +154,9 @@ def test_the_official_branches_are_all_reached(official):
 
 
 def test_perturbed_verdicts(run_sets):
-    assert rcp.check_run_set(run_sets["v4.1-bs-300000-above-range"]).verdict is rcp.Verdict.MISSING_RCP
-    assert rcp.check_run_set(run_sets["v4.1-too-fast"]).verdict is rcp.Verdict.FAIL
-    assert rcp.check_run_set(run_sets["v5.0-one-aborted"]).epochs[-1] == math.inf
+    assert rcp.check_convergence(run_sets["v4.1-bs-300000-above-range"]).verdict is rcp.Verdict.MISSING_RCP
+    assert rcp.check_convergence(run_sets["v4.1-too-fast"]).verdict is rcp.Verdict.FAIL
+    assert rcp.check_convergence(run_sets["v5.0-one-aborted"]).epochs[-1] == math.inf
 
 
 @pytest.mark.parametrize("version", ["3.0.0", "3.1.0", "4.0.0", "4.1.0", "5.0.0", "6.0.0"])
@@ -314,10 +314,10 @@ def test_unknown_benchmark_has_no_rcp_file():
 
 
 def test_write_scaling_as_the_checker_does(run_sets):
-    check = rcp.check_run_set(run_sets["v3.0"], version=RCP_VERSION)
+    check = rcp.check_convergence(run_sets["v3.0"], version=RCP_VERSION)
     written = rcp.write_scaling(run_sets["v3.0"], check)
     assert json.loads(written.read_text()) == {"scaling_factor": check.normalization_factor}
-    slow = rcp.check_run_set(run_sets["v4.1"], version=RCP_VERSION)
+    slow = rcp.check_convergence(run_sets["v4.1"], version=RCP_VERSION)
     assert rcp.write_scaling(run_sets["v4.1"], slow) is None and not (run_sets["v4.1"] / "scaling.json").exists()
 
 
@@ -420,7 +420,7 @@ def dlrmv4_official(dlrmv4_sets, tmp_path_factory) -> dict[str, tuple[bool, str,
 @pytest.mark.parametrize("name", list(DLRMV4_SETS))
 def test_dlrmv4_verdict_and_factor_equal_the_official_checkers(name, dlrmv4_sets, dlrmv4_official):
     passed, message, mean, factor = dlrmv4_official[name]
-    ours = rcp.check_run_set(dlrmv4_sets[name], version=DLRMV4_VERSION)
+    ours = rcp.check_convergence(dlrmv4_sets[name], version=DLRMV4_VERSION)
     assert (ours.verdict is rcp.Verdict.PASS) == passed
     assert ours.message == message
     if mean is not None:
@@ -438,7 +438,7 @@ def test_dlrmv4_sets_reach_the_official_branches(dlrmv4_sets, dlrmv4_official):
     assert got["16384-one-aborted"][0] and got["16384-two-aborted"] == (False, "Insufficient convergence")
     assert dlrmv4_official["8192-faster-within-bound"][3] > 1.0
     # samples, as logged: the first eval is on the reference's grid, in samples
-    ours = rcp.check_run_set(dlrmv4_sets["8192-found"], version=DLRMV4_VERSION)
+    ours = rcp.check_convergence(dlrmv4_sets["8192-found"], version=DLRMV4_VERSION)
     assert ours.epochs[0] == 66519040 and ours.rcp.name == "dlrmv4_ref_8192"
 
 
@@ -465,7 +465,7 @@ def test_a_dlrmv4_run_without_samples_count_is_an_error(tmp_path):
             record["metadata"].pop("samples_count")
     _rewrite(run_dir, drop, 1)
     with pytest.raises(HarnessError, match="no samples_count"):
-        rcp.check_run_set(run_dir, version=DLRMV4_VERSION)
+        rcp.check_convergence(run_dir, version=DLRMV4_VERSION)
 
 
 def test_shipped_dlrmv4_synthetic_rcp_counts_samples_to_the_first_eval_reaching_the_target():

@@ -33,8 +33,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -45,7 +44,7 @@ from harness.reference.data import synthetic
 from harness.reference.data.batches import Batch
 
 if TYPE_CHECKING:
-    from harness.rules.specs import BenchmarkSpec
+    pass
 
 _S_BATCH_ORDER = 9 << 20  # counter_rng stream of the epoch orders (see synthetic's streams)
 _FEISTEL_ROUNDS = 4

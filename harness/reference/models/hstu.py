@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.errors import ErrorCategory, HarnessError
+from harness.errors import HarnessError
 from harness.reference.data.event_batch import EventBatch
 from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
 from harness.reference.models.hstu_attention import batch_max_seq_len, jagged_attention, plain_attention

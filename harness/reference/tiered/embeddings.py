@@ -22,7 +22,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.errors import ErrorCategory, HarnessError
 from harness.hw_profiles.tiers import Tier
 from harness.reference.models.embeddings import (
     FusedEmbeddingCollection,
