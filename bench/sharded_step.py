@@ -10,8 +10,8 @@ benchmark and rank 0 prints. The model is ``dlrm_synthetic``'s, with the planner
 mixing them (the types in turn over the tables), as the equivalence tests train them.
 
 For each plan, two sessions train the same steps from the same seed, one after the other, and
-then again (A, B, A, B: a drift of the machine's speed falls on both): one with
-``HARNESS_SHARDED_PER_SHARD=1`` (the baseline: every shard's ids bucketed by a mask of their
+then again (A, B, A, B: a drift of the machine's speed falls on both): one with the sharded
+collection's ``batched=False`` (the baseline: every shard's ids bucketed by a mask of their
 own, its pooled vectors and gradients encoded one by one, its update one call), one with the
 batched paths (one search routes every table's ids, a rank's shards' vectors cross as one
 matrix, fp32 shards of one width live in one weight and update in one call). Both give the same
@@ -37,18 +37,17 @@ import torch
 import torch.distributed as dist
 
 from harness.hw_profiles import load_profile
+from harness.reference.distributed.sessions import open_distributed_session
 from harness.reference.distributed.trainer import PROCESS_GROUP_TIMEOUT
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import SessionHooks
 from harness.reference.planner import Plan, PlannerConfig, ShardingType, plan_tables
 from harness.reference.planner.models import tables_for_benchmark
-from harness.reference.runs import open_session
 from harness.rules.specs import BenchmarkSpec, load_benchmark
 from harness.runsets.torchrun import FORKED_RANKS
 
 BENCHMARK = "dlrm_synthetic"
 SEED = 7
-SWITCH = "HARNESS_SHARDED_PER_SHARD"
 
 
 def relaunch(ranks: int) -> int:
@@ -83,12 +82,11 @@ class Clock(SessionHooks):
 def train(spec: BenchmarkSpec, plan: Plan, batch: int, steps: int, warmup: int, per_shard: bool
           ) -> tuple[float, list[float], torch.Tensor]:
     """Seconds a step (the slowest rank's), the losses, and the whole tables after training."""
-    os.environ[SWITCH] = "1" if per_shard else "0"
     hp = {**spec.reference_hyperparameters, "global_batch_size": batch}
     profile = {"name": "bench", "device_type": "cpu", "nodes": 1, "accelerators_per_node": plan.world_size}
     config = RunConfig.offline(spec.raw, hp, SEED, who="bench", emulated=True, world_size=plan.world_size,
                                sharding_plan=plan, profile=profile, overlap=True)
-    session = open_session(config)
+    session = open_distributed_session(config, batched=not per_shard)
     clock = Clock(warmup)
     session.train(clock, eval_at=[], until=warmup + steps, stop_at_target=False)
     slowest = torch.tensor([clock.seconds / steps], dtype=torch.float64)

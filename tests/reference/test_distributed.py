@@ -17,7 +17,7 @@ import torch
 
 from harness.errors import HarnessError
 from harness.reference.distributed.comm_codecs import Codec, wire_bytes
-from harness.reference.distributed.sharded import shardings_from_plan
+from harness.reference.distributed.shardings import shardings_from_plan
 from harness.reference.planner.types import Plan, ShardingType
 from harness.rules.specs import load_benchmark
 from harness.runsets.torchrun import FORKED_RANKS

@@ -40,7 +40,13 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from harness.reference.distributed.comm_codecs import Codec, decode, encode, is_scaled, wire_bytes
+from harness.reference.distributed.comm_codecs import (
+    Codec,
+    decode,
+    encode,
+    is_scaled,
+    wire_bytes,
+)
 from harness.reference.engine import phases
 
 # the kinds of collectives as logged, their link classes, and the all-reduce's row of values for

@@ -41,18 +41,18 @@ from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference.data.event_batch import EventBatch
+from harness.reference.distributed import session as distributed_session
 from harness.reference.distributed.comm import INPUT, Comm
 from harness.reference.distributed.comm_codecs import CommConfig
-from harness.reference.distributed import session as distributed_session
 from harness.reference.distributed.session import DistributedSession, data_parallel
-from harness.reference.distributed.sharded import (
-    Hierarchy,
-    ShardedEmbeddingCollection,
+from harness.reference.distributed.shard_storage import TierPlacement, rank_ledger
+from harness.reference.distributed.sharded import ShardedEmbeddingCollection
+from harness.reference.distributed.shardings import (
     ShardSpec,
     TableSharding,
-    rank_ledger,
     shardings_from_plan,
 )
+from harness.reference.distributed.two_stage import Hierarchy
 from harness.reference.engine.session import prefetch
 from harness.reference.models.hstu import HSTURanker
 from harness.reference.models.hstu_attention import batch_max_seq_len
@@ -73,7 +73,7 @@ def _batch_stats(batch: EventBatch) -> torch.Tensor:
 class HSTUInput:
     """One batch's ids on their way to the ranks that hold their rows: every rank's counts first
     (synchronously: they size the id all-to-alls), then the sequence and contextual tables' input
-    distributions (asynchronous, as :class:`~harness.reference.distributed.sharded.InputDist`)."""
+    distributions (asynchronous, as :class:`~harness.reference.distributed.input_dist.InputDist`)."""
 
     def __init__(self, model: ShardedHSTU, batch: EventBatch):
         comm, world = model.sequence.input_comm, model.sequence.world_size
@@ -119,13 +119,14 @@ class ShardedHSTU(nn.Module):
         ranker: the ranker as built from the seed on every rank, its tables on the ``meta``
             device (this rank makes its shards; the dense modules are reused, the tables dropped).
         plan: the sharding plan of its four tables.
-        comms, codecs, device_ids, tiers, device, hierarchy, overlap, bucket_cap_mb: as
+        comms, codecs, device_ids, tiers, device, hierarchy, overlap, bucket_cap_mb, batched: as
             :class:`~harness.reference.distributed.session.ShardedDLRM` takes them.
     """
 
     def __init__(self, ranker: HSTURanker, plan: Plan, comms: tuple[Comm, Comm, Comm], codecs: CommConfig,
                  device_ids: list[int] | None = None, tiers: dict[str, Any] | None = None, *, device: Any = None,
-                 hierarchy: Hierarchy | None = None, overlap: bool = False, bucket_cap_mb: float | None = None):
+                 hierarchy: Hierarchy | None = None, overlap: bool = False, bucket_cap_mb: float | None = None,
+                 batched: bool = True):
         super().__init__()
         dense_comm, emb_comm, input_comm = comms
         sequence, contextual = ranker.embeddings, ranker.contextual_embeddings
@@ -144,9 +145,10 @@ class ShardedHSTU(nn.Module):
                 own["path"] = f"{own['path']}.{name}"
             if "batch" in own:
                 own["batch"] = int(own["batch"]) * ids_per_sample
-            return ShardedEmbeddingCollection(full, tables, emb_comm, input_comm, codecs, own, device=device,
-                                              capacity=capacity, plan_config=plan.config, hierarchy=hierarchy,
-                                              overlap=overlap, ledger=self.ledger, sequence=is_sequence)
+            placement = TierPlacement.of(emb_comm.rank, own, capacity, plan.config, ledger=self.ledger)
+            return ShardedEmbeddingCollection(full, tables, emb_comm, input_comm, codecs, placement=placement,
+                                              device=device, hierarchy=hierarchy, sequence=is_sequence,
+                                              overlap=overlap, batched=batched)
 
         self.sequence = collection(sequence, shardings[:_SEQUENCE_TABLES], "sequence",
                                    ranker.config.max_sequence_length, True)

@@ -31,8 +31,13 @@ import torch
 import torch.distributed as dist
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.hw_profiles.profiles import MemoryTier, Profile
+from harness.reference.distributed.sessions import open_distributed_session
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import SessionHooks, TrainingSession
+from harness.reference.planner import PlannerConfig, plan_tables
+from harness.reference.planner.models import tables_for_benchmark
+from harness.rules.specs import load_benchmark, spec_from_dict
 
 STEPS = 3
 BOUND = 1e-5
@@ -64,11 +69,6 @@ class _Losses(SessionHooks):
 
 def probe_configs(config: RunConfig) -> tuple[RunConfig, RunConfig]:
     """The sharded probe's run config and the single-process one of the same steps."""
-    from harness.hw_profiles.profiles import MemoryTier, Profile
-    from harness.reference.planner import PlannerConfig, plan_tables
-    from harness.reference.planner.models import tables_for_benchmark
-    from harness.rules.specs import load_benchmark, spec_from_dict
-
     world = config.world_size
     plan = config.sharding_plan
     raw = copy.deepcopy(config.benchmark)
@@ -120,8 +120,6 @@ def _hstu_probe(raw: dict[str, Any], world: int, batch: int) -> dict[str, Any]:
     Adagrad (tables and dense part), whose every value is its own: row-wise Adagrad's column shards
     keep their own accumulator per row (FBGEMM's behaviour, not a fault of the collectives), which
     would set a column-sharded probe apart from one process by more than the bound."""
-    from harness.rules.specs import load_benchmark
-
     generator = copy.deepcopy(load_benchmark("dlrmv4_synthetic").raw["dataset"])
     dataset = raw["dataset"]
     events = min(int(raw["model"]["max_sequence_length"]), HSTU_PROBE_EVENTS)
@@ -137,8 +135,6 @@ def _hstu_probe(raw: dict[str, Any], world: int, batch: int) -> dict[str, Any]:
 def self_check(config: RunConfig) -> dict[str, Any]:
     """Run the probe sharded and in one process (every rank, inside the run's process group);
     its figures (``passed``: whether they agree; :func:`failure` is the error when not)."""
-    from harness.reference.distributed.sessions import open_distributed_session
-
     sharded_config, single_config = probe_configs(config)
     world = dist.get_world_size()
     sharded = open_distributed_session(sharded_config)

@@ -34,19 +34,15 @@ from torch.nn.parallel import DistributedDataParallel
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference.data.batches import NUM_DENSE, Batch
-from harness.reference.distributed.comm_codecs import CommConfig
 from harness.reference.data.datasets import Dataset
 from harness.reference.distributed.comm import Comm, CommStats, ddp_comm_hook
-from harness.reference.distributed.sharded import (
-    Hierarchy,
-    InputDist,
-    ShardedEmbeddingCollection,
-    shardings_from_plan,
-)
-from harness.reference.models.dlrm import DLRM
-from harness.reference.planner.types import Plan, Tier
+from harness.reference.distributed.comm_codecs import CommConfig
+from harness.reference.distributed.input_dist import InputDist
+from harness.reference.distributed.shard_storage import TierPlacement
+from harness.reference.distributed.sharded import ShardedEmbeddingCollection
+from harness.reference.distributed.shardings import shardings_from_plan
+from harness.reference.distributed.two_stage import Hierarchy
 from harness.reference.engine import phases
-from harness.reference.engine.trace import merge
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import (
     EVAL_CACHE_BYTES,
@@ -55,7 +51,12 @@ from harness.reference.engine.session import (
     prefetch,
     roc_auc,
 )
+from harness.reference.engine.trace import merge
+from harness.reference.models.dlrm import DLRM
+from harness.reference.planner import traffic
+from harness.reference.planner.types import Plan, Tier
 from harness.reference.tiered import CacheStats, ssd_io
+from harness.reference.tiered.ledger import peak_rss_bytes, rss_now
 
 # the dense part's buffers are constants: no broadcast before each forward (torch >= 2.13 renamed the option)
 _NO_BUFFER_SYNC = (
@@ -102,20 +103,24 @@ class ShardedDLRM(nn.Module):
         comms: the dense (DDP), embedding and input collectives.
         codecs: the codec of each collective.
         device_ids: DDP's device ids (``None`` on the CPU).
+        tiers: the shards' caches (``{"path", "policy", "batch"}``: see
+            :class:`~harness.reference.distributed.shard_storage.TierPlacement`).
+        batched: the sharded collection's batched paths (False: per shard, the same values).
     """
 
     def __init__(self, model: DLRM, plan: Plan, comms: tuple[Comm, Comm, Comm], codecs: CommConfig,
                  device_ids: list[int] | None = None, tiers: dict[str, Any] | None = None, *, device: Any = None,
-                 hierarchy: Hierarchy | None = None, overlap: bool = False, bucket_cap_mb: float | None = None):
+                 hierarchy: Hierarchy | None = None, overlap: bool = False, bucket_cap_mb: float | None = None,
+                 batched: bool = True):
         super().__init__()
         dense_comm, emb_comm, input_comm = comms
         emb = model.sparse_arch.embeddings
         shardings = shardings_from_plan(plan, emb.table_rows, getattr(emb, "dims", None) or emb.dim,
                                         emb_comm.world_size)
-        self.sparse_arch = ShardedEmbeddingCollection(emb, shardings, emb_comm, input_comm, codecs, tiers, device=device,
-                                                      capacity=plan.rank_capacity,
-                                                      plan_config=plan.config, hierarchy=hierarchy,
-                                                      overlap=overlap)
+        placement = TierPlacement.of(emb_comm.rank, tiers, plan.rank_capacity, plan.config)
+        self.sparse_arch = ShardedEmbeddingCollection(emb, shardings, emb_comm, input_comm, codecs, placement=placement,
+                                                      device=device, hierarchy=hierarchy, overlap=overlap,
+                                                      batched=batched)
         self.overlap = overlap
         self.dense = data_parallel(DenseTower(model), dense_comm, codecs, overlap, device_ids, bucket_cap_mb)
 
@@ -201,17 +206,20 @@ def pipelined(model: Any, batches: Iterator[Batch]) -> Pipeline:
 
 class DistributedSession(TrainingSession):
     """The session of one rank of a sharded run (see the module docstring); every rank makes one,
-    inside the run's process group, and they take every step and evaluation together."""
+    inside the run's process group, and they take every step and evaluation together.
+    ``batched``: the sharded collections' batched paths (False: per shard, the same values;
+    ``bench/sharded_step.py`` compares them)."""
 
     sharded_model: Any = ShardedDLRM  # the model a rank trains (the HSTU session's: ShardedHSTU)
 
-    def __init__(self, config: RunConfig, *, dataset: Dataset | None = None):
+    def __init__(self, config: RunConfig, *, dataset: Dataset | None = None, batched: bool = True):
         if config.sharding_plan is None:
             raise HarnessError("a distributed run needs a sharding plan in its run config", ErrorCategory.BAD_INPUT)
         self.codecs = CommConfig.from_names(config.comm)
         self.comm_stats = CommStats()  # the training steps' collectives
         self.eval_comm_stats = CommStats()  # the evaluations'
         self.overlap = bool(config.overlap)
+        self.batched = batched
         self._eval_plan: list[tuple[Batch, list[int]]] | None = None
         super().__init__(config, dataset=dataset)
 
@@ -243,7 +251,7 @@ class DistributedSession(TrainingSession):
         assert plan is not None  # checked in __init__
         model = self.sharded_model(full, plan, self.comms, self.codecs, device_ids, tiers, device=self.device,
                                    hierarchy=self.hierarchy, overlap=self.overlap,
-                                   bucket_cap_mb=self.config.profile.get("ddp_bucket_cap_mb"))
+                                   bucket_cap_mb=self.config.profile.get("ddp_bucket_cap_mb"), batched=self.batched)
         self._tiered = None  # the sharded collection keeps its shards' caches itself
         # from the plan, not from this rank's shards: every rank must agree (the report is a collective)
         self._ssd_shards = any(s.tier is Tier.SSD for s in plan.shards)
@@ -415,25 +423,22 @@ class DistributedSession(TrainingSession):
     def comm_projection(self) -> dict[str, Any]:
         """The planner's bytes per link class and kind of one training step of this run's plan,
         and their seconds at the profile's links (:func:`~harness.reference.planner.traffic.project_traffic`)."""
-        from harness.reference.planner.traffic import project_traffic
-
         links = self.config.profile.get("interconnect") or {}
         dense = sum(p.numel() for p in self.model.dense.module.parameters())
         plan = self.config.sharding_plan
         assert plan is not None  # checked in __init__
-        return project_traffic(plan, ranks_per_node=self.ranks_per_node(),
-                               # what the pooled vectors cross in: the tables' type where the codec is fp32
-                               codecs=dataclasses.replace(self.codecs, forward=self.embeddings.forward_codec,
-                                                          backward=self.embeddings.backward_codec),
-                               dense_values=dense, intra_bw_bytes_per_s=float(links.get("intra_node_bw_bytes_per_s", 0)) / 2,
-                               scale_out_bw_bytes_per_s=float(links.get("scale_out_bw_bytes_per_s", 0)) / 2)
+        return traffic.project_traffic(
+            plan, ranks_per_node=self.ranks_per_node(),
+            # what the pooled vectors cross in: the tables' type where the codec is fp32
+            codecs=dataclasses.replace(self.codecs, forward=self.embeddings.forward_codec,
+                                       backward=self.embeddings.backward_codec),
+            dense_values=dense, intra_bw_bytes_per_s=float(links.get("intra_node_bw_bytes_per_s", 0)) / 2,
+            scale_out_bw_bytes_per_s=float(links.get("scale_out_bw_bytes_per_s", 0)) / 2)
 
     def measured_per_step(self, report: dict[str, Any]) -> dict[str, Any]:
-        from harness.reference.planner.traffic import measured_per_step
-
         first = report["ranks"][0]
-        return measured_per_step(report["total"], first["steps"], sum(r["input_batches"] for r in report["ranks"])
-                                 // self.world_size, self.world_size)
+        batches = sum(r["input_batches"] for r in report["ranks"]) // self.world_size
+        return traffic.measured_per_step(report["total"], first["steps"], batches, self.world_size)
 
     def step_phases_report(self) -> dict[str, Any] | None:
         gathered: list[Any] = [None] * self.world_size
@@ -502,8 +507,6 @@ class DistributedSession(TrainingSession):
     def memory_report(self) -> dict[str, Any]:
         """Per rank: the plan's bytes per tier, the ledger's held and peak bytes per tier, the
         tier capacities enforced, and the process's peak RSS (a collective)."""
-        from harness.reference.tiered.ledger import peak_rss_bytes, rss_now
-
         plan = self.config.sharding_plan
         planned = (plan.rank_storage[self.rank].to_dict()
                    if plan is not None and self.rank < len(plan.rank_storage) else None)

@@ -10,7 +10,10 @@ from harness.reference.distributed.session import DistributedSession
 from harness.reference.engine.run_config import RunConfig
 
 
-def open_distributed_session(config: RunConfig, *, dataset: Dataset | None = None) -> DistributedSession:
+def open_distributed_session(config: RunConfig, *, dataset: Dataset | None = None,
+                             batched: bool = True) -> DistributedSession:
+    """The session of this rank (``batched``: the sharded collections' batched paths; False: per
+    shard, the same values)."""
     if config.benchmark.get("model", {}).get("family") == "hstu":
-        return DistributedHSTUSession(config, dataset=dataset)
-    return DistributedSession(config, dataset=dataset)
+        return DistributedHSTUSession(config, dataset=dataset, batched=batched)
+    return DistributedSession(config, dataset=dataset, batched=batched)

@@ -19,6 +19,7 @@ import torch.distributed as dist
 from harness.errors import ErrorCategory, HarnessError
 from harness.mllog import keys
 from harness.reference.distributed.ranks import assign_rank
+from harness.reference.distributed.self_check import failure, self_check
 from harness.reference.distributed.session import DistributedSession
 from harness.reference.distributed.sessions import open_distributed_session
 from harness.reference.engine.mlperf_log import MLPerfLog
@@ -55,8 +56,6 @@ class DistributedTrainer(Trainer):
         :mod:`harness.reference.distributed.self_check`): the run stops in one line if it fails."""
         if not self.config.self_check or self.world_size == 1:
             return
-        from harness.reference.distributed.self_check import failure, self_check
-
         report = self_check(self.config)
         self.log.event(keys.HARNESS_SELF_CHECK, report)
         if not report["passed"]:
