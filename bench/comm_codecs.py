@@ -51,14 +51,14 @@ import torch
 import torch.distributed as dist
 
 from harness.hw_profiles import load_profile
-from harness.reference.distributed.comm_codecs import Codec
 from harness.reference.distributed.comm import BACKWARD, FORWARD, Comm, CommStats
+from harness.reference.distributed.comm_codecs import Codec
 from harness.reference.distributed.session import DistributedSession
 from harness.reference.distributed.sharded import ShardedEmbeddingCollection
 from harness.reference.distributed.trainer import PROCESS_GROUP_TIMEOUT
+from harness.reference.engine.run_config import RunConfig
 from harness.reference.planner import Plan, PlannerConfig, ShardingType, plan_tables
 from harness.reference.planner.models import tables_for_benchmark
-from harness.reference.engine.run_config import RunConfig
 from harness.rules.specs import BenchmarkSpec, load_benchmark
 
 BENCHMARK = "dlrm_synthetic"

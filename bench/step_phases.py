@@ -1,5 +1,5 @@
 """Where a training step's time goes, as a run measures it (``harness_step_phases``,
-:mod:`harness.reference.engine.phases`), checked two ways on the default benchmark
+:mod:`harness.reference.timing.phases`), checked two ways on the default benchmark
 (``dlrm_synthetic``; one process on this machine, as ``harness run`` trains it):
 
 * **coverage**: the phases' sum against the step's own time (from the first moment of its batch
@@ -31,9 +31,9 @@ import time
 import numpy as np
 import torch
 
-from harness.reference.engine import phases
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import TrainingSession
+from harness.reference.timing import phases
 from harness.rules.specs import load_benchmark
 
 

@@ -54,15 +54,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch import nn
-
 from roofline import Roofline, sync  # bench/roofline.py: the script's own folder is on sys.path
+from torch import nn
 
 from harness.errors import HarnessError
 from harness.reference.data.batches import Batch
-from harness.reference.models.dlrm import DLRMConfig, Interaction
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import TrainingSession
+from harness.reference.models.dlrm import DLRMConfig, Interaction
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import load_benchmark
 

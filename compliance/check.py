@@ -12,16 +12,20 @@ The rule set comes from ``--ruleset``, else from a round folder in the path (``.
 is MLPerf Training 4.1.0), else from the benchmark each log names (its spec's rule set). An
 input the checker cannot use at all (no such path, nothing to check, no rule set it can
 tell) raises :class:`HarnessError`; anything else, however broken, becomes findings.
+
+``harness check LOG`` imports only what one log's check needs (docs/performance.md, "Startup"):
+the modules that import PyYAML, jsonschema or scipy are imported in the functions that need them.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from compliance.engine import (
     LogCheck,
@@ -31,10 +35,12 @@ from compliance.engine import (
     run_set_rules,
 )
 from compliance.findings import Finding, Severity
+from compliance.layout import check_layout, iter_run_set_dirs
 from compliance.tree import find_packages
 from harness.errors import ErrorCategory, HarnessError
 from harness.mllog import keys
 from harness.mllog.reader import ParsedLog, parse_log
+from harness.rules.results import read_run_log, run_set_stats, scaling_factor
 
 RESULT_NAME = re.compile(r"^result_.*\.txt$")
 _ROUND = re.compile(r"^v(\d+)\.(\d+)$")
@@ -61,7 +67,7 @@ def ruleset_from_path(path: Path) -> str | None:
 
 
 def ruleset_from_log(log: ParsedLog) -> str | None:
-    from harness.rules.specs import load_benchmark
+    from harness.rules.specs import load_benchmark  # PyYAML: see the module's docstring
 
     benchmark = log.first(keys.SUBMISSION_BENCHMARK)
     if not isinstance(benchmark, str) or not re.fullmatch(r"[A-Za-z0-9_]+", benchmark):
@@ -279,7 +285,7 @@ def _result_entries(path: Path) -> list[Path]:
 
 
 def _check_package(path: Path, ruleset: str | None, lenders: list[Path]) -> Report:
-    from compliance.layout import check_layout, iter_run_set_dirs
+    # PyYAML and jsonschema: see the module's docstring
     from compliance.systems import check_system_desc
 
     report = Report(path, None, findings=list(check_layout(path)))
@@ -353,8 +359,6 @@ def _olympic_acceptance(report: RunSetCheck) -> None:
 
 
 def _set_rules(report: RunSetCheck, logs: list[ParsedLog], lenders: list[Path], search_root: Path | None) -> None:
-    from harness.rules.results import read_run_log, run_set_stats, scaling_factor
-
     f = report.findings
     d = report.path
 
@@ -460,8 +464,6 @@ def _seed_checker(report: RunSetCheck, logs: list[ParsedLog], log_division: Any)
     desc = d.parent.parent.parent / "systems" / f"{d.parent.name}.json"
     if d.parent.parent.name == "results" and desc.is_file():
         try:
-            import json
-
             division = json.loads(desc.read_text(encoding="utf-8")).get("division")
         except (OSError, ValueError, AttributeError):
             pass  # the system description's own findings say what is wrong with it
@@ -542,7 +544,14 @@ def _target(ruleset: str, levels: list[str]) -> float | None:
     return None
 
 
-def _rcp(report: RunSetCheck, add, division: Any) -> None:
+class _AddFinding(Protocol):
+    """How a run set's rule adds a finding (:func:`_set_rules`'s ``add``)."""
+
+    def __call__(self, rule: str, message: str, severity: Severity = Severity.ERROR) -> None: ...
+
+
+def _rcp(report: RunSetCheck, add: _AddFinding, division: Any) -> None:
+    # scipy and PyYAML: see the module's docstring
     from harness.rules.rcp import Verdict, check_convergence
     from harness.rules.specs import load_benchmark
 
@@ -570,7 +579,8 @@ def _rcp(report: RunSetCheck, add, division: Any) -> None:
         add("rcp", f"no RCP for batch size {result.batch_size}: {result.message}", Severity.WARNING)
 
 
-def _borrowing(report: RunSetCheck, logs: list[ParsedLog], add, lenders: list[Path], search_root: Path | None) -> None:
+def _borrowing(report: RunSetCheck, logs: list[ParsedLog], add: _AddFinding, lenders: list[Path],
+               search_root: Path | None) -> None:
     claims = [log.first(keys.HARNESS_BORROWED_FROM) for log in logs]
     if all(c is None for c in claims):
         return
@@ -578,7 +588,7 @@ def _borrowing(report: RunSetCheck, logs: list[ParsedLog], add, lenders: list[Pa
         add("borrow.same", "the logs disagree on their harness_borrowed_from provenance")
         return
     claim = claims[0]
-    from compliance.borrowing import verify_borrow
+    from compliance.borrowing import verify_borrow  # PyYAML: see the module's docstring
 
     for message in verify_borrow(claim, logs, lenders=lenders, search_root=search_root):
         add("borrow", message)

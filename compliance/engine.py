@@ -50,11 +50,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from compliance.findings import Finding, Severity
-from harness.mllog.reader import ParsedLog, Record, parse_log
 from harness.errors import ErrorCategory, HarnessError
 from harness.mllog import keys
+from harness.mllog.reader import ParsedLog, Record, parse_log
 
 RULESETS = Path(__file__).resolve().parent / "rulesets"  # a plain path: importlib.resources costs start-up
 ROOT_LEVEL = "common"
@@ -69,6 +68,7 @@ def _digest(text: str) -> str:
 
 def schema_errors(instance: Any, name: str) -> list[str]:
     """:func:`compliance.schemas.schema_errors`, imported when a rule file is validated at all."""
+    # here: a check of bundled rule files validates nothing and skips this import (start-up)
     from compliance.schemas import schema_errors as errors_of
 
     return errors_of(instance, name)
@@ -115,7 +115,7 @@ def ruleset_names() -> list[str]:
     return sorted(p.name for p in RULESETS.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
 
 
-def _rules_path(ruleset: str, level: str):
+def _rules_path(ruleset: str, level: str) -> Path:
     return RULESETS.joinpath(ruleset).joinpath(f"{level}.yaml")
 
 

@@ -253,6 +253,7 @@ def export_mlperf(ruleset: str, out_dir: Path) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for level, doc in exported.items():
+        assert doc is not None, level  # every level is a rule file of the folder just listed
         path = out_dir / f"{level}.yaml"
         header = (f"# mlperf_logging compliance config exported by `harness rules export-mlperf` from\n"
                   f"# compliance/rulesets/{ruleset}/{level}.yaml. Generated: edit the rule file, not this.\n")

@@ -35,11 +35,13 @@ import json
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import yaml
 
 from compliance.findings import Finding, Severity
@@ -79,8 +81,6 @@ def _fields_data() -> dict[str, Any]:
 
 def validate_fields(data: Any, schema: dict[str, Any] | None = None) -> None:
     """Raise HarnessError unless ``data`` is a valid fields file (its schema, and every summary field required)."""
-    import jsonschema
-
     if schema is None:
         folder = resources.files("compliance").joinpath("system_fields")
         schema = json.loads(folder.joinpath(FIELDS_SCHEMA).read_text(encoding="utf-8"))
@@ -180,6 +180,7 @@ def check_system_desc(path: Path, ruleset: str | None) -> list[Finding]:
     text, problem = _read_text(path)
     if problem is not None:
         return [Finding("system_desc.unreadable", Severity.ERROR, problem, path)]
+    assert text is not None  # _read_text gives the text or the problem
     duplicates: list[str] = []
     try:
         contents = json.loads(text, object_pairs_hook=_pairs_hook(duplicates))
@@ -371,7 +372,7 @@ def _short(message: str, limit: int = 200) -> str:
     return message if len(message) <= limit else message[: limit - 3] + "..."
 
 
-def _pairs_hook(duplicates: list[str]):
+def _pairs_hook(duplicates: list[str]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
     def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for k, v in pairs:

@@ -51,7 +51,7 @@ def shared_logs() -> Path:
 
 def pytest_collection_finish(session) -> None:
     """Freeze what collection made (torch's and every test module's objects) for the garbage
-    collector, as the fork server does for its workers (harness.reference.engine.forkserver_last):
+    collector, as the fork server does for its workers (harness.reference.forkserver_last):
     the full collections a test's training loop sets off do not walk them again and again
     (``HARNESS_TEST_NO_GC_FREEZE=1`` leaves them unfrozen, to measure the difference: three files
     of in-process training tests took 12.5 s unfrozen, 10.1 s frozen)."""

@@ -34,7 +34,7 @@ def descendants(pid: int, table: dict[int, tuple[int, str]] | None = None) -> li
 
 def ranks_below(pid: int) -> list[int]:
     """The ranks below ``pid``: the processes a fork server forked, torchrun's ranks
-    (harness.runsets.torchrun) or a one-rank run's worker (harness.reference.engine.forked)."""
+    (harness.runsets.torchrun) or a one-rank run's worker (harness.reference.forked)."""
     table = _table()
     return [p for p in descendants(pid, table) if "multiprocessing.forkserver" in table.get(table[p][0], (0, ""))[1]]
 

@@ -22,11 +22,11 @@ import torch
 from harness.cli import main
 from harness.cli.infer import render
 from harness.errors import ErrorCategory, HarnessError
+from harness.inference import mlperf
 from harness.inference.config import QUICK_ACCURACY_SAMPLES, InferConfig, Scenario, default_model_dir
 from harness.inference.pipeline import run_inference, run_worker
 from harness.inference.qsl import SampleLibrary
 from harness.inference.results import LoadgenSummary, parse_summary
-from harness.inference import mlperf
 from harness.inference.storage import PreadRows, SdmEmbeddings, write_rows
 from harness.reference.models.embeddings import FusedEmbeddingCollection
 from harness.reference.tiered import CachePolicy
@@ -762,7 +762,7 @@ def test_sigterm_stops_infer_and_its_loadgen_worker_and_keeps_the_model(quick, t
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = _stderr_until(proc, "LoadGen offline performance", 300)
     assert "LoadGen offline performance" in seen, seen[-3000:]
-    deadline = time.time() + 120  # the worker, forked from the command's fork server (harness.reference.engine.forked)
+    deadline = time.time() + 120  # the worker, forked from the command's fork server (harness.reference.forked)
     while not (workers := ranks_below(proc.pid)) and time.time() < deadline:
         time.sleep(0.2)
     time.sleep(1.0)  # the worker is serving (the quick performance run: about 5 s)

@@ -1,4 +1,4 @@
-"""Layers that point one way (DESIGN.md, "Layers"): a reviewer checks logs, scores and RCPs
+"""Layers that point one way (docs/design.md, "Layers"): a reviewer checks logs, scores and RCPs
 on a machine without the training stack; one MLLOG reader; the CLI imports a command's
 modules only when that command runs; the reference builds its model from a torch-free spec."""
 
@@ -168,7 +168,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     return out
 
 
-# DESIGN.md's table: each folder and the folders it may import (besides itself, the ``harness``
+# docs/design.md's table: each folder and the folders it may import (besides itself, the ``harness``
 # package's version, and the two base modules beside every layer: errors and atomic files)
 SCHEMAS, MLLOG, HW, RULES, SUBMITTERS = "compliance/schemas", "harness/mllog", "harness/hw_profiles", \
     "harness/rules", "harness/submitters"
@@ -195,7 +195,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
 
 
 def _layer(rel: str) -> str | None:
-    """The row of DESIGN.md's table a file or an imported module (as a path) belongs to: the
+    """The row of docs/design.md's table a file or an imported module (as a path) belongs to: the
     longest folder of the table that holds it."""
     rows = [k for k in LAYERS if rel == k or rel.startswith(k + "/") or rel == k.removesuffix(".py")]
     return max(rows, key=len) if rows else None
@@ -222,13 +222,13 @@ def _project_imports(path: Path, root: Path) -> list[tuple[int, str, str]]:
 
 
 def layer_violations(root: Path = ROOT) -> list[str]:
-    """Every import, at any depth (inside functions too), that DESIGN.md's table forbids, as
+    """Every import, at any depth (inside functions too), that docs/design.md's table forbids, as
     ``file:line: <row> imports <module>, which it may not``."""
     bad = []
     for path in sorted([*(root / "harness").rglob("*.py"), *(root / "compliance").rglob("*.py")]):
         rel = path.relative_to(root).as_posix()
         row = rel if rel in BASE else _layer(rel)
-        assert row is not None, f"{rel}: in no row of DESIGN.md's layer table"
+        assert row is not None, f"{rel}: in no row of docs/design.md's layer table"
         for lineno, module, target in _project_imports(path, root):
             if target in ("harness", "harness/errors") or (target in ("harness/files", "harness/process")
                                                            and row != "harness/errors.py"):
@@ -259,6 +259,63 @@ def test_the_layer_check_sees_an_upward_import_inside_a_function(tmp_path):
     line = len(victim.read_text().splitlines())
     assert layer_violations(tmp_path) == [
         f"harness/rules/seeds.py:{line}: harness/rules imports harness.reference.engine.session, which it may not"]
+
+
+# the reference's own order (docs/design.md, "The reference's order"), bottom first: a folder
+# imports only folders before it; the reference's root (the factories and the jobs: runs, the
+# worker, the fork server) imports any of them and none imports it
+REFERENCE_ORDER = [f"{REFERENCE}/{sub}" for sub in ("planner", "timing", "data", "models", "tiered", "engine",
+                                                   "distributed")] + [REFERENCE]
+REFERENCE_TORCH_FREE = [f"{REFERENCE}/planner", f"{REFERENCE}/timing"]  # the codecs' names and the clocks
+
+
+def _reference_level(rel: str) -> int:
+    """The place in :data:`REFERENCE_ORDER` of a file (or an imported module, as a path) of the reference."""
+    return next(i for i, folder in enumerate(REFERENCE_ORDER) if rel.startswith(folder + "/") or rel == folder)
+
+
+def reference_order_violations(root: Path = ROOT) -> list[str]:
+    """Every import, at any depth, of a later folder of the reference from an earlier one, as
+    ``file:line: <folder> imports <module>, which comes after it``."""
+    bad = []
+    for path in sorted((root / REFERENCE).rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        mine = _reference_level(rel)
+        for lineno, module, target in _project_imports(path, root):
+            if target == REFERENCE or not target.startswith(REFERENCE + "/"):
+                continue  # the package's own docstring-only __init__, or another layer (the table above)
+            if _reference_level(target) > mine:
+                bad.append(f"{rel}:{lineno}: {REFERENCE_ORDER[mine]} imports {module}, which comes after it")
+    return bad
+
+
+def test_the_reference_imports_its_own_folders_in_order():
+    bad = reference_order_violations()
+    assert not bad, "\n".join(bad)
+    folders = {p.parent.relative_to(ROOT).as_posix() for p in (ROOT / REFERENCE).rglob("*.py")}
+    assert folders == set(REFERENCE_ORDER), "every folder of the reference has its place in the order"
+
+
+def test_the_reference_order_sees_an_upward_import_inside_a_function(tmp_path):
+    """A model that reaches up into the engine, from inside a function, is caught and named."""
+    _sh = shutil
+    for top in ("harness", "compliance"):
+        _sh.copytree(ROOT / top, tmp_path / top, ignore=_sh.ignore_patterns("__pycache__"))
+    victim = tmp_path / REFERENCE / "models" / "dlrm.py"
+    victim.write_text(victim.read_text() + "\n\ndef _sneak():\n    from harness.reference.engine import session\n")
+    line = len(victim.read_text().splitlines())
+    assert reference_order_violations(tmp_path) == [
+        f"{REFERENCE}/models/dlrm.py:{line}: {REFERENCE}/models imports harness.reference.engine.session, "
+        "which comes after it"]
+
+
+def test_the_bottom_of_the_reference_imports_no_torch():
+    """The planner (with the codecs' names) and the clocks are what the projection and the run set
+    use without the training stack."""
+    bad = [f"{path.relative_to(ROOT)}:{lineno}: imports {module}"
+           for folder in REFERENCE_TORCH_FREE for path in sorted((ROOT / folder).rglob("*.py"))
+           for lineno, module in _imports(path) if module.split(".")[0] == "torch"]
+    assert not bad, "\n".join(bad)
 
 
 def test_the_projection_imports_no_torch_and_of_the_reference_only_the_planner():

@@ -147,8 +147,8 @@ def test_every_log_carries_the_keys_mlperf_6_0_0_requires(run_set):
 @pytest.mark.slow
 def test_the_set_runs_and_logs_the_native_precision_of_this_cpu(run_set):
     from harness.hw_profiles import detect, load_profile, native_precision
-    from harness.rules.precision import Precision
     from harness.reference.engine.trainer import EMBEDDING_PRECISION
+    from harness.rules.precision import Precision
 
     detected = detect()
     name, reason = native_precision(load_profile("local", detected=detected), detected)
@@ -292,7 +292,8 @@ def test_a_manifest_written_with_names_resumes_a_set_planned_with_enums(tmp_path
     from harness.reference.planner.codecs import CommConfig
     from harness.reference.planner.types import CachePolicy, CommPrecision
     from harness.rules.precision import Precision
-    from harness.runsets.manifest import check_resume_settings as _check_resume_settings, set_settings
+    from harness.runsets.manifest import check_resume_settings as _check_resume_settings
+    from harness.runsets.manifest import set_settings
     from harness.runsets.plan import plan_run_set
     from harness.runsets.request import EmbeddingTierChoice, RunSetRequest
 
@@ -441,7 +442,7 @@ def test_a_killed_worker_leaves_its_log_ending_aborted_and_a_one_line_error(tmp_
     root.mkdir()
     proc = start_harness("run", "--benchmark", str(spec), "--runs", "3", cwd=root)
     staging = wait_for_run_start(root)
-    workers = ranks_below(proc.pid)  # forked from the set's fork server (harness.reference.engine.forked)
+    workers = ranks_below(proc.pid)  # forked from the set's fork server (harness.reference.forked)
     assert len(workers) == 1
     os.kill(int(workers[0]), signal.SIGKILL)
     out, err = proc.communicate(timeout=120)
@@ -513,10 +514,10 @@ def test_one_failing_log_of_a_full_set_is_accepted_and_of_a_short_set_is_not(tmp
 
 
 def test_harness_run_exits_1_when_the_set_fails_its_check_or_has_runs_enough_and_no_score(tmp_path):
-    from harness.runsets.score import RunOutcome, RunSetOutcome
-    from harness.runsets.verdict import ComplianceVerdict, SetVerdict, compliance_verdict, run_set_fails
     from harness.rules.scoring import Score
     from harness.rules.seeds import Seed, SeedSource
+    from harness.runsets.score import RunOutcome, RunSetOutcome
+    from harness.runsets.verdict import ComplianceVerdict, SetVerdict, compliance_verdict, run_set_fails
 
     short = _reference_set(tmp_path / "short" / "dlrm_synthetic", runs=2)
     v = compliance_verdict(short, short_by_request=True)

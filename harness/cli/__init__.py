@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import signal
 from collections.abc import Mapping
+from typing import Any
 
 import click
 
@@ -56,7 +57,7 @@ class LazyGroup(click.Group):
     when it is invoked, never when the commands are listed.
     """
 
-    def __init__(self, *args, lazy_commands: Mapping[str, tuple[str, str]], **kwargs):
+    def __init__(self, *args: Any, lazy_commands: Mapping[str, tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy_commands = dict(lazy_commands)
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from harness.submitters.borrowing import borrow as borrow_hyperparameters
+
 
 @click.command()
 @click.option("--from", "source", required=True, type=click.Path(path_type=Path),
@@ -17,8 +19,6 @@ import click
               help="The borrower's global batch size (the one value that may differ).")
 def borrow(source: Path, to: Path, submitter: str | None, batch_size: int | None) -> None:
     """Copy a lender's hyperparameters into a submitter config, with their provenance."""
-    from harness.submitters.borrowing import borrow as borrow_hyperparameters
-
     config = borrow_hyperparameters(source=source, to=to, submitter=submitter, batch_size=batch_size)
     b = config["borrowed_from"]
     click.echo(f"{to}: {config['submitter']} borrows {len(b['hyperparameters'])} hyperparameters of "

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
-if TYPE_CHECKING:
-    from compliance.check import Report, TreeReport
-    from compliance.findings import Finding
+from compliance.check import Report, TreeReport, check_path
+from compliance.findings import Finding
 
 
 def _fmt(x: float | None, spec: str = ".6f") -> str:
@@ -69,8 +67,6 @@ def check(path: Path, ruleset: str | None, lenders: tuple[Path, ...], as_json: b
 
     Exit status: 0 pass, 1 fail (any package), 2 unusable input.
     """
-    from compliance.check import TreeReport, check_path
-
     report = check_path(path, ruleset=ruleset, lenders=list(lenders))
     if as_json:
         click.echo(json.dumps(report.as_json(), indent=1, default=str))

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import click
 
-from harness.errors import HarnessError
+from harness.errors import ErrorCategory, HarnessError
 from harness.process import interrupt_category, interrupt_reason
+from harness.rules.specs import load_benchmark
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -49,9 +50,8 @@ def export(out_dir: Path, benchmark: str, fmt: str | None, days: int, gz: bool) 
     Exit status: 0 written, 2 bad input (then nothing is written; an interrupted export leaves
     nothing under OUT_DIR either).
     """
-    from harness.errors import ErrorCategory
+    # the reference's data stack: only when the command runs, not for `harness data --help`
     from harness.reference.data.export import export_dataset, export_event_streams
-    from harness.rules.specs import load_benchmark
 
     spec = load_benchmark(benchmark)
     events = spec.dataset.get("kind") == "event_streams"
@@ -67,6 +67,7 @@ def export(out_dir: Path, benchmark: str, fmt: str | None, days: int, gz: bool) 
             click.echo(f"wrote {len(ev.files)} files, {_size(ev.total_bytes)}, to {ev.out_dir}: {ev.listens:,} "
                        f"listens and {ev.likes:,} likes of {ev.users:,} users in Yambda's flat layout")
             return
+        assert fmt is not None  # a tabular benchmark: refused above without a format
         result = export_dataset(spec, fmt, out_dir, days=days, gzip=gz, progress=click.echo)
     except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: the partial export has been removed
         raise HarnessError(f"{interrupt_reason(err)}: nothing was exported to {out_dir} (the partial copy is "
@@ -89,6 +90,7 @@ def inspect(path: Path, as_json: bool, benchmark: str | None) -> None:
 
     Exit status: 0 well-formed, 2 a malformed record (after the report) or nothing found at PATH.
     """
+    # the reference's data stack (it loads torch): only when the command runs, as each import below
     from harness.reference.data.yambda import EVENT_FILES, FLAT_FILE
 
     log = None if as_json else (lambda line: click.echo(f"  read {line}", err=True))
@@ -97,11 +99,11 @@ def inspect(path: Path, as_json: bool, benchmark: str | None) -> None:
             format_yambda_report,
             inspect_yambda,
         )
-        from harness.rules.specs import load_benchmark
 
         dataset = load_benchmark(benchmark).dataset if benchmark else None
-        report = inspect_yambda(path, dataset=dataset, progress=log)
-        click.echo(json.dumps(report.as_json(), indent=1) if as_json else format_yambda_report(report))
+        yambda = inspect_yambda(path, dataset=dataset, progress=log)
+        click.echo(json.dumps(yambda.as_json(), indent=1) if as_json else format_yambda_report(yambda))
+        well_formed = yambda.well_formed
     else:
         from harness.reference.data.inspect import format_report, inspect_dataset
 
@@ -109,5 +111,6 @@ def inspect(path: Path, as_json: bool, benchmark: str | None) -> None:
             raise HarnessError("--benchmark applies to a Yambda folder only")
         report = inspect_dataset(path, progress=log)
         click.echo(json.dumps(report.as_json(), indent=1) if as_json else format_report(report))
-    if not report.well_formed:
+        well_formed = report.well_formed
+    if not well_formed:
         raise click.exceptions.Exit(2)

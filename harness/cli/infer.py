@@ -171,15 +171,14 @@ def render(report: InferReport) -> str:
     ]
     if report.label:
         lines.append(f"RESULT is LoadGen's verdict on the --quick settings: {report.label}")
-    ssd = [r for r in report.results if r.storage is not None]
+    ssd = [(r, st) for r in report.results if (st := r.storage) is not None]
     if ssd:
         lines += ["", "cache hit rate per table:"]
-        for r in ssd:
-            rates = " ".join("-" if x is None else f"{x:.2f}" for x in r.storage.table_hit_rates)
+        for r, st in ssd:
+            rates = " ".join("-" if x is None else f"{x:.2f}" for x in st.table_hit_rates)
             lines.append(f"  {r.variant.system} {r.scenario.value}: {rates}")
         lines += ["", "storage:"]
-        for r in ssd:
-            st = r.storage
+        for r, st in ssd:
             lat = f", {st.read_us:.1f} us in the reads per read (queue depth {c.storage_queue_depth})"
             probe = report.device_probe
             if probe is not None and probe.reads_per_s > 0 and st.reads:

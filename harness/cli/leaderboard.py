@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
+from compliance.tree import RunSetRef
+from harness.leaderboard import write_leaderboard
+from harness.leaderboard.collect import Projector, build_leaderboard
+from harness.leaderboard.labels import runs_text
 
-def _projector():
+
+def _projector() -> Projector:
     """Each run set's projection from its own system description and logs (docs/projection.md)."""
+    # the projection imports harness.reference.planner: not for `harness leaderboard --help`
     from harness.cli.project import input_cost
     from harness.projection.against import ThisMachine, compare_run_set
 
     here = ThisMachine(input_cost=input_cost)
 
-    def projection(ref):
+    def projection(ref: RunSetRef) -> dict[str, Any]:
         c = compare_run_set(ref, ref.package, here=here)
         return {"minutes": c.projected_minutes,
                 "band_minutes": list(c.projection.band_minutes) if c.projection else None,
@@ -31,11 +38,6 @@ def _projector():
               help="System the speedups are relative to: its name, folder, label or round/submitter/system.")
 def leaderboard(roots: tuple[Path, ...], out_dir: Path, baseline: str | None) -> None:
     """Score and compare every run set under ROOTS (results trees in the MLPerf layout)."""
-    from harness.leaderboard.labels import runs_text
-
-    from harness.leaderboard import write_leaderboard
-    from harness.leaderboard.collect import build_leaderboard
-
     board = build_leaderboard(list(roots), baseline=baseline, projector=_projector())
     written = write_leaderboard(board, out_dir)
     sets = sum(len(g["entries"]) for g in board["benchmarks"])

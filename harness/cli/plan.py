@@ -68,7 +68,8 @@ def _tables(*, benchmark: str | None, model: str | None) -> tuple[list[TableSpec
     """The tables, the default global batch, and what the text output should say about how they are priced."""
     if model is not None:
         return load_model(model), DEFAULT_BATCH_SIZE, []
-    spec = load_benchmark(benchmark)  # type: ignore[arg-type]
+    assert benchmark is not None  # plan() takes exactly one of the two
+    spec = load_benchmark(benchmark)
     batch = spec.reference_hyperparameters.get("global_batch_size", DEFAULT_BATCH_SIZE)
     tables = tables_for_benchmark(spec)
     notes = []

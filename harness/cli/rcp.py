@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from harness.rules import rcp as rcps_lib
+
 
 @click.group("rcp")
 def rcp() -> None:
@@ -21,8 +23,6 @@ def rcp() -> None:
               help="RCP JSON file to write [default: print it].")
 def generate(benchmark: str, logs_dir: Path | None, out_file: Path | None) -> None:
     """Generate the RCP record of a benchmark's reference runs, in MLPerf's JSON format."""
-    from harness.rules import rcp as rcps_lib
-
     logs_dir = logs_dir or Path(str(rcps_lib.RCP_DIR)).parent / "reference_runs" / benchmark
     record = rcps_lib.generate_rcp(benchmark, logs_dir)
     text = rcps_lib.rcp_file_json([record])
@@ -42,8 +42,6 @@ def generate(benchmark: str, logs_dir: Path | None, out_file: Path | None) -> No
 @click.pass_context
 def check(ctx: click.Context, run_dir: Path, as_json: bool, rcp_version: str | None, full_rcps: bool) -> None:
     """Check the run set RUN_DIR (results/<system>/<benchmark>); exit 0 on pass, 1 otherwise."""
-    from harness.rules import rcp as rcps_lib
-
     result = rcps_lib.check_convergence(
         run_dir, version=rcp_version, rcp_pass=rcps_lib.RcpPass.FULL if full_rcps else rcps_lib.RcpPass.PRUNED
     )

@@ -6,6 +6,10 @@ from pathlib import Path
 
 import click
 
+from harness.report import write_report
+from harness.report.collect import collect_report
+from harness.report.text import summary_lines
+
 
 @click.command()
 @click.argument("path", type=click.Path(path_type=Path))
@@ -21,10 +25,6 @@ def report(path: Path, out_dir: Path | None) -> None:
     summary. PATH is a run set (results/<submitter>/results/<system>/<benchmark>/) or a folder above run
     sets; a log without the harness's records (a real MLPerf log) shows what it has and names what it
     lacks. Exit 2 when PATH holds no result logs."""
-    from harness.report import write_report
-    from harness.report.collect import collect_report
-    from harness.report.text import summary_lines
-
     collected = collect_report(path)
     index = write_report(collected, out_dir if out_dir is not None else Path("report"))
     for line in summary_lines(collected):

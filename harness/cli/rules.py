@@ -5,6 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import yaml
+
+from compliance.check import normalise_ruleset
+from compliance.engine import RULESETS, ruleset_names
+from compliance.export import export_mlperf
+from harness.rules.specs import load_benchmark
 
 
 @click.group("rules")
@@ -15,10 +21,6 @@ def rules() -> None:
 @rules.command("list")
 def list_rules() -> None:
     """List the rule sets and what each one is."""
-    import yaml
-
-    from compliance.engine import RULESETS, ruleset_names
-
     for name in ruleset_names():
         raw = yaml.safe_load(RULESETS.joinpath(name).joinpath("common.yaml").read_text())
         click.echo(f"{name:16s} {' '.join(raw['description'].split())}")
@@ -31,10 +33,6 @@ def list_rules() -> None:
               help="Benchmark whose rule set to export.")
 def export(out_dir: Path, ruleset: str | None, benchmark: str) -> None:
     """Write a rule set as mlperf_logging compliance-checker configs into OUT_DIR."""
-    from compliance.check import normalise_ruleset
-    from compliance.export import export_mlperf
-    from harness.rules.specs import load_benchmark
-
     name = normalise_ruleset(ruleset) if ruleset else load_benchmark(benchmark).compliance_ruleset
     written = export_mlperf(name, out_dir)
     click.echo(f"wrote {len(written)} mlperf_logging configs for rule set {name} to {out_dir}")

@@ -11,8 +11,11 @@ from tqdm import tqdm
 from harness.hw_profiles import DEFAULT_PROFILE
 from harness.hw_profiles.profiles import format_bytes
 from harness.hw_profiles.tiers import TIERS, Tier
-from harness.reference.planner.codecs import CommConfig  # torch-free, as comm_codecs is not
-from harness.reference.planner.types import CachePolicy, CommPrecision as Codec
+
+# torch-free, as comm_codecs is not
+from harness.reference.planner.codecs import CommConfig
+from harness.reference.planner.types import CachePolicy
+from harness.reference.planner.types import CommPrecision as Codec
 from harness.rules.precision import Precision
 from harness.rules.seeds import Seed, SeedSource
 from harness.runsets.execute import execute_run_set
@@ -20,7 +23,12 @@ from harness.runsets.follow import follow_run_set
 from harness.runsets.launch import Nodes
 from harness.runsets.plan import RunSetPlan, plan_run_set
 from harness.runsets.reporter import Reporter, run_name
-from harness.runsets.request import DEFAULT_STATUS, DEFAULT_SUBMITTER, EmbeddingTierChoice, RunSetRequest
+from harness.runsets.request import (
+    DEFAULT_STATUS,
+    DEFAULT_SUBMITTER,
+    EmbeddingTierChoice,
+    RunSetRequest,
+)
 from harness.runsets.score import RunOutcome
 from harness.runsets.verdict import (
     ComplianceVerdict,
@@ -192,6 +200,7 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
         outcome = execute_run_set(plan, reporter)
     finally:
         reporter.close()
+    assert outcome.results_dir is not None  # a set scored from its results tree (score_results)
     click.echo(f"system description: {outcome.system_json}")
     click.echo(f"result logs:        {outcome.results_dir}")
     compliance = _compliance(outcome.results_dir, short_by_request=short_by_request(plan))

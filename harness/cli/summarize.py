@@ -9,6 +9,9 @@ from pathlib import Path
 
 import click
 
+from compliance.summarize import NOT_REPRODUCED, format_table, write_csv, write_json
+from compliance.summarize import summarize as run_summary
+
 
 @click.command()
 @click.argument("root", type=click.Path(path_type=Path))
@@ -28,9 +31,6 @@ def summarize(root: Path, ruleset: str | None, csv_path: Path | None, json_path:
     ROOT is a submitter package (systems/ + results/) or a folder of packages of one round.
     Without --csv or --json, prints a table. Exit status: 0 done, 2 unusable input.
     """
-    from compliance.summarize import NOT_REPRODUCED, format_table, write_csv, write_json
-    from compliance.summarize import summarize as run_summary
-
     summary = run_summary(root, ruleset=ruleset)
     if not quiet:
         for note in summary.notes:

@@ -33,7 +33,6 @@ from harness.hw_profiles.profiles import (
     profile_from_file,
     profile_names,
 )
-from harness.hw_profiles.tiers import TIERS, Tier
 from harness.hw_profiles.system_desc import (
     SYSTEM_DESC_FIELDS,
     system_description,
@@ -41,6 +40,7 @@ from harness.hw_profiles.system_desc import (
     system_statuses,
     write_system_description,
 )
+from harness.hw_profiles.tiers import TIERS, Tier
 
 __all__ = [
     "emulated_profile",

@@ -12,10 +12,15 @@ import platform
 import re
 import shutil
 import sys
+import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 if TYPE_CHECKING:
     from harness.hw_profiles.profiles import Profile
@@ -278,10 +283,8 @@ GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
 
 def _cuda_devices() -> tuple[tuple[CudaDevice, ...], str | None, str]:
     if not any(os.path.exists(node) for node in GPU_DEVICE_NODES):
-        from importlib.metadata import version
-
         return (), None, version("torch")
-    import torch
+    import torch  # torch: only where a GPU's device node is present (1-2 s of a command's start-up)
 
     if not torch.cuda.is_available():
         return (), None, str(torch.__version__)
@@ -314,11 +317,6 @@ def measure_memory_bandwidth(*, threads: int | None = None, megabytes: int = 128
     CPUs) copies its own ``megabytes`` array at once (numpy releases the GIL), the best of
     ``repeats``, read and written bytes counted, in bytes/s. About a second; the projection of the
     ``local`` profile asks for it, because no table knows a virtual machine's share of its host."""
-    import threading
-    import time
-
-    import numpy as np
-
     threads = threads or _usable_cpus(os.cpu_count() or 1)
     n = megabytes * 2**20 // 8
     sources = [np.ones(n) for _ in range(threads)]

@@ -21,7 +21,12 @@ import yaml
 
 from compliance.schemas import schema_errors
 from harness.errors import ErrorCategory, HarnessError
-from harness.hw_profiles.detection import CudaDevice, DetectedHardware, detect, device_matches
+from harness.hw_profiles.detection import (
+    CudaDevice,
+    DetectedHardware,
+    detect,
+    device_matches,
+)
 from harness.hw_profiles.tiers import TIERS, Tier
 
 LOCAL = "local"
@@ -205,7 +210,7 @@ def local_profile(detected: DetectedHardware | None = None) -> Profile:
     detected = detected or detect()
     estimates = _local_estimates()
     gpus = detected.cuda_devices
-    data = {
+    data: dict[str, Any] = {
         "name": LOCAL,
         "description": f"{estimates['description']}: {_local_summary(detected)}",
         "nodes": 1,

@@ -191,7 +191,7 @@ def detail_values(path: Path) -> dict[str, Any]:
             continue
         if (rec.get("metadata") or {}).get("is_error"):
             out["errors"].append(f"{rec.get('key')}: {rec.get('value')}")
-        out.setdefault(rec.get("key"), rec.get("value"))
+        out.setdefault(rec["key"], rec.get("value"))  # parse_object: a record's key is a string
     return out
 
 

@@ -26,11 +26,12 @@ import torch
 from harness.errors import ErrorCategory, HarnessError
 from harness.files import replace_atomic, write_atomic
 from harness.inference.config import AGAIN
-from harness.inference.storage import RowLayout, PreadRows, SdmEmbeddings
+from harness.inference.storage import PreadRows, RowLayout, SdmEmbeddings
 from harness.reference.data import synthetic
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import SessionHooks, TrainingSession
 from harness.reference.models.dlrm import DLRM
+from harness.reference.models.embeddings import FusedEmbeddingCollection
 from harness.reference.models.from_spec import dlrm_config
 from harness.reference.tiered import CachePolicy
 from harness.rules.auc import roc_auc
@@ -185,6 +186,14 @@ def memory_model(spec: BenchmarkSpec, state: dict[str, torch.Tensor]) -> DLRM:
     return model.eval()
 
 
+def memory_tables(model: DLRM) -> FusedEmbeddingCollection:
+    """The tables of a model :func:`memory_model` or :func:`ssd_model` built: one collection of
+    one width (a benchmark ``harness infer`` serves has tables of one dimension)."""
+    tables = model.sparse_arch.embeddings
+    assert isinstance(tables, FusedEmbeddingCollection), type(tables).__name__
+    return tables
+
+
 def ssd_model(spec: BenchmarkSpec, state: dict[str, torch.Tensor], rows_file: Path, layout: RowLayout, *,
               cache_rows: int, policy: CachePolicy, latency_us: float,
               queue_depth: int = 1, warm: np.ndarray | None = None) -> tuple[DLRM, SdmEmbeddings]:
@@ -192,7 +201,7 @@ def ssd_model(spec: BenchmarkSpec, state: dict[str, torch.Tensor], rows_file: Pa
     ``cache_rows`` rows, each read taking ``latency_us`` more, ``queue_depth`` reads in flight;
     the cache holding ``warm``'s rows (:func:`hot_rows`) at start, or empty."""
     model = memory_model(spec, state)
-    full = model.sparse_arch.embeddings
+    full = memory_tables(model)
     store = PreadRows(rows_file, layout, latency_us=latency_us, queue_depth=queue_depth)
     tables = SdmEmbeddings(full.table_rows, full.dim, full.pooling, store, cache_rows, policy)
     if warm is not None:

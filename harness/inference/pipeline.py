@@ -68,6 +68,7 @@ from harness.inference.model import (
     check_identical,
     hot_rows,
     memory_model,
+    memory_tables,
     reference_auc,
     ssd_model,
     trained_model,
@@ -75,10 +76,11 @@ from harness.inference.model import (
 from harness.inference.qsl import SampleLibrary
 from harness.inference.results import InferReport, LoadgenRun, SsdReads, parse_summary
 from harness.inference.storage import RowLayout, SdmEmbeddings, probe_device, write_rows
-from harness.inference.worker import WORKER_IO_FAULT, main as worker_main
+from harness.inference.worker import WORKER_IO_FAULT
+from harness.inference.worker import main as worker_main
 from harness.reference.data import synthetic
 from harness.reference.data.datasets import SyntheticDataset
-from harness.reference.engine.forked import ForkedProcess, start_server
+from harness.reference.forked import ForkedProcess, start_server
 from harness.reference.models.dlrm import DLRM
 from harness.reference.tiered import rowio
 from harness.rules.specs import BenchmarkSpec, load_benchmark
@@ -107,9 +109,9 @@ SERVER_SEARCH_FLOOR_S = 60.0
 # issue and completion of the query in Python, about this long (measured here with one-row
 # queries: at most 5,200 queries/s while the model call took 0.09 ms)
 SERVER_QUERY_OVERHEAD_S = 1e-4
-# what the LoadGen workers' fork server imports once (harness.reference.engine.forked); the
+# what the LoadGen workers' fork server imports once (harness.reference.forked); the
 # worker imports the model, the samples and the results modules itself
-WORKER_PRELOAD = ["torch", "numpy", "harness.inference.worker", "harness.reference.engine.forkserver_last"]
+WORKER_PRELOAD = ["torch", "numpy", "harness.inference.worker", "harness.reference.forkserver_last"]
 EFFECTIVE_KEYS = ("effective_scenario", "effective_test_mode", "requested_min_duration_ms", "requested_min_query_count",
                   "effective_min_duration_ms", "effective_min_query_count", "effective_min_sample_count",
                   "generated_samples_per_query", "result_validity", "early_stopping_met",
@@ -175,7 +177,7 @@ def _run_inference(config: InferConfig, spec: BenchmarkSpec, data: synthetic.Syn
                                  progress=progress, precision=config.precision)
     start_server(WORKER_PRELOAD)  # the LoadGen workers' fork server imports torch while the variants are prepared
     memory_net = memory_model(spec, state)
-    weight = memory_net.sparse_arch.embeddings.weight.detach()
+    weight = memory_tables(memory_net).weight.detach()
     variants = variants_for(config.storage_latency_us, config.variant_kinds)
     with tempfile.TemporaryDirectory(dir=model_dir, prefix="ssd-tier-") as tier_dir:
         tier = _prepare_tier(config, Path(tier_dir), weight, data, memory_net, progress)
@@ -224,7 +226,8 @@ def _prepare_tier(config: InferConfig, tier_dir: Path, weight: torch.Tensor, dat
     progress(probe.describe())
     warm, warm_file, warm_note = None, None, "cold at start"
     if config.warm_cache:
-        warm, counted = hot_rows(data, memory_net.sparse_arch.embeddings.column_offsets, rows, cache_rows)
+        offsets = memory_tables(memory_net).column_offsets  # a buffer: torch's stubs type it Tensor | Module
+        warm, counted = hot_rows(data, offsets, rows, cache_rows)  # type: ignore[arg-type]
         warm_file = tier_dir / "warm-rows.npy"
         np.save(warm_file, warm)
         warm_note = f"warmed at start with the {warm.size:,} rows the first {counted:,} training samples look up most"
@@ -467,7 +470,7 @@ def run_worker(job: dict[str, Any], work_dir: Path) -> dict[str, Any]:
     output = work_dir / f"{name}.output.txt"  # the worker's stdout and stderr
     output.write_bytes(b"")
     # forked from a server that has imported torch once for all of this command's tests (see
-    # harness.reference.engine.forked): still one process per test, as LoadGen needs
+    # harness.reference.forked): still one process per test, as LoadGen needs
     proc = ForkedProcess(worker_main, ([str(job_path)],), stderr_path=output, stdout_path=output,
                          name=f"harness LoadGen worker {name}", preload=WORKER_PRELOAD)
     try:

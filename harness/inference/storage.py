@@ -269,6 +269,8 @@ class SdmEmbeddings(FusedEmbeddingCollection):
     up and those whose row was resident, and, per batch, the misses (distinct rows not
     resident: the rows read)."""
 
+    column_offsets: torch.Tensor  # FusedEmbeddingCollection's buffer (torch types a buffer Tensor | Module)
+
     def __init__(self, table_rows: tuple[int, ...], dim: int, pooling: tuple[int, ...], store: PreadRows,
                  cache_rows: int, policy: CachePolicy = CachePolicy.LRU):
         super().__init__(table_rows, dim, pooling, optimizer=None, allocate=False)

@@ -35,7 +35,7 @@ from harness.errors import ErrorCategory, HarnessError, io_fault
 from harness.files import write_atomic
 from harness.inference import mlperf
 from harness.inference.config import AGAIN, Scenario
-from harness.inference.model import memory_model, ssd_model
+from harness.inference.model import memory_model, memory_tables, ssd_model
 from harness.inference.qsl import SampleLibrary
 from harness.inference.results import parse_summary
 from harness.inference.storage import RowLayout, SdmEmbeddings
@@ -292,7 +292,7 @@ def run_counts(sut: FastSut, model: DLRM, tables: SdmEmbeddings | None, *, test_
         "peak_rss_bytes": peak_rss_bytes(),
     }
     if tables is None:
-        emb = model.sparse_arch.embeddings
+        emb = memory_tables(model)
         result["resident_table_bytes"] = emb.weight.numel() * emb.weight.element_size()
     else:
         store = tables.store

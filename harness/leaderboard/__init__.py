@@ -14,13 +14,12 @@ from typing import Any
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.files import write_atomic
+from harness.leaderboard.html import render_html
+from harness.leaderboard.tables import render_csv, render_markdown
 
 
 def write_leaderboard(board: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     """Write the four files into ``out_dir`` (created; other files there are left alone)."""
-    from harness.leaderboard.html import render_html
-    from harness.leaderboard.tables import render_csv, render_markdown
-
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise HarnessError(f"{out_dir} exists and is not a directory", ErrorCategory.BAD_INPUT)

@@ -26,15 +26,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mlperf_logging.compliance_checker import mlp_compliance
+
 from compliance.check import accepted_non_compliant
+from compliance.engine import check_log
 from compliance.schemas import validate
 from compliance.tree import RunSetRef, find_run_sets
 from harness import __version__
 from harness.errors import HarnessError
 from harness.leaderboard.labels import assign_labels, resolve_baseline, system_key
 from harness.mllog import keys
+from harness.rules.rcp import Verdict, check_convergence
 from harness.rules.results import (
     RESULT_GLOB,
+    RunLog,
     RunSetStats,
     read_run_log,
     run_set_stats,
@@ -65,8 +70,6 @@ def _int(value: Any) -> int:
 
 def official_compliance(paths: Sequence[Path], ruleset: str) -> list[str]:
     """MLPerf's own compliance checker over each log: the names of the logs it fails."""
-    from mlperf_logging.compliance_checker import mlp_compliance
-
     failed = []
     for path in paths:
         sink = io.StringIO()
@@ -124,8 +127,6 @@ def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | No
         failed = official_compliance(paths, ruleset)
         checker = f"MLPerf compliance checker ({ruleset})"
     elif spec is not None:
-        from compliance.engine import check_log
-
         failed = [p.name for p in paths if not check_log(p, spec.compliance_ruleset).passed]
         checker = f"harness check ({spec.compliance_ruleset})"
     # as MLPerf's package checker: a set with one non-compliant log (four for unet3d) is accepted under
@@ -196,8 +197,6 @@ def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | No
 
 def rcp_verdict_of(run_set_dir: Path, ruleset: str | None) -> str:
     """``pass``, ``fail: <why>``, ``missing RCP`` or ``not checked`` (no RCPs for the benchmark)."""
-    from harness.rules.rcp import Verdict, check_convergence
-
     try:
         check = check_convergence(run_set_dir, version=ruleset)
     except HarnessError:
@@ -209,7 +208,7 @@ def rcp_verdict_of(run_set_dir: Path, ruleset: str | None) -> str:
     return f"fail: {check.message}"
 
 
-def _curve(log, target: float | None) -> dict[str, Any]:
+def _curve(log: RunLog, target: float | None) -> dict[str, Any]:
     points: list[list[float]] = []
     if log.run_start_ms is not None:
         for _, auc, time_ms in log.eval_points:

@@ -119,3 +119,17 @@ def runs_text(entry: Entry) -> str:
     required = entry.get("required_runs")
     short = f" of {required} required" if required is not None and entry["runs"] < required else ""
     return f'{entry["converged_runs"]}/{entry["runs"]}{short}'
+
+
+def minutes_text(value: float) -> str:
+    """Minutes as the page shows them (``1,234.5``, ``12.35``, ``0.123``)."""
+    if abs(value) >= 100:
+        return f"{value:,.1f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def auc_text(value: float) -> str:
+    """An AUC as the page shows it: six significant digits (``0.80275``)."""
+    return f"{value:.6g}"

@@ -206,7 +206,10 @@ def parse_log(path: Path, *, max_line_bytes: int = MAX_LINE_BYTES) -> ParsedLog:
                 problems.append(ParseProblem(lineno, f"MLLOG line longer than {max_line_bytes} bytes, not read"))
                 continue
             parsed = parse_record(lineno, text)
-            (records if isinstance(parsed, Record) else problems).append(parsed)
+            if isinstance(parsed, Record):
+                records.append(parsed)
+            else:
+                problems.append(parsed)
     except OSError as err:
         return ParsedLog(path, records, problems, unreadable=err.strerror or type(err).__name__)
     except MemoryError:

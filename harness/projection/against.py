@@ -16,9 +16,10 @@ three run sets or more, the lowest of them.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import scipy.stats
 
@@ -101,7 +102,7 @@ def _label(ref: RunSetRef, root: Path) -> str:
         return str(ref.benchmark_dir)
 
 
-def _precision(values: dict) -> str | None:
+def _precision(values: Mapping[str, Any]) -> str | None:
     """The precision a log states its dense layers computed in (the harness's logs do; MLPerf's rarely)."""
     stated = str(values.get(keys.LOWEST_NUMERICAL_PRECISION_IN_LINEAR) or "").lower()
     return _PRECISIONS.get(stated)
@@ -158,7 +159,7 @@ def compare_run_set(ref: RunSetRef, root: Path, *, constants: Constants | None =
     measured = stats.score.minutes if stats.score else None
     if measured is None:
         return Comparison(label, ref.benchmark_dir, benchmark, None, None, f"no score: {stats.score_error}")
-    batches = {log.values.get(keys.GLOBAL_BATCH_SIZE) for log in logs} - {None}
+    batches = {b for log in logs if (b := log.values.get(keys.GLOBAL_BATCH_SIZE)) is not None}
     if not batches:
         return Comparison(label, ref.benchmark_dir, benchmark, measured, None, "no global_batch_size in its logs")
     batch = int(statistics.median_low(sorted(int(b) for b in batches)))
@@ -196,7 +197,7 @@ def summarize(comparisons: Sequence[Comparison]) -> Summary:
     done = [c for c in comparisons if c.ratio is not None]
     if not done:
         return Summary(0.0, 1.0, None, (), 0, len(comparisons))
-    ratios = [c.ratio for c in done]  # type: ignore[misc]
+    ratios = [r for c in done if (r := c.ratio) is not None]
     correlations = []
     for benchmark in sorted({c.benchmark for c in done}):
         group = [c for c in done if c.benchmark == benchmark]

@@ -43,9 +43,8 @@ from harness.projection.workload import (
     Workload,
 )
 from harness.reference.planner import Plan, ShardingType, Tier, Topology
-from harness.reference.planner.types import TIERS
 from harness.reference.planner.traffic import ID_BYTES
-
+from harness.reference.planner.types import TIERS
 
 
 @dataclass(frozen=True)

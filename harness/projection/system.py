@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.hw_profiles.devices import Device, detected_cpu, find_accelerator, find_cpu
 from harness.hw_profiles.detection import DetectedHardware, detect, measure_memory_bandwidth
+from harness.hw_profiles.devices import Device, detected_cpu, find_accelerator, find_cpu
 from harness.hw_profiles.profiles import LOCAL, Profile
 from harness.projection.constants import DeviceClass
 

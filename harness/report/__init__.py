@@ -13,12 +13,11 @@ from pathlib import Path
 from harness.errors import ErrorCategory, HarnessError, io_fault
 from harness.files import write_atomic
 from harness.report.collect import Report
+from harness.report.html import render_html
 
 
 def write_report(report: Report, out_dir: Path) -> Path:
     """Write ``index.html`` into ``out_dir`` (created; other files there are left alone); its path."""
-    from harness.report.html import render_html
-
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise HarnessError(f"{out_dir} exists and is not a folder: give another -o", ErrorCategory.BAD_INPUT)

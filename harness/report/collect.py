@@ -13,7 +13,7 @@ an empty tuple) and named in :attr:`RunReport.missing`; a log that cannot be rea
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -169,8 +169,9 @@ class RunReport:
         over its seconds since run_start (that includes the evaluations' time)."""
         if self.logged_samples_per_s is not None:
             return self.logged_samples_per_s
-        last = next((e for e in reversed(self.evals) if e.samples is not None and e.seconds > 0), None)
-        return last.samples / last.seconds if last is not None else None
+        last = next(((e.samples, e.seconds) for e in reversed(self.evals) if e.samples is not None and e.seconds > 0),
+                    None)
+        return last[0] / last[1] if last is not None else None
 
 
 @dataclass(frozen=True)
@@ -294,7 +295,7 @@ def _scan(path: Path) -> _Pass:
     seen = _Pass()
     for _, record in read_records(path, what="MLLOG record"):
         key, value = record["key"], record.get("value")
-        meta = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
+        meta = _dict(record.get("metadata"))
         t = _number(record.get("time_ms"))
         if t is not None and seen.first_ms is None:
             seen.first_ms = t
@@ -375,7 +376,7 @@ def _setup(v: Mapping[str, Any]) -> dict[str, str]:
     """What the run was, in words, from the records that say it (absent ones left out)."""
     setup: dict[str, str] = {}
 
-    def put(label: str, key: str, show=str) -> None:
+    def put(label: str, key: str, show: Callable[[Any], str] = str) -> None:
         if v.get(key) is not None:
             setup[label] = show(v[key])
 
@@ -420,7 +421,7 @@ def _trace_words(value: Any) -> str:
 def _plan_words(plan: Any) -> str:
     if not isinstance(plan, dict):
         return str(plan)
-    types = plan.get("sharding_types") if isinstance(plan.get("sharding_types"), dict) else {}
+    types = _dict(plan.get("sharding_types"))
     counts = ", ".join(f"{n} {t}" for t, n in sorted(types.items()))
     fingerprint = _short_hash(plan.get("fingerprint") or "")
     return "; ".join(p for p in (counts or "no sharded tables", fingerprint) if p)
@@ -458,7 +459,7 @@ def _step_phases(value: Any, missing: list[str]) -> StepPhases | None:
         ranks = tuple(_rank_steps(r, names) for r in value["ranks"])
         if not ranks:
             raise ValueError("no ranks")
-        ev = value.get("eval_s") if isinstance(value.get("eval_s"), dict) else {}
+        ev = _dict(value.get("eval_s"))
         return StepPhases(int(value["steps"]), int(value.get("warmup_steps", 0)), names, ranks,
                           _int(ev.get("count")), _number(ev.get("mean")), _number(ev.get("total")))
     except (KeyError, TypeError, ValueError, AttributeError) as err:
@@ -489,9 +490,8 @@ def _link_bytes(value: Any) -> dict[str, float]:
 def _collectives(stats: Any, projection: Any) -> tuple[CollectiveBytes, ...]:
     """Bytes per step per collective kind: the busiest rank's measured ones (the record's
     ``per_step``) beside the planner's projection (its ``per_step``)."""
-    measured = stats.get("per_step") if isinstance(stats, dict) and isinstance(stats.get("per_step"), dict) else {}
-    projected = (projection.get("per_step") if isinstance(projection, dict)
-                 and isinstance(projection.get("per_step"), dict) else {})
+    measured = _dict(stats.get("per_step")) if isinstance(stats, dict) else {}
+    projected = _dict(projection.get("per_step")) if isinstance(projection, dict) else {}
     kinds = list(measured) + [k for k in projected if k not in measured]
     return tuple(CollectiveBytes(kind, _link_bytes(measured.get(kind)),
                                  _link_bytes(projected[kind]) if kind in projected else None,
@@ -550,6 +550,11 @@ def _with_missing(run: RunReport, noted: list[str]) -> RunReport:
         missing.append("what the run was beyond MLPerf's keys: profile, sharding plan, codecs, overlap, "
                        "emulation (no harness_* records: not a log of this harness)")
     return replace(run, missing=tuple(missing))
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else an empty one."""
+    return value if isinstance(value, dict) else {}
 
 
 def _int(value: Any) -> int | None:

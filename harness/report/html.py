@@ -273,8 +273,8 @@ def _samples(value: float) -> str:
 
 def _auc_chart(index: int, rs: RunSetReport, *, by_samples: bool) -> _Figure:
     what = "training samples" if by_samples else "seconds since run_start"
-    curves = [(r, [((e.samples if by_samples else e.seconds), e.auc) for e in r.evals
-                   if (e.samples if by_samples else e.seconds) is not None]) for r in rs.runs]
+    curves = [(r, [(at, e.auc) for e in r.evals if (at := e.samples if by_samples else e.seconds) is not None])
+              for r in rs.runs]
     curves = [(r, pts) for r, pts in curves if pts]
     frame = Frame(height=220)
     xs = [p[0] for _, pts in curves for p in pts]
@@ -329,11 +329,12 @@ def _time_figures(index: int, rs: RunSetReport) -> list[_Figure]:
 def _no_step_timing(rs: RunSetReport) -> str:
     text = (f"The logs lack per-step timing: no run has a {keys.HARNESS_STEP_PHASES} record, so neither the step "
             "time over the run, its P50/P90/P99 per rank nor its breakdown by phase can be drawn.")
-    run = next((r for r in rs.runs if r.samples_per_s and r.global_batch_size), None)
-    if run is not None:
-        mean = run.global_batch_size / run.samples_per_s
-        text += (f" From what the log has: {run.samples_per_s:,.0f} samples/s at a global batch of "
-                 f"{run.global_batch_size:,} is a step of {_seconds(mean)} on average ({run.name}).")
+    found = next(((r.name, rate, batch) for r in rs.runs
+                  if (rate := r.samples_per_s) and (batch := r.global_batch_size)), None)
+    if found is not None:
+        name, rate, batch = found
+        text += (f" From what the log has: {rate:,.0f} samples/s at a global batch of "
+                 f"{batch:,} is a step of {_seconds(batch / rate)} on average ({name}).")
     return text
 
 
@@ -494,7 +495,7 @@ def _memory_figures(index: int, rs: RunSetReport) -> list[_Figure]:
                 for measure, colour in _MEASURES if tier in getattr(m, measure)), _attrs(rank=m.rank))
                 for m in run.memory]
             items = [LegendItem(measure, swatch_rect(colour)) for measure, colour in _MEASURES]
-            capacity = {m.capacity.get(tier) for m in run.memory if m.capacity.get(tier)}
+            capacity = {held for m in run.memory if (held := m.capacity.get(tier))}
             caption = (f"{run.name}: each rank's {tier.upper()} bytes: what the plan gave it, what it held at the end "
                        "and the peak." + (f" Capacity per rank: {format_bytes(max(capacity))}." if capacity else ""))
             figures.append(_Figure(f"Memory per rank: {tier.upper()}", _bar_chart(

@@ -23,6 +23,7 @@ import datetime
 import enum
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -33,9 +34,9 @@ import scipy.stats
 from mlperf_logging.rcp_checker.rcp_checker import submission_runs as official
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.mllog import keys
 from harness.rules.results import RESULT_GLOB, RunLog, read_run_log
 from harness.rules.specs import load_benchmark
-from harness.mllog import keys
 
 ALPHA = 0.05
 TOLERANCE = 0.0001  # the binary search for the minimum acceptable mean stops at this width
@@ -342,7 +343,7 @@ def _run_paths(run_dir: Path) -> list[Path]:
     return paths
 
 
-def _one_value(paths: list[Path], values: list[dict[str, Any]], key: str) -> Any:
+def _one_value(paths: list[Path], values: Sequence[Mapping[str, Any]], key: str) -> Any:
     seen = {json.dumps(v.get(key), sort_keys=True) for v in values}
     if len(seen) != 1:
         raise HarnessError(f"{paths[0].parent}: the logs disagree on {key} ({', '.join(sorted(seen))})")
@@ -352,7 +353,7 @@ def _one_value(paths: list[Path], values: list[dict[str, Any]], key: str) -> Any
     return found
 
 
-def _batch_size(paths: list[Path], values: list[dict[str, Any]]) -> int:
+def _batch_size(paths: list[Path], values: Sequence[Mapping[str, Any]]) -> int:
     found = _one_value(paths, values, keys.GLOBAL_BATCH_SIZE)
     if isinstance(found, bool) or not isinstance(found, (int, float)) or not math.isfinite(found) \
             or found != int(found) or found < 1:
@@ -392,7 +393,8 @@ def generate_rcp(benchmark: str, logs_dir: Path, *, target: float | None = None)
                     extra=_provenance(values, runs, target, short=len(short)))
 
 
-def _provenance(values: list[dict[str, Any]], runs: list[RunLog], target: float, *, short: int = 0) -> dict[str, Any]:
+def _provenance(values: Sequence[Mapping[str, Any]], runs: list[RunLog], target: float, *,
+                short: int = 0) -> dict[str, Any]:
     starts = [r.run_start_ms for r in runs if r.run_start_ms is not None]
     when = datetime.datetime.fromtimestamp(min(starts) / 1000, datetime.UTC).date().isoformat() if starts else ""
     reached = f" ({len(runs) - short} reached it, {short} left out)" if short else ""

@@ -19,12 +19,12 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
-from harness.mllog.reader import read_records
 from harness.errors import ErrorCategory, HarnessError
-from harness.rules.scoring import RunTime, Score, olympic_score
 from harness.mllog import keys
+from harness.mllog.reader import read_records
+from harness.rules.scoring import RunTime, Score, olympic_score
 
 RESULT_GLOB = "result_*.txt"
 
@@ -75,7 +75,7 @@ def read_run_log(path: Path) -> RunLog:
     for lineno, record in read_records(path, what="MLLOG record"):
         if record["key"] in (keys.RUN_START, keys.RUN_STOP) and not _is_number(record.get("time_ms")):
             raise HarnessError(f"{path}:{lineno}: {record['key']} has no numeric time_ms")
-        key, value, meta = record.get("key"), record.get("value"), record.get("metadata") or {}
+        key, value, meta = record["key"], record.get("value"), record.get("metadata") or {}
         values[key] = value
         if key == keys.EVAL_ACCURACY and stop is None:
             last_samples = meta.get(keys.SAMPLES_COUNT) if isinstance(meta, dict) else None
@@ -105,7 +105,7 @@ def read_run_log(path: Path) -> RunLog:
                   stop_samples_count=stop_samples, eval_samples_counts=tuple(eval_samples))
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 

@@ -11,16 +11,16 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from harness.errors import ErrorCategory, HarnessError, io_fault
 from harness.hw_profiles import detect, system_description, write_system_description
 from harness.mllog import keys
 from harness.process import interrupt_category, interrupt_reason
 from harness.reference.data import open_dataset
-from harness.reference.engine.forked import start_server
 from harness.reference.engine.mlperf_log import MLPerfLog, parse_records
 from harness.reference.engine.run_config import RunConfig
+from harness.reference.forked import start_server
 from harness.rules.seeds import Seed, seeds_for_runs
 from harness.rules.specs import BenchmarkSpec
 from harness.runsets.launch import NodeGroup
@@ -68,12 +68,21 @@ def execute_run_set(plan: RunSetPlan, reporter: Reporter | None = None) -> RunSe
             group.close()
 
 
+@runtime_checkable
+class _Generator(Protocol):
+    """A synthetic benchmark's generator (of samples or of event streams): it knows its teacher."""
+
+    def best_auc(self) -> float: ...
+
+
 def teacher_best_auc(spec: BenchmarkSpec) -> float | None:
     """The synthetic data's best achievable eval AUC (samples or event streams), computed here,
     outside any timed run."""
     if spec.dataset["kind"] not in ("synthetic", "event_streams"):
         return None
-    return open_dataset(spec, None).best_auc()  # the benchmark's generator, whichever kind
+    generator = open_dataset(spec, None)  # the benchmark's generator, whichever kind
+    assert isinstance(generator, _Generator), type(generator).__name__
+    return generator.best_auc()
 
 
 def _execute(plan: RunSetPlan, reporter: Reporter, group: NodeGroup | None) -> RunSetOutcome:

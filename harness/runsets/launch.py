@@ -40,7 +40,7 @@ from harness.reference.distributed.ranks import NODE_RANK_ENV
 from harness.runsets.torchrun import FORKED_RANKS
 
 # the worker as a script, for torchrun's --run-path (an absolute path; importing the module would import torch)
-WORKER_SCRIPT = Path(__file__).resolve().parents[1] / "reference" / "engine" / "worker.py"
+WORKER_SCRIPT = Path(__file__).resolve().parents[1] / "reference" / "worker.py"
 
 JOIN_TIMEOUT_S = 600.0  # how long launchers wait for each other (at the start, and for each job)
 DONE_TIMEOUT_S = 60.0  # how long node 0 keeps its store for followers to read the last verdict
@@ -85,7 +85,7 @@ class Nodes:
 def worker_command(config_path: str, world_size: int, nodes: Nodes | None = None, job: int = 0) -> list[str]:
     """The command of a run's ranks on this node (``world_size`` > 1): torchrun's ranks on this
     host; with several nodes this node's share, joined by c10d. (A one-rank run's worker is forked,
-    :mod:`harness.reference.engine.forked`.)"""
+    :mod:`harness.reference.forked`.)"""
     if world_size < 2:
         raise ValueError(f"worker_command is for runs of several ranks, not {world_size}")
     # torchrun with its ranks forked from one process that has imported torch (harness.runsets.torchrun)

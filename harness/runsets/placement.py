@@ -8,7 +8,13 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.hw_profiles import Profile
-from harness.reference.planner import Plan, PlannerConfig, ShardingType, Tier, plan_tables
+from harness.reference.planner import (
+    Plan,
+    PlannerConfig,
+    ShardingType,
+    Tier,
+    plan_tables,
+)
 from harness.reference.planner.codecs import CommConfig
 from harness.reference.planner.models import tables_for_benchmark
 from harness.rules.precision import Precision
@@ -38,7 +44,8 @@ def _tier_constraints(request: RunSetRequest, spec: BenchmarkSpec, world_size: i
         if i in on_ssd or pinned_all
     )
     if world_size == 1:
-        types = tuple((t.name, (ShardingType.TABLE_WISE,)) for t in tables)
+        types: tuple[tuple[str, tuple[ShardingType, ...]], ...] = tuple(
+            (t.name, (ShardingType.TABLE_WISE,)) for t in tables)
     else:
         cached = tuple(st for st in ShardingType if st is not ShardingType.DATA_PARALLEL)
         types = tuple((t.name, cached) for i, t in enumerate(tables) if i in on_ssd)

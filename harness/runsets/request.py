@@ -75,8 +75,9 @@ def check_request(request: RunSetRequest) -> None:
     _check_request_types(request)
 
 
-_REQUEST_TYPES = {"comm": CommConfig, "embedding_tier": EmbeddingTierChoice, "cache_policy": CachePolicy,
-                  "precision": (Precision, type(None))}
+_REQUEST_TYPES: dict[str, type | tuple[type, ...]] = {
+    "comm": CommConfig, "embedding_tier": EmbeddingTierChoice, "cache_policy": CachePolicy,
+    "precision": (Precision, type(None))}
 
 
 def _check_request_types(request: RunSetRequest) -> None:

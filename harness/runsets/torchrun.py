@@ -20,7 +20,7 @@ from __future__ import annotations
 import multiprocessing
 
 from harness.process import exit_now
-from harness.reference.engine.forked import PRELOAD
+from harness.reference.forked import PRELOAD
 
 # the options that make torchrun start its ranks from the preloaded server
 FORKED_RANKS = ["--run-path", "--start-method=forkserver"]

@@ -14,14 +14,14 @@ from typing import Any
 
 from harness.mllog import keys
 from harness.process import signal_of
-from harness.reference.engine.forked import ForkedProcess, forked_run_worker
 from harness.reference.engine.run_config import RunConfig
+from harness.reference.forked import ForkedProcess, forked_run_worker
 from harness.rules.seeds import Seed
 from harness.runsets.launch import worker_command, worker_env
 from harness.runsets.plan import RunSetPlan
 from harness.runsets.request import LOG_STATUS
 
-IO_FAULT_EXIT = 5  # the worker's exit status for an I/O fault (harness.reference.engine.worker)
+IO_FAULT_EXIT = 5  # the worker's exit status for an I/O fault (harness.reference.worker)
 PROGRESS_PREFIX = "HARNESS_PROGRESS "  # a worker's progress line: this, then one JSON object
 INTERRUPT_GRACE_S = 60.0  # how long a stopped worker has to end its log before it is killed
 
@@ -83,7 +83,7 @@ def _nodes_record(plan: RunSetPlan) -> dict[str, Any]:
 def run_worker(config_path: Path, plan: RunSetPlan, job: int, stderr_path: Path,
                on_progress: Callable[[dict], None]) -> int:
     """Start the run's worker process(es) on this node, relay its progress lines, return its exit
-    status: one rank forked from the set's fork server (:mod:`harness.reference.engine.forked`), more
+    status: one rank forked from the set's fork server (:mod:`harness.reference.forked`), more
     through torchrun (:func:`harness.runsets.launch.worker_command`).
 
     On KeyboardInterrupt the worker is asked to stop and has ended before this re-raises

@@ -12,6 +12,7 @@ precision the hardware computes natively (:func:`harness.hw_profiles.native_prec
 from __future__ import annotations
 
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any
 
 import yaml
@@ -21,9 +22,10 @@ from harness.errors import ErrorCategory, HarnessError
 from harness.rules.hyperparameters import check_hyperparameters
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import BenchmarkSpec
+from harness.submitters.borrowing import check_borrowed_config
 
 
-def submitters_root():
+def submitters_root() -> Traversable:
     """The folder of submitter configs shipped with the harness."""
     return resources.files(__package__)
 
@@ -43,7 +45,6 @@ def load_submitter_config(submitter: str, benchmark: str) -> dict[str, Any] | No
         parse_precision(name, what=f"{what}: precision for {profile!r}")
     if raw["benchmark"] != benchmark or raw["submitter"] != submitter:
         raise HarnessError(f"{what} names submitter {raw['submitter']!r} and benchmark {raw['benchmark']!r}")
-    from harness.submitters.borrowing import check_borrowed_config
 
     check_borrowed_config(raw, what)
     return raw

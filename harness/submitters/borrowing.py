@@ -19,6 +19,7 @@ from compliance.schemas import validate
 from harness.errors import ErrorCategory, HarnessError
 from harness.files import write_atomic
 from harness.mllog import keys
+from harness.mllog.reader import read_records
 from harness.rules.fingerprint import fingerprint
 from harness.rules.specs import BenchmarkSpec, load_benchmark
 
@@ -35,8 +36,6 @@ def lender_from_logs(run_set_dir: Path) -> tuple[str, str, str, dict[str, Any]]:
     Every log of the set must log the same hyperparameters; the fingerprint is the logged
     ``harness_fingerprint`` when all logs carry the same one, else a hash of the values.
     """
-    from harness.mllog.reader import read_records
-
     logs = sorted(Path(run_set_dir).glob("result_*.txt"))
     if not logs:
         raise HarnessError(f"{run_set_dir}: no result_*.txt logs to borrow from", ErrorCategory.NOT_FOUND)

@@ -17,8 +17,8 @@ import os
 import sys
 
 from mlperf_logging.compliance_checker import mlp_compliance
-from official_yaml import install
 from mlperf_logging.package_checker import package_checker
+from official_yaml import install
 
 install(mlp_compliance)  # its rule files parsed once, not once per log (official_yaml.py)
 

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
+from harness.leaderboard.charts import LOG_SPAN
 from harness.leaderboard.collect import build_leaderboard
-from harness.leaderboard.html import LOG_SPAN, render_html
+from harness.leaderboard.html import render_html
 from tests.leaderboard.colliding_tree import COLLIDING_SYSTEM, colliding_tree
 from tests.leaderboard.test_browser import LAUNCH_ARGS, browser  # noqa: F401 - the fixture
 

@@ -17,8 +17,14 @@ from typing import Any
 import pytest
 
 from compliance.schemas import validate
-from harness.leaderboard.html import _log_ticks, _nice_ticks, render_html
-from tests.leaderboard.board_fixture import BASELINE_SYSTEM, SCRIPT_SUBMITTER, TRICKY_SYSTEM, sample_board
+from harness.leaderboard.charts import _log_ticks, _nice_ticks
+from harness.leaderboard.html import render_html
+from tests.leaderboard.board_fixture import (
+    BASELINE_SYSTEM,
+    SCRIPT_SUBMITTER,
+    TRICKY_SYSTEM,
+    sample_board,
+)
 
 VOID = {"meta", "link", "br", "hr", "img", "input", "source", "wbr", "col", "area", "base", "embed", "track"}
 NUMERIC_KEYS = {"rank", "hardware", "runs", "score", "projected", "cv", "throughput", "accelerator_minutes", "speedup"}

@@ -13,11 +13,11 @@ import pytest
 import torch
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.data.criteo import npy as criteo_npy
-from harness.reference.data.criteo import tsv as criteo_tsv
-from harness.reference.data.criteo.manifest import find_layout
-from harness.reference.data.criteo.npy import MlperfNpyDataset
-from harness.reference.data.criteo.tsv import (
+from harness.reference.data import criteo_npy as criteo_npy
+from harness.reference.data import criteo_tsv as criteo_tsv
+from harness.reference.data.criteo_manifest import find_layout
+from harness.reference.data.criteo_npy import MlperfNpyDataset
+from harness.reference.data.criteo_tsv import (
     BufferPlan,
     CriteoTsvDataset,
     buffer_plan,

@@ -18,17 +18,16 @@ import torch
 import yaml
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.data import datasets
-from harness.reference.data.criteo import manifest as criteo_manifest
-from harness.reference.data.criteo import npy as criteo_npy
+from harness.reference.data import criteo_manifest as criteo_manifest
+from harness.reference.data import criteo_npy as criteo_npy
+from harness.reference.data import criteo_tsv as criteo_tsv
+from harness.reference.data import datasets, open_dataset
 from harness.reference.data.criteo import open_files
-from harness.reference.data.criteo import tsv as criteo_tsv
-from harness.reference.data.criteo.manifest import find_layout
-from harness.reference.data.criteo.npy import MlperfNpyDataset
-from harness.reference.data.criteo.tsv import CriteoTsvDataset
-from harness.reference.data.export import format_tsv
-from harness.reference.data import open_dataset
+from harness.reference.data.criteo_manifest import find_layout
+from harness.reference.data.criteo_npy import MlperfNpyDataset
+from harness.reference.data.criteo_tsv import CriteoTsvDataset
 from harness.reference.data.datasets import DataFormat, Dataset, batch_order
+from harness.reference.data.export import format_tsv
 from harness.rules.specs import spec_from_dict
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_benchmark.yaml"

@@ -15,11 +15,11 @@ import torch
 import yaml
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.data import open_dataset
-from harness.reference.data.criteo import tsv as criteo_tsv
+from harness.reference.data import criteo_tsv as criteo_tsv
 from harness.reference.data import export as data_export
-from harness.reference.data.export import EXPORT_INFO, export_dataset, format_tsv
+from harness.reference.data import open_dataset
 from harness.reference.data.datasets import DataFormat, SyntheticDataset
+from harness.reference.data.export import EXPORT_INFO, export_dataset, format_tsv
 from harness.rules.specs import load_benchmark, spec_from_dict
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_benchmark.yaml"

@@ -1,11 +1,11 @@
-"""Workers forked from the preloaded fork server (harness.reference.engine.forked)."""
+"""Workers forked from the preloaded fork server (harness.reference.forked)."""
 
 from __future__ import annotations
 
 import gc
 import json
 
-from harness.reference.engine.forked import ForkedProcess
+from harness.reference.forked import ForkedProcess
 
 
 def _collector_state() -> int:

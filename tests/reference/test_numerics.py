@@ -6,6 +6,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from harness.reference.engine.run_config import RunConfig
+from harness.reference.engine.session import TrainingSession
 from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
 from harness.reference.models.numerics import (
     TableLayout,
@@ -15,8 +17,6 @@ from harness.reference.models.numerics import (
     stochastic_round,
     torch_dtype,
 )
-from harness.reference.engine.run_config import RunConfig
-from harness.reference.engine.session import TrainingSession
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import load_benchmark
 

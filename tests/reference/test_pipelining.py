@@ -9,15 +9,15 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from harness.reference.distributed.comm_codecs import CommConfig
+from harness.reference.data.synthetic import Batch
 from harness.reference.distributed.comm import Comm, CommStats
-from harness.reference.distributed.session import pipelined
+from harness.reference.distributed.comm_codecs import CommConfig
 from harness.reference.distributed.input_dist import InputDist
+from harness.reference.distributed.session import pipelined
 from harness.reference.distributed.sharded import ShardedEmbeddingCollection
 from harness.reference.distributed.shardings import shardings_from_plan
 from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
 from harness.reference.planner import Plan
-from harness.reference.data.synthetic import Batch
 
 ROWS, DIM, POOLING = (7, 30, 5), 4, (1, 3, 2)
 

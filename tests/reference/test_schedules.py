@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
 from harness.reference.engine.schedules import LearningRatePolicy
+from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
 
 
 class ReferencePolicy(torch.optim.lr_scheduler.LRScheduler):

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.reference.engine.forked import ForkedProcess
+from harness.reference.engine import checkpoint
 from harness.reference.engine.trainer import RunConfig
-from harness.reference.tiered import checkpoint
+from harness.reference.forked import ForkedProcess
 from harness.rules.specs import spec_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +44,7 @@ def job(tmp: Path, name: str) -> Path:
 
 
 def start(job_path: Path) -> ForkedProcess:
-    """The job in a process of its own (``python -m harness.reference.tiered.checkpoint JOB``),
+    """The job in a process of its own (``python -m harness.reference.engine.checkpoint JOB``),
     forked from a server that has imported torch once for the trials (its stdout a pipe here,
     its stderr ``stderr.txt`` beside the job)."""
     return ForkedProcess(checkpoint.cli, (str(job_path),), stderr_path=job_path.parent / "stderr.txt",

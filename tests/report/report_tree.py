@@ -31,7 +31,7 @@ SCRIPT_FOLDER = '<script>alert("y")<script> & co'  # its folder (a name cannot h
 MLPERF_LOG = Path("v4.1/Dell/results/XE9680x8H200-SXM-141GB/dlrm_dcnv2/result_0.txt")
 PHASES = ("data_wait", "embedding_forward", "dense_forward", "dense_backward", "embedding_backward", "optimizer",
           "input_all_to_all", "forward_all_to_all", "backward_all_to_all", "dense_all_reduce",
-          "replica_all_reduce")  # harness.reference.engine.phases.PHASES, written out: the record's order is its schema
+          "replica_all_reduce")  # harness.reference.timing.phases.PHASES, written out: the record's order is its schema
 
 
 @dataclass(frozen=True)

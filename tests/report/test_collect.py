@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.reference.timing import phases as engine_phases
 from harness.report.collect import collect_report, read_run, read_run_set
-from harness.reference.engine import phases as engine_phases
 from tests.report.report_tree import PHASES, Tree
 
 

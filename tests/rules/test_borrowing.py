@@ -9,9 +9,9 @@ import harness.submitters as subs
 from harness.cli import main
 from harness.errors import HarnessError
 from harness.rules.fingerprint import fingerprint
+from harness.rules.specs import load_benchmark
 from harness.submitters import effective_hyperparameters, load_submitter_config
 from harness.submitters.borrowing import borrow, lender_from_logs
-from harness.rules.specs import load_benchmark
 
 REFERENCE_RUNS = Path(__file__).parents[2] / "harness" / "rules" / "reference_runs" / "dlrm_synthetic"
 
@@ -69,10 +69,10 @@ def test_borrow_from_a_lenders_result_logs_keeps_their_logged_fingerprint(root):
 
 
 def test_a_run_set_plan_carries_the_provenance_into_the_logs(root, tmp_path):
+    from harness.rules.seeds import Seed, SeedSource
     from harness.runsets.plan import plan_run_set
     from harness.runsets.request import RunSetRequest
     from harness.runsets.workers import worker_config as _worker_config
-    from harness.rules.seeds import Seed, SeedSource
 
     borrow(source=root / "acme" / "dlrm_synthetic.yaml", to=root / "beta" / "dlrm_synthetic.yaml", submitter="beta")
     plan = plan_run_set(RunSetRequest(benchmark="dlrm_synthetic", profile="local", submitter="beta",

@@ -8,7 +8,6 @@ import pytest
 
 from harness.errors import HarnessError
 from harness.rules.results import read_run_log, score_run_set
-
 from tests.conftest import SHARED_LOGS
 
 SHARED = SHARED_LOGS

@@ -5,10 +5,10 @@ categorical features), read as :class:`~harness.reference.data.batches.Batch` es
 
 * :class:`SyntheticDataset`: the generator of :mod:`harness.reference.data.synthetic` (no files);
 * ``criteo-tsv``: Criteo's text files, Terabyte ``day_0`` .. ``day_23`` or Kaggle ``train.txt``,
-  plain or gzip (:mod:`harness.reference.data.criteo.tsv`);
+  plain or gzip (:mod:`harness.reference.data.criteo_tsv`);
 * ``mlperf-npy``: MLPerf's preprocessed Criteo 1TB layout, ``day_<d>_dense.npy``,
   ``day_<d>_labels.npy`` and ``day_<d>_sparse.npy`` (one-hot) or
-  ``day_<d>_sparse_multi_hot.npz`` (:mod:`harness.reference.data.criteo.npy`).
+  ``day_<d>_sparse_multi_hot.npz`` (:mod:`harness.reference.data.criteo_npy`).
 
 Every dataset follows the same rules, so that the same run on any of them (the synthetic
 benchmark and its exported copies, say) sees the same samples in the same batches:

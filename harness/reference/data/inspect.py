@@ -23,11 +23,11 @@ from typing import Any
 import numpy as np
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.data.criteo.manifest import Layout, find_layout, kaggle_parts
-from harness.reference.data.criteo.npy import NpyDay, npy_day
-from harness.reference.data.criteo.tsv import DEFAULT_BUFFER_BYTES, read_tsv_file
 from harness.reference.data.batches import NUM_SPARSE
 from harness.reference.data.counter_rng import mix64
+from harness.reference.data.criteo_manifest import Layout, find_layout, kaggle_parts
+from harness.reference.data.criteo_npy import NpyDay, npy_day
+from harness.reference.data.criteo_tsv import DEFAULT_BUFFER_BYTES, read_tsv_file
 from harness.reference.data.datasets import DataFormat
 
 __all__ = ["DistinctCounter", "InspectReport", "format_report", "inspect_dataset"]
@@ -265,7 +265,7 @@ def _inspect_npy(layout: Layout, tally: _Tally, buffer_bytes: int,
 
 def inspect_dataset(path: Path | str, *, buffer_bytes: int = DEFAULT_BUFFER_BYTES, exact_limit: int = 1 << 16,
                     progress: Callable[[str], None] | None = None) -> InspectReport:
-    """Read the dataset at ``path`` (any layout :func:`~harness.reference.data.criteo.manifest.find_layout`
+    """Read the dataset at ``path`` (any layout :func:`~harness.reference.data.criteo_manifest.find_layout`
     recognises) once and report what it holds; a malformed record ends the reading and is
     reported, not raised.
 

@@ -47,7 +47,6 @@ from harness.reference.distributed.comm_codecs import (
     is_scaled,
     wire_bytes,
 )
-from harness.reference.engine import phases
 
 # the kinds of collectives as logged, their link classes, and the all-reduce's row of values for
 # fp8/int8 (one scale each): the traffic model's names, so counts and projections speak alike.
@@ -65,6 +64,7 @@ from harness.reference.planner.traffic import (  # noqa: F401  (INTRA: re-export
     KINDS,
     REPLICA,
 )
+from harness.reference.timing import phases
 
 
 @dataclass

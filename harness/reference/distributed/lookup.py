@@ -22,13 +22,13 @@ import torch
 
 from harness.reference.distributed.input_dist import KeyedIds
 from harness.reference.distributed.shard_storage import LocalShards, ShardGroup
-from harness.reference.engine import phases
 from harness.reference.models.embeddings import (
     SparseOptimizerConfig,
     coalesce_bags,
     unscale,
     update_from_bags,
 )
+from harness.reference.timing import phases
 
 
 @dataclass(frozen=True)

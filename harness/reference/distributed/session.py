@@ -42,7 +42,6 @@ from harness.reference.distributed.shard_storage import TierPlacement
 from harness.reference.distributed.sharded import ShardedEmbeddingCollection
 from harness.reference.distributed.shardings import shardings_from_plan
 from harness.reference.distributed.two_stage import Hierarchy
-from harness.reference.engine import phases
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import (
     EVAL_CACHE_BYTES,
@@ -57,6 +56,7 @@ from harness.reference.planner import traffic
 from harness.reference.planner.types import Plan, Tier
 from harness.reference.tiered import CacheStats, ssd_io
 from harness.reference.tiered.ledger import peak_rss_bytes, rss_now
+from harness.reference.timing import phases
 
 # the dense part's buffers are constants: no broadcast before each forward (torch >= 2.13 renamed the option)
 _NO_BUFFER_SYNC = (

@@ -126,7 +126,6 @@ from harness.reference.distributed.two_stage_sequence import (
     StageCounts,
     TwoStageSequence,
 )
-from harness.reference.engine import phases
 from harness.reference.models.embeddings import (
     FusedEmbeddingCollection,
     set_learning_rate,
@@ -134,6 +133,7 @@ from harness.reference.models.embeddings import (
 from harness.reference.planner.types import Tier
 from harness.reference.tiered import CachedShard, CacheStats
 from harness.reference.tiered.ledger import TierLedger
+from harness.reference.timing import phases
 
 
 class ShardedEmbeddingCollection(nn.Module):

@@ -17,9 +17,9 @@ from typing import Any
 
 from mlperf_logging.mllog import mllog
 
-from harness.mllog.reader import read_records
 from compliance.schemas import schema_errors
 from harness.errors import ErrorCategory, HarnessError
+from harness.mllog.reader import read_records
 
 
 class EventType(enum.Enum):

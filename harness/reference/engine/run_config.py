@@ -47,7 +47,7 @@ class RunConfig:
     # overlap communication with computation (a sharded run): the dense all-reduce with the
     # backward pass, the pooled embeddings' all-to-alls with the bottom MLP and its backward
     overlap: bool = True
-    # each step's time per phase, measured by the run (harness.reference.engine.phases): harness_step_phases
+    # each step's time per phase, measured by the run (harness.reference.timing.phases): harness_step_phases
     step_phases: bool = True
     # where rank 0 writes the merged profiler trace of a few steps after the warm-up
     # (harness.reference.engine.trace); None: no trace

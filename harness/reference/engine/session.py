@@ -45,22 +45,22 @@ import torch
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.hw_profiles.tiers import Tier
-from harness.reference.data.batches import Batch
+from harness.mllog import keys
 from harness.reference.data import open_dataset
+from harness.reference.data.batches import Batch
 from harness.reference.data.datasets import Dataset, check_epoch
-from harness.reference.engine import phases
-from harness.reference.engine.trace import StepTracer, merge
-from harness.reference.models import numerics
-from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig, SparseOptimizerKind
-from harness.reference.models.from_spec import build_model, sparse_optimizer_kind
-from harness.reference.models.dlrm import DLRM
-from harness.reference.models.hstu import HSTURanker
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.schedules import LearningRatePolicy
+from harness.reference.engine.trace import StepTracer, merge
+from harness.reference.models import numerics
+from harness.reference.models.dlrm import DLRM
+from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig, SparseOptimizerKind
+from harness.reference.models.from_spec import build_model, sparse_optimizer_kind
+from harness.reference.models.hstu import HSTURanker
+from harness.reference.timing import phases
 from harness.rules.auc import roc_auc
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import BenchmarkSpec, ModelFamily, spec_from_dict
-from harness.mllog import keys
 
 # The eval split is kept in memory after its first evaluation when it is at most this large
 # (the synthetic benchmarks' are tens of MB); a larger one (Criteo 1TB's 89M samples) is read
@@ -216,7 +216,7 @@ class TrainingSession:
         self._clip_norm = (float(self.hyperparameters["opt_gradient_clip_norm"])
                            if "opt_gradient_clip_norm" in self.hyperparameters else None)
         self._clipped = [p for group in self.dense_optimizer.param_groups for p in group["params"]]
-        # where each step's time goes (harness.reference.engine.phases); a GPU's phases end synchronised
+        # where each step's time goes (harness.reference.timing.phases); a GPU's phases end synchronised
         self.clock = phases.CLOCK = phases.PhaseClock(
             enabled=config.step_phases, sync=torch.cuda.synchronize if self.device.type == "cuda" else None)
         self.tracer = StepTracer(self.device.type) if config.trace_path else None

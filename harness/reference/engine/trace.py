@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from harness.reference.engine.phases import WARMUP_STEPS
+from harness.reference.timing.phases import WARMUP_STEPS
 
 TRACE_STEPS = 3
 

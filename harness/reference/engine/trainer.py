@@ -28,11 +28,6 @@ import torch
 from harness.files import replace_atomic
 from harness.mllog import keys
 from harness.process import interrupt_reason
-from harness.reference.distributed.comm_codecs import (
-    Codec,
-    CommConfig,
-    mlperf_precision,
-)
 from harness.reference.engine.mlperf_log import MLPerfLog
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import (
@@ -40,6 +35,7 @@ from harness.reference.engine.session import (
     TrainingSession,
     roc_auc,
 )
+from harness.reference.planner.codecs import Codec, CommConfig, mlperf_precision
 from harness.rules.hyperparameters import logged_value
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import BenchmarkSpec, spec_from_dict

@@ -26,9 +26,10 @@ import torch
 from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.reference.engine import phases
 from harness.reference.models.hugepages import empty_table
-from harness.reference.models.numerics import TableLayout, fused_layout, stochastic_round, workspace as _workspace
+from harness.reference.models.numerics import TableLayout, fused_layout, stochastic_round
+from harness.reference.models.numerics import workspace as _workspace
+from harness.reference.timing import phases
 from harness.rules.specs import EmbeddingOptimizer
 
 # the spec's own enum (adagrad, rowwise_adagrad, sgd): a spec's optimizer is the config's

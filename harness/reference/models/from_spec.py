@@ -14,8 +14,8 @@ import torch
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference.data.events import Action, EventStreamSpec
-from harness.reference.models.embeddings import SparseOptimizerConfig, SparseOptimizerKind
 from harness.reference.models.dlrm import DLRM, DLRMConfig
+from harness.reference.models.embeddings import SparseOptimizerConfig, SparseOptimizerKind
 from harness.reference.models.hstu import HSTUConfig, HSTURanker
 from harness.rules.specs import BenchmarkSpec, ModelFamily, ModelSpec
 

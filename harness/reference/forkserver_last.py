@@ -1,4 +1,4 @@
-"""Imported only by a fork server of :mod:`harness.reference.engine.forked` (its last preload; the
+"""Imported only by a fork server of :mod:`harness.reference.forked` (its last preload; the
 run set's, ``harness infer``'s and torchrun's): what the server imported is frozen for the garbage
 collector, and the server ends at once when its launcher does, without tearing down its modules.
 

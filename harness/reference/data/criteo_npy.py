@@ -42,7 +42,7 @@ import torch
 from harness.errors import HarnessError
 from harness.reference.data import datasets
 from harness.reference.data.batches import NUM_DENSE, NUM_SPARSE, Batch
-from harness.reference.data.criteo.manifest import (
+from harness.reference.data.criteo_manifest import (
     Layout,
     bad_input,
     check_eval_batching,

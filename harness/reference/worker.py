@@ -1,4 +1,4 @@
-"""One training run in its own process: ``python -m harness.reference.engine.worker RUN_CONFIG.json``.
+"""One training run in its own process: ``python -m harness.reference.worker RUN_CONFIG.json``.
 
 Exit status: 0 when the run ended (``success`` or ``aborted`` at the epoch limit; the log
 says which), 130 when interrupted by SIGINT, 143 by SIGTERM (the log ends ``run_stop
@@ -30,7 +30,7 @@ from harness.process import (
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m harness.reference.engine.worker RUN_CONFIG.json", file=sys.stderr)
+        print("usage: python -m harness.reference.worker RUN_CONFIG.json", file=sys.stderr)
         return 2
     # the first SIGINT/SIGTERM interrupts the run, later ones are ignored (a second Ctrl-C, or the
     # parent forwarding the one the terminal already sent, cannot cut run_stop short)

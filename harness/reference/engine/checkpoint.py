@@ -18,7 +18,7 @@ cold cache, which changes nothing in the arithmetic (``tests/reference/test_tier
 kills training with ``SIGKILL`` at random points, resumes, and gets the uninterrupted run's
 tables, checksum for checksum).
 
-``python -m harness.reference.tiered.checkpoint JOB.json`` trains a benchmark's model for
+``python -m harness.reference.engine.checkpoint JOB.json`` trains a benchmark's model for
 ``steps`` steps on the SSD tier with a checkpoint every ``every`` steps, resuming from the
 job's checkpoint directory if it holds one; it prints ``step N`` and ``checkpoint N`` lines
 as it goes and, at the end, writes ``result.json`` (the SHA-256 of the final tables).
@@ -154,7 +154,7 @@ def main(job_path: str) -> int:
 
 
 def cli(job_path: str) -> int:
-    """:func:`main` as ``python -m harness.reference.tiered.checkpoint JOB.json`` runs it: an
+    """:func:`main` as ``python -m harness.reference.engine.checkpoint JOB.json`` runs it: an
     error is one line on stderr and its exit status."""
     try:
         return main(job_path)

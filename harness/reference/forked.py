@@ -1,7 +1,7 @@
 """Worker processes forked from a process that has already imported torch.
 
 The harness runs its work in processes of their own: each run of a set
-(``python -m harness.reference.engine.worker RUN_CONFIG.json`` is that process as a command),
+(``python -m harness.reference.worker RUN_CONFIG.json`` is that process as a command),
 each LoadGen test of ``harness infer``. A fresh interpreter pays about 2.3 s of CPU to import
 torch, and 2.2 s more when it builds its first optimizer (which imports ``torch._dynamo``): on a
 small benchmark, more than the work itself, once per process. Here the launcher starts
@@ -39,10 +39,10 @@ PRELOAD = [
     "torch",
     "torch._dynamo",  # imported by the first optimizer or DistributedDataParallel a process builds
     "torch.distributed",
-    "harness.reference.engine.worker",
+    "harness.reference.worker",
     "harness.reference.runs",
     "harness.reference.distributed.session",
-    "harness.reference.engine.forkserver_last",  # last: freezes the above for the collector; the server ends with its launcher
+    "harness.reference.forkserver_last",  # last: freezes the above for the collector; the server ends with its launcher
 ]
 
 _CONTEXT = multiprocessing.get_context("forkserver")
@@ -147,8 +147,8 @@ def _child(target: Callable[..., int], args: tuple[Any, ...], pipe: Any, stdout_
 
 
 def run_worker(config_path: str) -> int:
-    """A run's worker, as ``python -m harness.reference.engine.worker RUN_CONFIG.json`` runs it."""
-    from harness.reference.engine import worker
+    """A run's worker, as ``python -m harness.reference.worker RUN_CONFIG.json`` runs it."""
+    from harness.reference import worker
 
     return worker.main([config_path])
 

@@ -18,8 +18,8 @@ from harness.reference.data.batches import NUM_SPARSE
 from harness.reference.data.datasets import DataFormat
 
 if TYPE_CHECKING:
-    from harness.reference.data.criteo.npy import MlperfNpyDataset
-    from harness.reference.data.criteo.tsv import CriteoTsvDataset
+    from harness.reference.data.criteo_npy import MlperfNpyDataset
+    from harness.reference.data.criteo_tsv import CriteoTsvDataset
     from harness.rules.specs import BenchmarkSpec
 
 __all__ = [

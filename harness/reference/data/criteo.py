@@ -1,22 +1,23 @@
-"""The real Criteo data as :class:`~harness.reference.data.datasets.Dataset` s, one module per role,
-and :func:`open_files`, which opens a folder of them for a benchmark.
+"""The real Criteo data as :class:`~harness.reference.data.datasets.Dataset` s, one module per role
+(:mod:`.criteo_tsv`, :mod:`.criteo_npy`, :mod:`.criteo_manifest`), and :func:`open_files`, which
+opens a folder of them for a benchmark.
 
-Two formats, found by :func:`~harness.reference.data.criteo.manifest.find_layout` and opened by
+Two formats, found by :func:`~harness.reference.data.criteo_manifest.find_layout` and opened by
 :func:`open_files` (which :func:`harness.reference.data.open_dataset` calls), both following the
 positions, order and sharding rules of :mod:`harness.reference.data.datasets`:
 
-:class:`~harness.reference.data.criteo.tsv.CriteoTsvDataset` (``criteo-tsv``, :mod:`.tsv`)
+:class:`~harness.reference.data.criteo_tsv.CriteoTsvDataset` (``criteo-tsv``, :mod:`.criteo_tsv`)
     Criteo's click logs as text, plain or gzip (recognised by its magic bytes, whatever the name):
     Terabyte, a folder of ``day_0`` .. ``day_{D-1}`` (or ``day_N.gz``), or Kaggle, ``train.txt``
     (or ``train.txt.gz``). Each line holds 40 tab-separated fields: the label (``0``/``1``), 13
     integer counts and 26 categorical values written as hex strings (eight digits in the real data).
 
-:class:`~harness.reference.data.criteo.npy.MlperfNpyDataset` (``mlperf-npy``, :mod:`.npy`)
+:class:`~harness.reference.data.criteo_npy.MlperfNpyDataset` (``mlperf-npy``, :mod:`.criteo_npy`)
     MLPerf's preprocessed Criteo 1TB: ``day_<d>_dense.npy`` (N x 13 float, already transformed),
     ``day_<d>_labels.npy`` (N or N x 1) and ``day_<d>_sparse.npy`` (N x 26, one-hot) or
     ``day_<d>_sparse_multi_hot.npz`` (members ``"0"`` .. ``"25"``, N x P_f, multi-hot), memory-mapped.
 
-:mod:`.manifest` holds what both share: what a folder holds (its layout and days), the checks of
+:mod:`.criteo_manifest` holds what both share: what a folder holds (its layout and days), the checks of
 a manifest's files, of a dataset against a benchmark's spec, and the errors they raise. Neither
 format's module imports the other's; this package chooses between them.
 
@@ -43,13 +44,13 @@ with ``--max-ind-range`` (``int(x, 16) % max_ind_range``). MLPerf-npy ids are re
 (facebookresearch/dlrm; empty counts are 0, negative ones clamp to 0); the synthetic generator
 computes its dense features the same way, so an exported copy reads back bit for bit.
 MLPerf-npy dense values pass through unchanged: its preprocessing already transformed them (as
-``log(x + 3)``, see :mod:`.npy`).
+``log(x + 3)``, see :mod:`.criteo_npy`).
 
 **Validation before training.** :func:`open_files` without a manifest reads everything once:
 every TSV line is parsed (the first malformed one is reported as ``file:line``) and counted, an
-index of line offsets is kept every :data:`~harness.reference.data.criteo.tsv.INDEX_STRIDE` lines;
+index of line offsets is kept every :data:`~harness.reference.data.criteo_tsv.INDEX_STRIDE` lines;
 every npy header, shape, dtype and row count is checked (label values are checked as they are
-read). The dataset's :meth:`~harness.reference.data.criteo.tsv.CriteoTsvDataset.manifest` reopens
+read). The dataset's :meth:`~harness.reference.data.criteo_tsv.CriteoTsvDataset.manifest` reopens
 it later without reading, after checking that every file still has its size.
 """
 
@@ -59,9 +60,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.reference.data.criteo.manifest import bad_input, check_against_spec, check_format, find_layout
-from harness.reference.data.criteo.npy import MlperfNpyDataset
-from harness.reference.data.criteo.tsv import DEFAULT_BUFFER_BYTES, INDEX_STRIDE, CriteoTsvDataset
+from harness.reference.data.criteo_manifest import bad_input, check_against_spec, check_format, find_layout
+from harness.reference.data.criteo_npy import MlperfNpyDataset
+from harness.reference.data.criteo_tsv import DEFAULT_BUFFER_BYTES, INDEX_STRIDE, CriteoTsvDataset
 from harness.reference.data.datasets import DataFormat
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ import torch
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference.data import datasets
 from harness.reference.data.batches import NUM_DENSE, NUM_SPARSE, Batch
-from harness.reference.data.criteo.manifest import (
+from harness.reference.data.criteo_manifest import (
     KAGGLE_PARTS,
     Layout,
     bad_input,
