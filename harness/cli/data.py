@@ -91,7 +91,7 @@ def inspect(path: Path, as_json: bool, benchmark: str | None) -> None:
     Exit status: 0 well-formed, 2 a malformed record (after the report) or nothing found at PATH.
     """
     # the reference's data stack (it loads torch): only when the command runs, as each import below
-    from harness.reference.data.yambda import EVENT_FILES, FLAT_FILE
+    from harness.reference.data.yambda_store import EVENT_FILES, FLAT_FILE
 
     log = None if as_json else (lambda line: click.echo(f"  read {line}", err=True))
     if path.is_dir() and ((path / FLAT_FILE).is_file() or (path / EVENT_FILES["listen"]).is_file()):

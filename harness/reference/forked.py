@@ -34,6 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from harness.process import flush_std_streams
+from harness.reference import worker
+
 # what the workers import anyway: the server imports them once, the workers are forked with them
 PRELOAD = [
     "torch",
@@ -139,8 +142,6 @@ def _child(target: Callable[..., int], args: tuple[Any, ...], pipe: Any, stdout_
         pipe.close()
     else:
         _redirect(1, stdout_path)  # type: ignore[arg-type]
-    from harness.process import flush_std_streams
-
     code = target(*args)
     flush_std_streams()
     sys.exit(code)  # the exit status the server reports to the launcher; no module teardown
@@ -148,8 +149,6 @@ def _child(target: Callable[..., int], args: tuple[Any, ...], pipe: Any, stdout_
 
 def run_worker(config_path: str) -> int:
     """A run's worker, as ``python -m harness.reference.worker RUN_CONFIG.json`` runs it."""
-    from harness.reference import worker
-
     return worker.main([config_path])
 
 

@@ -8,7 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch.distributed as dist
+
 from harness.reference.data.datasets import Dataset
+from harness.reference.distributed.sessions import open_distributed_session
+from harness.reference.distributed.trainer import DistributedTrainer, process_group
 from harness.reference.engine.mlperf_log import MLPerfLog
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import TrainingSession
@@ -20,8 +24,6 @@ def open_session(config: RunConfig, *, dataset: Dataset | None = None) -> Traini
     or one rank with its tables placed on tiers; inside its process group), a ``DistributedSession``."""
     if config.world_size == 1 and config.sharding_plan is None:
         return TrainingSession(config, dataset=dataset)
-    from harness.reference.distributed.sessions import open_distributed_session
-
     return open_distributed_session(config, dataset=dataset)
 
 
@@ -32,11 +34,7 @@ def run_from_config(config: RunConfig) -> RunResult:
     the same code as a sharded run."""
     if config.world_size == 1 and config.sharding_plan is None:
         return _run(Trainer, config, rank=0)
-    from harness.reference.distributed.trainer import DistributedTrainer, process_group
-
     with process_group(config):
-        import torch.distributed as dist
-
         return _run(DistributedTrainer, config, rank=dist.get_rank())
 
 

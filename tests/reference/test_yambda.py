@@ -22,7 +22,8 @@ from harness.reference.data.datasets import dataset_manifest
 from harness.reference.data.event_batch import EventBatch
 from harness.reference.data.events import SyntheticEventStreams
 from harness.reference.data.export import export_event_streams
-from harness.reference.data.yambda import batch_rows, open_yambda
+from harness.reference.data.yambda import open_yambda
+from harness.reference.data.yambda_store import batch_rows
 from harness.reference.data.yambda_inspect import format_yambda_report, inspect_yambda
 from harness.rules.specs import load_benchmark, spec_from_dict
 

@@ -38,10 +38,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference.data.batches import NUM_DENSE, NUM_SPARSE
 from harness.reference.data.datasets import DataFormat, SyntheticDataset
+from harness.reference.data.events import Action, SyntheticEventStreams
 
 if TYPE_CHECKING:
     from harness.rules.specs import BenchmarkSpec
@@ -271,8 +274,6 @@ class EventExportResult:
 
 
 def _yambda_schema() -> Any:
-    import pyarrow as pa
-
     # the published types (uid, item_id and timestamp uint32, the ratio uint16, is_organic uint8)
     return pa.schema([("uid", pa.uint32()), ("timestamp", pa.uint32()), ("is_organic", pa.uint8()),
                       ("item_id", pa.uint32()), ("event_type", pa.string()), ("played_ratio_pct", pa.uint16()),
@@ -283,8 +284,6 @@ def _event_rows(streams: Any, uids: np.ndarray) -> dict[str, np.ndarray]:
     """One row per event of ``uids``' streams, in (uid, timestamp) order: listens with their played
     ratio in whole percents (rounded away from 50, so ``> 50`` still says ``listen_plus``), likes
     without one. The generator has no organic flag nor track lengths: 1 and 0 stand for them."""
-    from harness.reference.data.events import Action
-
     last = streams.spec.windows - 1
     st = streams.streams(uids, last)
     events = len(st.events["item"])
@@ -309,11 +308,6 @@ def export_event_streams(spec: BenchmarkSpec, out_dir: Path | str, *, users_per_
     Raises:
         HarnessError: (BAD_INPUT) an existing non-empty ``out_dir``.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from harness.reference.data.events import SyntheticEventStreams
-
     out_dir = Path(out_dir).absolute()
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise _bad(f"{out_dir} exists and is not an empty folder: give a new one (nothing was written)")

@@ -23,16 +23,15 @@ import numpy as np
 
 from harness.errors import HarnessError
 from harness.reference.data.inspect import DistinctCounter
-from harness.reference.data.yambda import (
+from harness.reference.data.yambda import YambdaSpec, open_yambda
+from harness.reference.data.yambda_store import (
     DEFAULT_MEMORY_BUDGET,
     EVENT_FILES,
     Bounds,
     EventFileReader,
-    YambdaSpec,
     batch_rows,
     find_layout,
     open_parquet,
-    open_yambda,
 )
 
 __all__ = ["YambdaReport", "format_yambda_report", "inspect_yambda"]

@@ -57,6 +57,9 @@ from harness.reference.models.dlrm import DLRM
 from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig, SparseOptimizerKind
 from harness.reference.models.from_spec import build_model, sparse_optimizer_kind
 from harness.reference.models.hstu import HSTURanker
+from harness.reference.planner.estimators import cache_rows
+from harness.reference.tiered import CachePolicy, SsdRows, TieredEmbeddingCollection, lookahead, ssd_io, state_columns
+from harness.reference.tiered.ledger import peak_rss_bytes, rss_now
 from harness.reference.timing import phases
 from harness.rules.auc import roc_auc
 from harness.rules.precision import Precision, parse_precision
@@ -290,9 +293,6 @@ class TrainingSession:
     def _tier_tables(self, full: FusedEmbeddingCollection, tier: dict[str, Any]) -> Any:
         """``full``'s tables moved to the SSD tier (a file), behind a cache of a fraction of their
         rows; tables not in ``tier["ssd_tables"]`` (when given) stay in memory."""
-        from harness.reference.planner.estimators import cache_rows
-        from harness.reference.tiered import CachePolicy, SsdRows, TieredEmbeddingCollection, state_columns
-
         if tier.get("tier") != Tier.SSD.value or self.device.type != "cpu":
             raise HarnessError(
                 f"embedding tier {tier.get('tier')!r} on {self.device.type}: only the SSD tier behind a host-memory "
@@ -402,8 +402,6 @@ class TrainingSession:
         source = prefetch(self._train_batches(start, until))
         items: Iterator[Any] = (self._on_device(b) for b in source)
         if self._tiered is not None:
-            from harness.reference.tiered import lookahead
-
             items = lookahead(items, self._tiered)
         return Feed(items, close=source.close, abandon=source.close)
 
@@ -627,8 +625,6 @@ class TrainingSession:
     def cache_report(self) -> dict[str, Any] | None:
         """Hit rate and bytes moved per tier of the tables' cache (training lookups); None when
         the tables are in memory."""
-        from harness.reference.tiered import ssd_io
-
         tables = self._tiered
         if tables is None:
             return None
@@ -658,8 +654,6 @@ class TrainingSession:
     def memory_report(self) -> dict[str, Any]:
         """Per rank: the bytes the plan gave each tier, those held (and their peak) per tier, and
         the process's peak RSS (a collective in a sharded run: every rank calls it)."""
-        from harness.reference.tiered.ledger import peak_rss_bytes, rss_now
-
         tables = self._tables()
         if self._tiered is not None:
             cache = self._tiered.cache

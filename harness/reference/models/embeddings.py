@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.reference.data import counter_rng as rng
 from harness.reference.models.hugepages import empty_table
 from harness.reference.models.numerics import TableLayout, fused_layout, stochastic_round
 from harness.reference.models.numerics import workspace as _workspace
@@ -64,8 +65,6 @@ def initial_weights(seed: int, table: int, table_rows: int, dim: int, rows: tupl
     values rounded to it): written in place and returned, so a table is made in its own storage
     with no block-sized temporary.
     """
-    from harness.reference.data import counter_rng as rng
-
     (r0, r1), (c0, c1) = rows, (cols[0], dim if cols[1] < 0 else cols[1])
     key, bound = rng.key(seed, _S_EMBEDDING + table), math.sqrt(1.0 / table_rows)
     if out is None:

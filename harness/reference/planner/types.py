@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.hw_profiles.tiers import TIERS, Tier  # re-exported: the planner's tiers are the profiles'
+from harness.rules.fingerprint import fingerprint as content_fingerprint
 
 
 class ShardingType(enum.Enum):
@@ -347,15 +348,11 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON (validates against ``sharding_plan.schema.json``), with its fingerprint."""
         body = self._body()
-        from harness.rules.fingerprint import fingerprint
-
-        return {**body, "fingerprint": fingerprint(body)}
+        return {**body, "fingerprint": content_fingerprint(body)}
 
     @property
     def fingerprint(self) -> str:
-        from harness.rules.fingerprint import fingerprint
-
-        return fingerprint(self._body())
+        return content_fingerprint(self._body())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:

@@ -11,16 +11,16 @@ the ledger's figures beside the plan's (``harness_memory``).
 
 from __future__ import annotations
 
+import resource
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.hw_profiles.profiles import format_bytes
 from harness.hw_profiles.tiers import TIERS, Tier
 
 
 def _fmt(n: int) -> str:
-    from harness.hw_profiles.profiles import format_bytes
-
     return format_bytes(n)
 
 
@@ -72,8 +72,6 @@ class TierLedger:
 
 def peak_rss_bytes() -> int:
     """This process's peak resident set size (Linux's ``ru_maxrss`` is in KiB)."""
-    import resource
-
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 

@@ -22,6 +22,7 @@ import torch
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.hw_profiles.tiers import Tier
+from harness.reference.tiered import rowio
 
 
 def weight_words(cols: int, dtype: torch.dtype = torch.float32) -> int:
@@ -151,8 +152,6 @@ class SsdRows(RowStore):
 
     def __init__(self, path: Path, rows: int, cols: int, state_cols: int, *, create: bool,
                  dtype: torch.dtype = torch.float32, queue_depth: int = 64):
-        from harness.reference.tiered import rowio
-
         super().__init__(rows, cols, state_cols, dtype)
         self.path = Path(path)
         width = self.width
