@@ -35,3 +35,8 @@ class Batch:
     @property
     def size(self) -> int:
         return int(self.labels.shape[0])
+
+    def to(self, device: torch.device | str) -> Batch:
+        """The batch on ``device``, copied without waiting (pinned host memory overlaps the copy)."""
+        return Batch(dense=self.dense.to(device, non_blocking=True), sparse=self.sparse.to(device, non_blocking=True),
+                     labels=self.labels.to(device, non_blocking=True), pooling=self.pooling)

@@ -154,6 +154,31 @@ def check_epoch(dataset: Dataset, epoch: int) -> None:
         )
 
 
+def step_batches(dataset: Dataset, global_batch_size: int, start: int, stop: int, *, seed: int, rank: int,
+                 world_size: int) -> Iterator[Any]:
+    """A rank's batches of the global steps ``start .. stop - 1``, epoch after epoch (an epoch is
+    ``train_samples // global_batch_size`` steps; each is read from its step's position on)."""
+    spe, step = dataset.train_samples // global_batch_size, start
+    while step < stop:
+        epoch, k = divmod(step, spe)
+        check_epoch(dataset, epoch)
+        batches = dataset.train_batches(global_batch_size, epoch=epoch, seed=seed, rank=rank, world_size=world_size,
+                                        start=k)
+        made = step
+        try:
+            for batch in batches:
+                yield batch
+                step += 1
+                if step >= stop or step % spe == 0:
+                    break
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+        if step == made:
+            raise HarnessError(f"the dataset gave no batch for step {step} (epoch {epoch})", ErrorCategory.BAD_INPUT)
+
+
 # ---------------------------------------------------------------------------------- synthetic
 class SyntheticDataset:
     """The synthetic benchmark's generator as a :class:`Dataset`: train position ``p`` is sample

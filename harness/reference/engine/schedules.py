@@ -1,4 +1,5 @@
-"""The learning-rate schedule of MLPerf's DLRM references: linear warmup, then polynomial decay.
+"""The learning-rate schedule of MLPerf's DLRM references: linear warmup, then polynomial decay;
+and the eval cadence (:func:`eval_steps`: every fraction of an epoch, or on dlrmv4's grid of samples).
 
 Both references use one policy (``LRPolicyScheduler`` in facebookresearch/dlrm's
 ``dlrm_s_pytorch.py``, MLPerf ``dlrm`` v0.7-v2.1, and in mlcommons/training's
@@ -29,11 +30,13 @@ Adagrad's own ``lr_decay`` (``opt_adagrad_learning_rate_decay``) divides the sch
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from harness.rules.hyperparameters import schedule_values
+from harness.rules.specs import BenchmarkSpec
 
 MIN_DECAY_LR = 1e-7  # the references' floor during the decay
 
@@ -90,3 +93,33 @@ class LearningRatePolicy:
     def sparse(self, step: int) -> float:
         """The rate of the fused embedding optimizer (from :attr:`sparse_base`), Adagrad's ``lr_decay`` included."""
         return self.at(step, self.sparse_base) / (1.0 + step * self.adagrad_lr_decay)
+
+
+# --------------------------------------------------------------------------- the eval cadence
+def step_limit(spec: BenchmarkSpec, steps_per_epoch: int) -> int:
+    """The last step the benchmark's epoch limit allows."""
+    return int(math.floor(spec.max_epochs * steps_per_epoch + 1e-9))
+
+
+def eval_samples_grid(spec: BenchmarkSpec, steps_per_epoch: int, global_batch_size: int) -> list[int]:
+    """The samples counts at which to evaluate (a benchmark that counts samples): from the first
+    eval every ``eval_interval_samples`` (both whole global batches, as dlrmv4's rules derive
+    them), up to the limit; no evaluation off the grid (dlrmv4's rules would refuse it)."""
+    gbs = global_batch_size
+    interval, first = spec.eval_interval_samples(gbs), spec.first_eval_samples(gbs)
+    return list(range(first, step_limit(spec, steps_per_epoch) * gbs + 1, interval))
+
+
+def eval_steps(spec: BenchmarkSpec, steps_per_epoch: int, global_batch_size: int) -> list[int]:
+    """The steps after which to evaluate: every ``fraction`` of an epoch, up to the limit (and at
+    it); or, when the benchmark counts samples, on its grid of samples (:func:`eval_samples_grid`)."""
+    if spec.eval_in_samples:
+        return [n // global_batch_size for n in eval_samples_grid(spec, steps_per_epoch, global_batch_size)]
+    fraction, limit = spec.eval_every_epoch_fraction, spec.max_epochs
+    count = int(math.floor(limit / fraction + 1e-9))
+    steps = sorted({max(1, round(k * fraction * steps_per_epoch)) for k in range(1, count + 1)})
+    last = step_limit(spec, steps_per_epoch)
+    steps = [s for s in steps if s <= last]
+    if not steps or steps[-1] != last:
+        steps.append(last)
+    return steps

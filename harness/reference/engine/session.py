@@ -31,7 +31,6 @@ rank of a sharded run.
 
 from __future__ import annotations
 
-import math
 import queue
 import threading
 import time
@@ -44,21 +43,20 @@ import numpy as np
 import torch
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.hw_profiles.tiers import Tier
 from harness.mllog import keys
 from harness.reference.data import open_dataset
 from harness.reference.data.batches import Batch
-from harness.reference.data.datasets import Dataset, check_epoch
+from harness.reference.data.datasets import Dataset, step_batches
+from harness.reference.engine.build import dense_optimizer, held_bytes, sparse_optimizer, tier_cache_report, tier_tables
 from harness.reference.engine.run_config import RunConfig
-from harness.reference.engine.schedules import LearningRatePolicy
+from harness.reference.engine.schedules import LearningRatePolicy, eval_samples_grid, eval_steps, step_limit
 from harness.reference.engine.trace import StepTracer, merge
 from harness.reference.models import numerics
 from harness.reference.models.dlrm import DLRM
-from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig, SparseOptimizerKind
-from harness.reference.models.from_spec import build_model, sparse_optimizer_kind
+from harness.reference.models.embeddings import SparseOptimizerConfig
+from harness.reference.models.from_spec import build_model
 from harness.reference.models.hstu import HSTURanker
-from harness.reference.planner.estimators import cache_rows
-from harness.reference.tiered import CachePolicy, SsdRows, TieredEmbeddingCollection, lookahead, ssd_io, state_columns
+from harness.reference.tiered import lookahead
 from harness.reference.tiered.ledger import peak_rss_bytes, rss_now
 from harness.reference.timing import phases
 from harness.rules.auc import roc_auc
@@ -235,36 +233,10 @@ class TrainingSession:
         return torch.device("cuda" if on_gpu else "cpu")
 
     def _sparse_optimizer(self) -> SparseOptimizerConfig:
-        hp = self.hyperparameters
-        lr = self.schedule.sparse(0)
-        if hp["opt_name"] == "adagrad":
-            return SparseOptimizerConfig(
-                kind=sparse_optimizer_kind(self.spec), learning_rate=lr,
-                eps=float(hp.get("opt_adagrad_epsilon", 1e-8)),
-                initial_accumulator_value=float(hp.get("opt_adagrad_initial_accumulator_value", 0.0)),
-            )
-        if hp["opt_name"] == "adam":  # the tables' optimizer is opt_sparse_name, the model's (checked at load)
-            return SparseOptimizerConfig(kind=sparse_optimizer_kind(self.spec), learning_rate=lr)
-        return SparseOptimizerConfig(kind=SparseOptimizerKind.SGD, learning_rate=lr)
+        return sparse_optimizer(self.hyperparameters, self.spec, self.schedule.sparse(0))
 
     def _dense_optimizer(self, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-        hp = self.hyperparameters
-        lr = self.schedule.dense(0)
-        if hp["opt_name"] == "adagrad":
-            return torch.optim.Adagrad(
-                params, lr=lr, lr_decay=float(hp.get("opt_adagrad_learning_rate_decay", 0.0)),
-                initial_accumulator_value=float(hp.get("opt_adagrad_initial_accumulator_value", 0.0)),
-                eps=float(hp.get("opt_adagrad_epsilon", 1e-8)),
-                # torch's fused kernel: one pass over each parameter where the loop over
-                # tensors takes six, the same update up to the rounding of its multiply-adds
-                fused=self.device.type in ("cpu", "cuda"),
-            )
-        if hp["opt_name"] == "adam":
-            return torch.optim.Adam(
-                params, lr=lr, betas=(float(hp.get("opt_adam_beta_1", 0.9)), float(hp.get("opt_adam_beta_2", 0.999))),
-                eps=float(hp.get("opt_adam_epsilon", 1e-8)), weight_decay=0.0,
-            )
-        return torch.optim.SGD(params, lr=lr)
+        return dense_optimizer(self.hyperparameters, params, self.schedule.dense(0), self.device)
 
     def _unsharded(self, *, embedding_device: Any = None) -> DLRM | HSTURanker:
         """The model as built from the seed (every rank of a sharded run builds the same dense
@@ -286,29 +258,10 @@ class TrainingSession:
             if self.spec.family is not ModelFamily.DLRM:
                 raise HarnessError(f"embedding tiers for a {self.spec.family.value} model are not implemented yet",
                                    ErrorCategory.NOT_IMPLEMENTED)
-            self._tiered = self._tier_tables(model.sparse_arch.embeddings, self.config.embedding_tier)
+            self._tiered = tier_tables(model.sparse_arch.embeddings, self.config.embedding_tier, device=self.device,
+                                       global_batch_size=self.global_batch_size)
             model.sparse_arch.embeddings = self._tiered
         return model, self._dense_optimizer(model.dense_parameters())
-
-    def _tier_tables(self, full: FusedEmbeddingCollection, tier: dict[str, Any]) -> Any:
-        """``full``'s tables moved to the SSD tier (a file), behind a cache of a fraction of their
-        rows; tables not in ``tier["ssd_tables"]`` (when given) stay in memory."""
-        if tier.get("tier") != Tier.SSD.value or self.device.type != "cpu":
-            raise HarnessError(
-                f"embedding tier {tier.get('tier')!r} on {self.device.type}: only the SSD tier behind a host-memory "
-                "cache is implemented", ErrorCategory.NOT_IMPLEMENTED,
-            )
-        in_file = bool(tier.get("rows_in_file"))  # resuming: the file already holds the rows
-        store = SsdRows(Path(tier["path"]), sum(full.table_rows), full.dim, state_columns(full), create=not in_file,
-                        dtype=full.weight.dtype)
-        on_ssd = tier.get("ssd_tables")  # table indices; None: all
-        memory = tuple(t for t in range(len(full.table_rows)) if on_ssd is not None and t not in on_ssd)
-        # each SSD table's share of the cache, as the planner counts it
-        fraction = float(tier["cache_fraction"])
-        capacity = sum(cache_rows(r, fraction, self.global_batch_size * full.pooling[t])
-                       for t, r in enumerate(full.table_rows) if t not in memory)
-        return TieredEmbeddingCollection(full, store, capacity, CachePolicy(tier.get("policy", "lru")),
-                                         memory_tables=memory, copy_rows=not in_file)
 
     # ------------------------------------------------------------------ where training is
     @property
@@ -333,65 +286,24 @@ class TrainingSession:
 
     def step_limit(self) -> int:
         """The last step the epoch limit allows."""
-        return int(math.floor(self.spec.max_epochs * self.steps_per_epoch + 1e-9))
+        return step_limit(self.spec, self.steps_per_epoch)
 
     def eval_steps(self) -> list[int]:
-        """The steps after which to evaluate: every ``fraction`` of an epoch, up to the limit (and at
-        it); or, when the benchmark counts samples, on its grid of samples (:meth:`eval_samples_grid`)."""
-        if self.spec.eval_in_samples:
-            return [n // self.global_batch_size for n in self.eval_samples_grid()]
-        fraction, limit = self.spec.eval_every_epoch_fraction, self.spec.max_epochs
-        count = int(math.floor(limit / fraction + 1e-9))
-        spe = self.steps_per_epoch
-        steps = sorted({max(1, round(k * fraction * spe)) for k in range(1, count + 1)})
-        last = self.step_limit()
-        steps = [s for s in steps if s <= last]
-        if not steps or steps[-1] != last:
-            steps.append(last)
-        return steps
+        """The steps after which to evaluate (:func:`~harness.reference.engine.schedules.eval_steps`)."""
+        return eval_steps(self.spec, self.steps_per_epoch, self.global_batch_size)
 
     def eval_samples_grid(self) -> list[int]:
-        """The samples counts at which to evaluate (a benchmark that counts samples): from the first
-        eval every ``eval_interval_samples`` (both whole global batches, as dlrmv4's rules derive
-        them), up to the limit; no evaluation off the grid (dlrmv4's rules would refuse it)."""
-        gbs = self.global_batch_size
-        interval, first = self.spec.eval_interval_samples(gbs), self.spec.first_eval_samples(gbs)
-        return list(range(first, self.step_limit() * gbs + 1, interval))
+        """The samples counts at which to evaluate, a benchmark that counts samples (dlrmv4)."""
+        return eval_samples_grid(self.spec, self.steps_per_epoch, self.global_batch_size)
 
     # ------------------------------------------------------------------ data
     def _on_device(self, batch: Any) -> Any:
-        if self.device.type == "cpu":
-            return batch
-        if not isinstance(batch, Batch):  # an EventBatch
-            return batch.to(self.device)
-        return Batch(
-            dense=batch.dense.to(self.device, non_blocking=True),
-            sparse=batch.sparse.to(self.device, non_blocking=True),
-            labels=batch.labels.to(self.device, non_blocking=True),
-            pooling=batch.pooling,
-        )
+        return batch if self.device.type == "cpu" else batch.to(self.device)
 
     def _train_batches(self, start: int, stop: int) -> Iterator[Batch]:
         """This rank's batches of global steps ``start .. stop - 1``, epoch after epoch."""
-        spe, step = self.steps_per_epoch, start
-        while step < stop:
-            epoch, k = divmod(step, spe)
-            check_epoch(self.dataset, epoch)
-            batches = self.dataset.train_batches(self.global_batch_size, epoch=epoch, seed=self.config.seed,
-                                                 rank=self.rank, world_size=self.world_size, start=k)
-            made = step
-            try:
-                for batch in batches:
-                    yield batch
-                    step += 1
-                    if step >= stop or step % spe == 0:
-                        break
-            finally:
-                close = getattr(batches, "close", None)
-                if close is not None:
-                    close()
-            if step == made:
-                raise HarnessError(f"the dataset gave no batch for step {step} (epoch {epoch})", ErrorCategory.BAD_INPUT)
+        return step_batches(self.dataset, self.global_batch_size, start, stop, seed=self.config.seed, rank=self.rank,
+                            world_size=self.world_size)
 
     def batches(self, *, start: int | None = None, until: int | None = None) -> Feed:
         """The training items of steps ``start`` (default: the next) to ``until`` (default: the
@@ -625,17 +537,7 @@ class TrainingSession:
     def cache_report(self) -> dict[str, Any] | None:
         """Hit rate and bytes moved per tier of the tables' cache (training lookups); None when
         the tables are in memory."""
-        tables = self._tiered
-        if tables is None:
-            return None
-        cache = tables.cache
-        memory_rows = cache.capacity - cache.free_capacity
-        tier = self.config.embedding_tier or {}
-        placement = {k: tier[k] for k in ("table_tiers", "tier_plan") if k in tier}  # the planner's, when planned
-        return {**cache.stats.to_dict(tables.store.tier), "policy": cache.policy.value,
-                "cache_rows": cache.free_capacity, "rows": tables.store.rows - memory_rows,
-                "memory_tables": list(tables.memory_tables), "memory_rows": memory_rows,
-                "read_ahead_batches": tables.read_ahead_batches, **placement, **ssd_io([tables.store])}
+        return None if self._tiered is None else tier_cache_report(self._tiered, self.config.embedding_tier or {})
 
     def step_phases_report(self) -> dict[str, Any] | None:
         """The run's ``harness_step_phases`` record (every rank's, a collective in a sharded run);
@@ -654,14 +556,7 @@ class TrainingSession:
     def memory_report(self) -> dict[str, Any]:
         """Per rank: the bytes the plan gave each tier, those held (and their peak) per tier, and
         the process's peak RSS (a collective in a sharded run: every rank calls it)."""
-        tables = self._tables()
-        if self._tiered is not None:
-            cache = self._tiered.cache
-            tier = self._tiered.store.tier
-            held = {Tier.DDR.value: cache.nbytes, tier.value: self._tiered.store.rows * self._tiered.store.row_bytes}
-        else:
-            nbytes = sum(t.numel() * t.element_size() for emb in tables for t in (*emb.parameters(), *emb.buffers()))
-            held = {(Tier.HBM if self.device.type == "cuda" else Tier.DDR).value: nbytes}
+        held = held_bytes(self._tables(), self._tiered, self.device)
         tier_plan = self.config.embedding_tier or {}
         return {"ranks": [{"rank": 0, "held": held, "peak": held, "peak_rss_bytes": peak_rss_bytes(), **rss_now(),
                            **({"tier_plan": tier_plan["tier_plan"]} if "tier_plan" in tier_plan else {})}]}
