@@ -3,7 +3,7 @@
 #
 #   bash bench/gpu_check.sh            # from the repository root (or anywhere: it cds there)
 #
-# 1. the tests that run only where CUDA is present (tests/reference/test_trainer.py's GPU test);
+# 1. the tests that run only where CUDA is present (tests/reference/engine/test_trainer.py's GPU test);
 # 2. bench/throughput.py --device cuda (each run times plain PyTorch fp32, plain PyTorch under
 #    autocast, ours at the precision, and the roofline): the small config in fp32, bf16 and fp16
 #    (fp16: ours scales the loss, the plain baseline runs fp16 autocast with a GradScaler), and
@@ -46,7 +46,7 @@ step() {  # step NAME LIMIT_S COMMAND...
 }
 
 "$PY" -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'on', torch.cuda.get_device_name(0))"
-step gpu-tests 70 "$PY" -m pytest -q -n 0 -p no:cacheprovider tests/reference/test_trainer.py -k gpu
+step gpu-tests 70 "$PY" -m pytest -q -n 0 -p no:cacheprovider tests/reference/engine/test_trainer.py -k gpu
 step throughput-small 45 "$PY" bench/throughput.py --device cuda --config small --precision fp32
 step throughput-small-bf16 45 "$PY" bench/throughput.py --device cuda --config small --precision bf16
 step throughput-small-fp16 45 "$PY" bench/throughput.py --device cuda --config small --precision fp16

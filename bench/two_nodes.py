@@ -5,7 +5,8 @@
 
 Two network namespaces stand for two machines (:mod:`netns`: a veth pair whose bandwidth
 ``tc`` limits in both directions; inside each namespace the ranks talk over unlimited
-loopback, about 12 times faster here, the ZionEX ratio of scale-out to NVLink). Each node runs
+loopback, much faster, as NVLink is to ZionEX's scale-out; measured: docs/performance.md,
+"Figures behind the code's choices"). Each node runs
 one ``torchrun`` launcher with 2 ranks (c10d rendezvous at node 0's veth address; gloo bound
 to the veth interface; only the two veth addresses are used), and the ranks train the sharded
 reference DLRM exactly as ``harness run --nnodes 2`` does

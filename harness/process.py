@@ -118,10 +118,10 @@ def flush_std_streams() -> None:
 def exit_now(code: int) -> None:
     """End the process with ``code`` without tearing down every module first.
 
-    A process that has loaded torch and torch._dynamo spends about 1.3 s of CPU
-    at a normal exit freeing modules nobody will use again: seconds a run set pays per run, and
-    per rank on emulated ranks that share the CPU. Everything the process wrote is closed or
-    flushed by now; the exit handlers still run (logging's flush, finalizers), the standard
+    A process that has loaded torch and torch._dynamo spends CPU time at a normal exit freeing
+    modules nobody will use again: seconds a run set pays per run, and per rank on emulated ranks
+    that share the CPU (measured: docs/performance.md, "Figures behind the code's choices").
+    Everything the process wrote is closed or flushed by now; the exit handlers still run (logging's flush, finalizers), the standard
     streams are flushed, and a process with other threads still alive exits normally, joining
     them."""
     atexit._run_exitfuncs()

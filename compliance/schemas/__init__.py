@@ -28,8 +28,9 @@ def _validator(name: str) -> jsonschema.protocols.Validator:
     import jsonschema  # here: its import (its metaschemas' registry) is most of a check's start-up
 
     schema = load_schema(name)
-    # not checked against its metaschema here (about 0.1 s of CPU in every process that validates
-    # anything, a run's ranks included): the schemas ship with the code, and
+    # not checked against its metaschema here (CPU time in every process that validates anything, a
+    # run's ranks included; measured: docs/performance.md, "Figures behind the code's choices"): the
+    # schemas ship with the code, and
     # tests/compliance/test_schemas.py checks every one of them
     return jsonschema.validators.validator_for(schema)(schema)
 

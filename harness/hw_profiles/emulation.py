@@ -18,7 +18,7 @@ from harness.hw_profiles.detection import DetectedHardware
 from harness.hw_profiles.profiles import MemoryTier, Profile, format_bytes
 
 HOST_SHARE = 0.5  # of this host's memory, for the emulated ranks' tables
-RANK_OVERHEAD_BYTES = 600 * 2**20  # one rank process: Python, torch, gloo buffers (measured ~450 MB)
+RANK_OVERHEAD_BYTES = 600 * 2**20  # one rank process: Python, torch, gloo buffers, with margin (measured: docs/performance.md)
 
 
 def emulated_profile(profile: Profile, detected: DetectedHardware, *, hosts: int = 1) -> tuple[Profile, float]:

@@ -16,7 +16,7 @@ from harness.reference.models.dlrm import DLRM
 
 # Offline: LoadGen issues one query of max(min_query_count, 1.1 x target QPS x min duration)
 # samples; with LoadGen 6.0.17 and the SUT's lists of ids it holds about this many bytes per
-# sample, whatever a sample holds (measured: 744 MB peak RSS for a query of 4M samples)
+# sample, whatever a sample holds (measured: docs/performance.md, "Figures behind the code's choices")
 OFFLINE_BYTES_PER_SAMPLE = 190
 # The default Offline target: this many times the calibrated rate (LoadGen issues 1.1 x target
 # x min duration samples; a run is valid if it lasts at least the min duration, i.e. if LoadGen's
@@ -24,8 +24,8 @@ OFFLINE_BYTES_PER_SAMPLE = 190
 OFFLINE_HEADROOM = 1.25
 OFFLINE_MEMORY_SHARE = 0.4  # of the memory available when the run starts
 # Calibrate every variant, then every variant again, keeping each one's faster round: the
-# first reads of a file just written (and fsynced) ran at 0.8x here, and a shared machine's
-# other jobs come and go
+# first reads of a file just written (and fsynced) ran slower (measured: docs/performance.md,
+# "Figures behind the code's choices"), and a shared machine's other jobs come and go
 CALIBRATION_ROUNDS = 2
 
 

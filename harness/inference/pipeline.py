@@ -93,10 +93,9 @@ from harness.rules.specs import BenchmarkSpec, load_benchmark
 # keep up with builds a queue; a run passes when it keeps up, its p99 is within
 # SERVER_SEARCH_MARGIN of the bound and its p99.9 within the bound. The target is SERVER_SEARCH_HEADROOM of the highest rate that
 # passed: a short run's tail is an optimistic estimate of a long run's, which LoadGen's early
-# stopping then judges (measured here, the SSD variant's runs of 600 queries after searches of
-# 200: VALID at 24 and 36 QPS, INVALID at 37 and 46, where 0.85 of the rate found had put them). The search goes no lower than a rate at which the quick Server run's
+# stopping then judges (measured: docs/performance.md, "Figures behind the code's choices"). The search goes no lower than a rate at which the quick Server run's
 # queries take SERVER_SEARCH_FLOOR_S: a variant whose largest users alone take most of the bound
-# (+100 us a read: a p99 of 38-43 ms at any load) would otherwise halve its way to a run of minutes
+# (the +100 us a read variant's, in the same records) would otherwise halve its way to a run of minutes
 SERVER_SEARCH_PROBES = 6
 SERVER_SEARCH_QUERIES = 200
 SERVER_SEARCH_QUERIES_OFFICIAL = 2000
@@ -106,8 +105,8 @@ SERVER_SEARCH_MARGIN = 0.8
 SERVER_SEARCH_HEADROOM = 0.6
 SERVER_SEARCH_FLOOR_S = 60.0
 # ... of the rate of queries through the whole Server path: the model call plus LoadGen's
-# issue and completion of the query in Python, about this long (measured here with one-row
-# queries: at most 5,200 queries/s while the model call took 0.09 ms)
+# issue and completion of the query in Python, about this long (measured with one-row queries:
+# docs/performance.md, "Figures behind the code's choices")
 SERVER_QUERY_OVERHEAD_S = 1e-4
 # what the LoadGen workers' fork server imports once (harness.reference.forked); the
 # worker imports the model, the samples and the results modules itself

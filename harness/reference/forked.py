@@ -2,10 +2,11 @@
 
 The harness runs its work in processes of their own: each run of a set
 (``python -m harness.reference.worker RUN_CONFIG.json`` is that process as a command),
-each LoadGen test of ``harness infer``. A fresh interpreter pays about 2.3 s of CPU to import
-torch, and 2.2 s more when it builds its first optimizer (which imports ``torch._dynamo``): on a
-small benchmark, more than the work itself, once per process. Here the launcher starts
-``multiprocessing``'s fork server once, preloaded with what the workers import
+each LoadGen test of ``harness infer``. A fresh interpreter pays seconds of CPU to import
+torch, and as much again when it builds its first optimizer (which imports ``torch._dynamo``): on a
+small benchmark, more than the work itself, once per process (measured: docs/performance.md,
+"Figures behind the code's choices"). Here the launcher starts ``multiprocessing``'s fork server
+once, preloaded with what the workers import
 (:data:`PRELOAD`; torchrun's forked ranks use the same list, :mod:`harness.runsets.torchrun`),
 and each worker is forked from it.
 

@@ -5,10 +5,11 @@ above a random negative, ties counting one half. That is the area under the ROC 
 drawn as diagonal segments, which is what scikit-learn's ``roc_auc_score`` (the DLRM references'
 metric) computes by the trapezoidal rule; the tests check the two agree to 1e-12.
 
-Why not scikit-learn itself: importing ``sklearn.metrics`` costs 2.7 s of CPU (it imports SciPy's
-statistics), paid by every process that evaluates, for one function. Here it is one sort and
-integer sums: twice the rank sums are integers, exact in int64 up to billions of samples, and the
-one division at the end is the only rounding.
+Why not scikit-learn itself: importing ``sklearn.metrics`` costs seconds of CPU (it imports SciPy's
+statistics; measured: docs/performance.md, "Figures behind the code's choices"), paid by every
+process that evaluates, for one function. Here it is one sort and integer sums: twice the rank
+sums are integers, exact in int64 up to billions of samples, and the one division at the end is
+the only rounding.
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ signal handling and failure report), with one thing added: before it starts, the
 ``--run-path`` torchrun starts each rank as a function (``runpy.run_path`` of SCRIPT) in a process
 forked from that server, instead of a fresh interpreter per rank; so the ranks share one import.
 
-Why: a fresh interpreter pays about 2.3 s of CPU to import torch and 2.2 s more the first time it
+Why: a fresh interpreter pays seconds of CPU to import torch and as much again the first time it
 builds an optimizer or ``DistributedDataParallel`` (both import ``torch._dynamo``). On the CPU of a
-laptop or a CI runner an emulated 8-rank run paid that 8 times over before its first step (about
-36 s of CPU on 2 cores); forked ranks pay it once. Each rank is still its own process (own pid,
+laptop or a CI runner an emulated 8-rank run paid that 8 times over before its first step (measured:
+docs/performance.md, "Figures behind the code's choices"); forked ranks pay it once. Each rank is still its own process (own pid,
 own memory, own signals): killing one fails the run as before, and torchrun stops the others.
 """
 

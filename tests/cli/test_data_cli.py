@@ -179,7 +179,7 @@ def test_sigterm_stops_an_export_in_one_line_and_leaves_nothing(tmp_path: Path) 
 def test_event_streams_export_as_yambda_and_inspect(tmp_path: Path, capsys, monkeypatch) -> None:
     import yaml
 
-    from tests.reference.test_yambda import tiny_raw
+    from tests.reference.data.test_yambda import tiny_raw
 
     monkeypatch.setenv("HARNESS_DATA_CACHE", str(tmp_path / "cache"))
     spec_file = tmp_path / "tiny_events.yaml"

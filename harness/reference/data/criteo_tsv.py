@@ -67,10 +67,11 @@ INDEX_STRIDE = 65536
 _MAX_HEX_DIGITS = 16  # 64 bits
 _MAX_DEC_DIGITS = 18  # fits int64 with room to spare
 
-# The memory model of the TSV reader (measured with tracemalloc, with margin): parsing a chunk
-# costs this much per line (the per-field index arrays: ~42 bytes per field) plus this much per
-# byte of text (its copy and the byte masks); a read block of R bytes costs _READ_COST * R (the
-# block, its line index, the masks of the newline search, gzip's output).
+# The memory model of the TSV reader (measured with tracemalloc, with margin: docs/performance.md,
+# "Figures behind the code's choices"): parsing a chunk costs this much per line (the per-field
+# index arrays) plus this much per byte of text (its copy and the byte masks); a read block of R
+# bytes costs _READ_COST * R (the block, its line index, the masks of the newline search, gzip's
+# output).
 _PARSE_BYTES_PER_LINE = 2304
 _PARSE_BYTES_PER_TEXT_BYTE = 5
 _READ_COST = 3

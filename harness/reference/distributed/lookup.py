@@ -144,7 +144,8 @@ class ShardedLookup(torch.autograd.Function):
         # the pending lookup holds this function's output (``_out``), whose autograd node holds
         # ``ctx``: a cycle through the autograd graph that Python's collector cannot see. Kept, it
         # held every step's graph, ids and buffers (and with them the collection and its process
-        # groups) for the life of the process: about 1 MB a step on 4 ranks of the default model
+        # groups) for the life of the process (measured: docs/performance.md, "Figures behind the
+        # code's choices")
         p, ctx.pending = ctx.pending, None
         p._out = None
         with phases.CLOCK.phase(phases.EMBEDDING_BACKWARD):

@@ -42,7 +42,7 @@ dense all-reduce run. The arithmetic is the same either way.
 own (:class:`~harness.reference.tiered.CachedShard`; see
 :mod:`~harness.reference.distributed.shard_storage`): step 2 admits the rows a batch needs and
 looks them up in the cache's slots, step 4 updates those slots, so the arithmetic is unchanged
-(``tests/reference/test_distributed.py`` checks it bit for bit against the same plan in memory).
+(``tests/reference/distributed/test_sharded.py`` checks it bit for bit against the same plan in memory).
 The planner counts each cache in its rank's fastest tier.
 
 **Gradient scale.** Each rank differentiates its share of the global batch's mean loss (its
@@ -51,7 +51,7 @@ computes for it (``1 / global batch``, powers of two: also in fp16, whose subnor
 round a gradient divided by the world size afterwards); the dense gradients are summed over
 the ranks, and the embedding gradients applied as they arrive: training at any world size
 follows single-process training with the same global batch (``tests/reference/
-test_distributed.py`` checks it to 1e-5 on the loss, and, with 16-bit tables and the dense part
+distributed/test_sharded.py`` checks it to 1e-5 on the loss, and, with 16-bit tables and the dense part
 frozen, bit for bit). TorchRec leaves them summed over ranks, which makes the embedding
 learning rate grow with the world size; we do not, so hyperparameters mean the same on every
 profile.

@@ -14,7 +14,7 @@ After the checkpoint, training goes on writing evicted rows into the *working* f
 into the checkpoint's copy. Resuming (:func:`restore_tables`, :func:`restore_state`) verifies both checksums (a corrupted
 or truncated checkpoint is one clear error), copies the checkpoint's tables back into the
 working file and loads the rest of the session's state; training then continues from step ``s`` with a
-cold cache, which changes nothing in the arithmetic (``tests/reference/test_tiered_resume.py``
+cold cache, which changes nothing in the arithmetic (``tests/reference/engine/test_checkpoint.py``
 kills training with ``SIGKILL`` at random points, resumes, and gets the uninterrupted run's
 tables, checksum for checksum).
 

@@ -6,7 +6,7 @@ live in a single ``sum(rows) x D`` weight, a batch's lookups of all features are
 sums the gradients of duplicate rows first (sorted unique ids, then an ordered
 ``index_add_``), so the update is deterministic, and applies the optimizer to exactly the
 rows touched. The update for a row equals what ``torch.optim.Adagrad`` (or SGD) does to
-that row given its summed gradient; ``tests/reference/test_embeddings.py`` checks it
+that row given its summed gradient; ``tests/reference/models/test_embeddings.py`` checks it
 against ``nn.EmbeddingBag(sparse=True)`` with ``torch.optim.Adagrad``.
 
 Because the update happens in backward, one ``loss.backward()`` is one optimizer step for
@@ -49,8 +49,8 @@ class SparseOptimizerConfig:
 
 _S_EMBEDDING = 11 << 20  # counter_rng stream of the embedding tables' initial weights (one per table)
 # values made at a time: a block of any size is made in bounded memory (the hash's uint64 and float64
-# temporaries of a chunk: 512 KB each), and faster than in chunks of 4M values (0.10 s against 0.30 s
-# for 8M values, the chunks' temporaries staying in cache)
+# temporaries of a chunk: 512 KB each), and faster than in chunks of 4M values, the chunks'
+# temporaries staying in cache (measured: docs/performance.md, "Figures behind the code's choices")
 _INIT_CHUNK_VALUES = 1 << 16
 
 
@@ -93,10 +93,11 @@ def distinct(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 
     Every step needs the distinct rows of its ids (to sum duplicate gradients, and for the
     row cache), and on CPU ``torch.unique`` sorts them with a comparison sort that, for one
-    batch of the default benchmark, costs as much as a sixth of the step. Here each id is
+    batch of the default benchmark, costs a large share of the step. Here each id is
     packed with its position (``row << bits | position``, distinct keys, so any sort is a
-    stable one) and the keys are sorted by NumPy's vectorised sort, about three times faster;
-    positions then give the inverse. Other devices, and ids too large to pack, use
+    stable one) and the keys are sorted by NumPy's vectorised sort, several times faster
+    (measured: docs/performance.md, "Figures behind the code's choices"); positions then give
+    the inverse. Other devices, and ids too large to pack, use
     ``torch.unique``.
     """
     flat = ids.reshape(-1)
@@ -135,7 +136,7 @@ def _segments(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     return (torch.from_numpy(rows[starts]), torch.from_numpy(keys & ((1 << bits) - 1)), torch.from_numpy(starts))
 
 
-_SEGMENT_COLUMNS = 64  # torch's CPU embedding_bag sums rows of up to 64 floats ~15x faster per value than wider ones
+_SEGMENT_COLUMNS = 64  # torch's CPU embedding_bag's fast path stops at 64 floats (measured: docs/performance.md)
 _SEGMENT_BYTES = 24 << 20  # a part's sums stay below glibc's 32 MB mmap limit: reused memory, no page faults
 
 
@@ -166,8 +167,9 @@ def coalesce_bags(ids: torch.Tensor, bag_of_id: torch.Tensor | None, bag_grads: 
 
     On CPU the sum is one ``embedding_bag`` over the bags' rows in the order of the sorted ids
     (its "bags" are the distinct ids): a segment sum by PyTorch's fused pooling kernel, with no
-    ``N x D`` copy of the gradients per id and no sparse tensor to coalesce, about 3 times faster
-    than either for the multi-hot ``dlrm_dcnv2`` batch. Rows wider than 64 are summed a few columns
+    ``N x D`` copy of the gradients per id and no sparse tensor to coalesce, several times faster
+    than either for the multi-hot ``dlrm_dcnv2`` batch (measured: docs/performance.md, "Figures
+    behind the code's choices"). Rows wider than 64 are summed a few columns
     at a time (each column's sum is the same): the kernel's fast path stops at 64 floats, and a
     part's result is kept below 24 MB (:func:`_segment_columns`).
     """
@@ -239,8 +241,8 @@ def sparse_update(
         )
     bits = _rounding_bits(weight, rows if key_rows is None else key_rows, rounding)
     # a block of rows at a time, each block's fp32 intermediates about 2 MB: every pass of the
-    # update then runs in the caches, not in memory (about 1.3x faster on the default
-    # benchmark's batch, and each row's update is the same, bit for bit)
+    # update then runs in the caches, not in memory (faster, measured: docs/performance.md,
+    # "Figures behind the code's choices"; each row's update is the same, bit for bit)
     block = _update_block(weight)
     for start in range(0, rows.numel(), block):
         end = start + block

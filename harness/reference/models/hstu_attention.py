@@ -37,7 +37,7 @@ from comparing the ranks of its rows and columns, and no ``L x L`` mask per user
 computes in fp32 whatever the inputs' type (bf16/fp16 inputs are widened per block, the output
 rounded once at the end), so it is the safe accumulation the reference gets from its kernel.
 
-Tolerances (``tests/reference/test_hstu_attention.py``): in fp32 the two paths agree within
+Tolerances (``tests/reference/models/test_hstu_attention.py``): in fp32 the two paths agree within
 ``atol 1e-5`` (forward and the gradients of ``q, k, v``; they differ only in summation order); in
 bf16, ``jagged_attention`` is within ``2**-7`` (one bf16 rounding of a value below 2) times
 ``max |out|`` of the fp32 result on the same inputs, and the plain bf16 path is no closer.

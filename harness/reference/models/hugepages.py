@@ -5,8 +5,8 @@ of MB: with 4 KB pages nearly every row is a TLB miss and a page walk, whose cos
 of machine is of the order of the row's own memory access. Linux backs a region with 2 MB
 pages when asked (``madvise(MADV_HUGEPAGE)``, honoured where
 ``/sys/kernel/mm/transparent_hugepage/enabled`` is ``always`` or ``madvise``, the usual
-default), which brings a table of 665 MB to 333 TLB entries: measured on the default
-benchmark's batch, the 16-bit tables' update took about 0.7x the time.
+default), which brings a table of 665 MB to 333 TLB entries: the 16-bit tables' update takes
+less time (measured: docs/performance.md, "Figures behind the code's choices").
 
 The advice is given for the tables and their optimizer state only, before their pages are first
 touched; it changes no value and does nothing off Linux, on other devices, or where the kernel
@@ -18,10 +18,10 @@ mapping) also lives in a mapping of its own (private, anonymous; one of two huge
 starts on a huge-page boundary), not in the C allocator's heap, as FBGEMM's host
 tables live in their own allocations: every 2 MB of it can be a huge page, and the tables, which
 live as long as the model, are not interleaved in the heap with the transient tensors of their
-initialisation and of the steps. Interleaved, they pinned the heap: a 4-rank run of the default
-model at 200,000 rows a table kept 24 to 66 MB of freed heap per rank, varying from rank to rank
-and run to run with the order of allocations (glibc's ``mallinfo2``, seen on 2026-12-02), and
-peak RSS with it. The mapping is unmapped when the table's last tensor is freed.
+initialisation and of the steps. Interleaved, they pinned the heap: a rank kept freed heap that
+varied from rank to rank and run to run with the order of allocations, and peak RSS with it
+(measured: docs/performance.md, "Figures behind the code's choices"). The mapping is unmapped
+when the table's last tensor is freed.
 """
 
 from __future__ import annotations

@@ -183,7 +183,7 @@ def cache_nbytes(rows: int, slots: int, row_bytes: int, *, lfu: bool = False) ->
     """The bytes a row cache allocates in its fast tier (``harness.reference.tiered.RowCache``):
     ``slots`` rows of ``row_bytes`` (weights and optimizer state) and their bookkeeping, and the
     row -> slot map (and LFU's use counts) over the ``rows`` rows it caches. The planner counts
-    exactly what the executor allocates (``tests/reference/test_tiered.py`` checks the two agree)."""
+    exactly what the executor allocates (``tests/reference/tiered/test_cache.py`` checks the two agree)."""
     per_row = CACHE_ROW_MAP_BYTES + (CACHE_LFU_BYTES_PER_ROW if lfu else 0)
     return slots * (row_bytes + CACHE_SLOT_BOOKKEEPING_BYTES) + rows * per_row
 

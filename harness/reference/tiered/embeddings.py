@@ -5,7 +5,7 @@ whose ``weight`` is the cache's slots: a batch's ids are mapped to slots once th
 resident (:meth:`global_ids`), and the fused lookup, its backward and the fused optimizer
 then run unchanged on the slots. The arithmetic is the in-memory collection's, row for
 row and in the same order, so training through the cache gives the same losses and AUCs,
-bit for bit (``tests/reference/test_tiered.py``); only where the rows live changes.
+bit for bit (``tests/reference/tiered/test_embeddings.py``); only where the rows live changes.
 
 The next batch's missing rows are read from the store in a background thread while the
 current step computes (:meth:`queue_next`, called by :func:`lookahead` before each step).

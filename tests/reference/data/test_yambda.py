@@ -23,8 +23,8 @@ from harness.reference.data.event_batch import EventBatch
 from harness.reference.data.events import SyntheticEventStreams
 from harness.reference.data.export import export_event_streams
 from harness.reference.data.yambda import open_yambda
-from harness.reference.data.yambda_store import batch_rows
 from harness.reference.data.yambda_inspect import format_yambda_report, inspect_yambda
+from harness.reference.data.yambda_store import batch_rows
 from harness.rules.specs import load_benchmark, spec_from_dict
 
 DATASET = {"users": 128, "item_rows": 800, "artist_rows": 20, "album_rows": 80, "warmup_windows": 2,

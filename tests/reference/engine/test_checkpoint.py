@@ -17,7 +17,7 @@ from harness.reference.engine.trainer import RunConfig
 from harness.reference.forked import ForkedProcess
 from harness.rules.specs import spec_from_dict
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURE = ROOT / "tests" / "fixtures" / "tiny_benchmark.yaml"
 STEPS, EVERY, BATCH = 32, 8, 256
 

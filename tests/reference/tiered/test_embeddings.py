@@ -1,4 +1,5 @@
-"""Tiered memory: the row cache's policies, and training through an SSD-backed cache."""
+"""Tiered memory: training through an SSD-backed cache (the cache: test_cache.py; the SSD file:
+test_store.py), and `harness run` and the planner placing tables on the SSD tier."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import yaml
@@ -16,171 +16,14 @@ import yaml
 from harness.errors import HarnessError
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import SessionHooks, TrainingSession
-from harness.reference.tiered import CachePolicy, MemoryRows, RowCache, SsdRows
 from harness.rules.specs import load_benchmark, spec_from_dict
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_benchmark.yaml"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "tiny_benchmark.yaml"
 STEPS, BATCH = 200, 512
 
 
 # what the tier computes, not the drive's speed (tests/reference/conftest.py)
 pytestmark = pytest.mark.usefixtures("ssd_through_the_page_cache")
-
-
-def store_with_rows(n: int, cols: int = 2, state: int = 1) -> MemoryRows:
-    store = MemoryRows(n, cols, state)
-    store.data[:] = torch.arange(n, dtype=torch.float32).unsqueeze(1)
-    return store
-
-
-def admit(cache: RowCache, *rows: int) -> None:
-    cache.admit(torch.tensor(sorted(set(rows))))
-
-
-def resident(cache: RowCache) -> set[int]:
-    return set(cache.slot_row[cache.slot_row >= 0].tolist())
-
-
-def test_lru_evicts_the_row_used_longest_ago_and_never_the_batchs_own():
-    cache = RowCache(store_with_rows(10), 3, CachePolicy.LRU)
-    admit(cache, 0, 1, 2)
-    admit(cache, 0)  # 1 is now the least recently used, then 2
-    admit(cache, 0, 3)
-    assert resident(cache) == {0, 2, 3}
-    admit(cache, 4, 2)
-    assert resident(cache) == {2, 3, 4}  # 0 was used before 3; 2 is the batch's own
-    assert cache.stats.lookups == 3 + 1 + 2 + 2 and cache.stats.hits == 1 + 1 + 1
-
-
-def test_lfu_evicts_the_row_looked_up_least_often():
-    cache = RowCache(store_with_rows(10), 3, CachePolicy.LFU)
-    for _ in range(3):
-        admit(cache, 0, 1)
-    admit(cache, 2)
-    admit(cache, 3)  # 2 has one use, 0 and 1 three: 2 goes though it is the most recent but one
-    assert resident(cache) == {0, 1, 3}
-
-
-def test_dirty_victims_are_written_back_and_clean_ones_are_not():
-    store = store_with_rows(10)
-    cache = RowCache(store, 2, CachePolicy.LRU)
-    admit(cache, 0, 1)
-    slot = int(cache.slots_of(torch.tensor(0)))
-    cache.weights[slot] = 42.0
-    cache.mark_dirty(torch.tensor([slot]))
-    admit(cache, 2, 3)
-    assert store.data[0, :2].tolist() == [42.0, 42.0]  # the update survived its eviction
-    assert store.data[0, 2] == 0.0 and store.data[1].tolist() == [1.0, 1.0, 1.0]
-    assert cache.stats.bytes_written == store.row_bytes  # row 1 was clean: not written
-    admit(cache, 0, 2)
-    assert cache.weights[int(cache.slots_of(torch.tensor(0)))].tolist() == [42.0, 42.0]
-
-
-def test_write_backs_in_the_background_are_seen_by_every_later_read():
-    from concurrent.futures import ThreadPoolExecutor
-
-    store = store_with_rows(10)
-    with ThreadPoolExecutor(max_workers=1) as io:
-        cache = RowCache(store, 2, CachePolicy.LRU, io=io)
-        for value in (42.0, 43.0):
-            admit(cache, 0, 1)
-            slot = int(cache.slots_of(torch.tensor(0)))
-            cache.weights[slot] = value
-            cache.mark_dirty(torch.tensor([slot]))
-            admit(cache, 2, 3)  # row 0 is evicted, its write-back queued on ``io``
-            # a read queued after it (as a read ahead is) sees it; so does one on this thread
-            queued = io.submit(store.read, torch.tensor([0])).result()
-            assert queued[0, :2].tolist() == [value, value]
-        assert cache.stats.bytes_written == 2 * store.row_bytes
-        admit(cache, 0)  # read on this thread, after the pending writes
-        assert cache.weights[int(cache.slots_of(torch.tensor(0)))].tolist() == [43.0, 43.0]
-        cache.flush()
-        assert not cache._writes
-
-
-def test_pinned_rows_of_tables_in_memory_are_never_evicted_nor_counted():
-    store = store_with_rows(10)
-    cache = RowCache(store, 2, CachePolicy.LRU, pinned=((0, 3),))
-    assert cache.capacity == 5 and resident(cache) == {0, 1, 2} and cache.stats.lookups == 0
-    for batch in ((0, 5, 6), (1, 7, 8), (2, 3, 9)):
-        admit(cache, *batch)
-        assert {0, 1, 2} <= resident(cache)
-    assert cache.stats.lookups == 6 and cache.stats.hits == 0  # rows 0..2 are not the cache's lookups
-
-
-def test_a_batch_larger_than_the_cache_is_one_clear_error():
-    cache = RowCache(store_with_rows(10), 2)
-    with pytest.raises(HarnessError, match="looks up 3 distinct rows of a table but its cache holds 2"):
-        admit(cache, 1, 2, 3)
-
-
-def test_the_ssd_tier_is_a_file_that_keeps_what_was_written(tmp_path):
-    store = SsdRows(tmp_path / "t.bin", 100, 4, 4, create=True)
-    store.write(torch.tensor([3, 7]), torch.arange(16, dtype=torch.float32).view(2, 8))
-    store.flush()
-    again = SsdRows(tmp_path / "t.bin", 100, 4, 4, create=False)
-    assert again.read(torch.tensor([7, 3, 0])).tolist() == [list(range(8, 16)), list(range(8)), [0.0] * 8]
-    assert (tmp_path / "t.bin").stat().st_size == 100 * 8 * 4
-    with pytest.raises(HarnessError, match="not a table file of 50 rows"):
-        SsdRows(tmp_path / "t.bin", 50, 4, 4, create=False)
-
-
-@pytest.mark.parametrize("reader", ["compiled", "python"])
-def test_the_ssd_tier_moves_the_blocks_rows_lie_on_and_keeps_every_other_rows_bytes(tmp_path, monkeypatch, reader):
-    """Random reads and writes of 65-word rows (260 bytes: most straddle two 512-byte blocks, the
-    last block is cut by the file's end) equal a store in memory bit for bit, the file itself holds
-    the same rows packed, and what the drive moved is the blocks the rows lie on: never a page per
-    row. Through the compiled io_uring reader and through its Python fallback."""
-    from harness.reference.tiered import rowio
-
-    monkeypatch.delenv("HARNESS_SSD_DIRECT", raising=False)  # the drive itself, where O_DIRECT works
-    if reader == "python":
-        monkeypatch.setenv("HARNESS_ROWIO", "python")
-    rowio.compiled_reader.cache_clear()
-    try:
-        rows, width = 997, 65
-        store = SsdRows(tmp_path / "t.bin", rows, width - 1, 1, create=True)
-        memory = MemoryRows(rows, width - 1, 1)
-        assert store.reader == rowio.COMPILED if reader == "compiled" else store.reader.startswith(rowio.FALLBACK)
-        g = torch.Generator().manual_seed(0)
-        first = torch.randn(rows, width, generator=g)
-        for lo in range(0, rows, 300):  # filled a chunk at a time, as a shard is
-            store.write_rows(lo, first[lo : lo + 300])
-            memory.write_rows(lo, first[lo : lo + 300])
-        moved = store.transfer_bytes
-        for step in range(40):
-            ids = torch.randperm(rows, generator=g)[: int(torch.randint(1, 200, (1,), generator=g))]
-            if step % 2:
-                values = torch.randn(ids.numel(), width, generator=g)
-                store.write(ids, values)
-                memory.write(ids, values)
-            else:
-                assert torch.equal(store.read(ids), memory.read(ids)), step
-        store.flush()
-        assert torch.equal(store.read(torch.arange(rows)), memory.data)
-        on_disk = torch.from_numpy(np.fromfile(tmp_path / "t.bin", dtype=np.float32)).view(rows, width)
-        assert torch.equal(on_disk, memory.data) and (tmp_path / "t.bin").stat().st_size == rows * width * 4
-        if store.align > 4:  # O_DIRECT here: one read of 100 rows moves at most two blocks a row
-            before = store.transfer_bytes
-            store.read(torch.arange(0, rows, 9)[:100])
-            assert store.transfer_bytes - before <= 100 * 2 * store.align < 100 * 4096
-            assert store.mode.startswith("direct")
-        assert moved > 0
-    finally:
-        rowio.compiled_reader.cache_clear()
-
-
-def test_a_row_written_twice_in_one_call_keeps_the_other_row_of_its_block(tmp_path, monkeypatch):
-    """Two 256-byte rows to a 512-byte block: a write that names one of them twice does not
-    cover the block, so the other row's bytes are read first and kept."""
-    monkeypatch.delenv("HARNESS_SSD_DIRECT", raising=False)
-    store = SsdRows(tmp_path / "t.bin", 8, 63, 1, create=True)
-    first = torch.arange(8 * 64, dtype=torch.float32).view(8, 64)
-    store.write_rows(0, first)
-    store.write(torch.tensor([2, 2]), torch.full((2, 64), -1.0))
-    got = store.read(torch.arange(8))
-    assert torch.equal(got[2], torch.full((64,), -1.0)) and torch.equal(got[3], first[3])
-    assert torch.equal(got[[0, 1, 4, 5, 6, 7]], first[[0, 1, 4, 5, 6, 7]])
 
 
 # -- training -------------------------------------------------------------------------------
@@ -371,12 +214,3 @@ def test_harness_run_auto_trains_with_the_planners_placement_and_refuses_what_ca
     # the message names what does not fit: the cache in DDR of a shard that the SSD holds
     assert "fits no rank" in proc.stderr and "its cache" in proc.stderr and " of DDR" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
-
-
-@pytest.mark.parametrize("policy", [CachePolicy.LRU, CachePolicy.LFU])
-@pytest.mark.parametrize(("rows", "cols", "state_cols", "slots"), [(1000, 16, 16, 50), (37, 8, 1, 37), (500, 4, 0, 9)])
-def test_the_planner_counts_exactly_what_a_cache_allocates(policy, rows, cols, state_cols, slots):
-    from harness.reference.planner.estimators import cache_nbytes
-
-    cache = RowCache(MemoryRows(rows, cols, state_cols), slots, policy)
-    assert cache.nbytes == cache_nbytes(rows, slots, 4 * (cols + state_cols), lfu=policy is CachePolicy.LFU)

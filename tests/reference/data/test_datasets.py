@@ -22,7 +22,7 @@ from harness.reference.data.datasets import (
 )
 from harness.rules.specs import load_benchmark, spec_from_dict
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_benchmark.yaml"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "tiny_benchmark.yaml"
 
 
 def tiny() -> SyntheticDataset:

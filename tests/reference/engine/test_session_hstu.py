@@ -20,7 +20,7 @@ from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import TrainingSession
 from harness.rules.specs import ModelFamily, load_benchmark, spec_from_dict
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def tiny_raw(**hp) -> dict:

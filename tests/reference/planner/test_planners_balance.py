@@ -31,7 +31,7 @@ from harness.reference.planner.models import tables_for_benchmark
 from harness.reference.planner.partitioners import GreedyLptPartitioner
 from harness.reference.planner.proposers import CheapestFitProposer
 from harness.rules.specs import load_benchmark
-from tests.reference.test_planner import (
+from tests.reference.planner.test_planners import (
     GB,
     check_capacities,
     check_coverage,

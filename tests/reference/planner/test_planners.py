@@ -27,22 +27,16 @@ from harness.hw_profiles.profiles import (
 )
 from harness.reference.planner import (
     CommPrecision,
-    Perf,
     Plan,
     PlannerConfig,
     PlannerError,
     PlannerErrorType,
-    ShardEstimator,
     ShardingType,
-    Storage,
     TableSpec,
     Tier,
-    Topology,
     plan_tables,
 )
-from harness.reference.planner.enumerators import ShardingOptionEnumerator
 from harness.reference.planner.models import load_model, tables_for_benchmark
-from harness.reference.planner.types import Placement, ShardingOption
 from harness.rules.specs import load_benchmark
 
 GB = 10**9
@@ -221,80 +215,6 @@ def test_tiny_tables_are_data_parallel_and_huge_ones_split_into_hbm():
     )
 
 
-def test_enumerator_offers_the_options_the_topology_allows():
-    estimator = ShardEstimator(Topology.from_profile(make_profile(nodes=2, accelerators=4)), PlannerConfig())
-    kinds = {o.sharding_type for o in ShardingOptionEnumerator(estimator).enumerate(TableSpec("t", 1000, 128))}
-    assert kinds == set(ShardingType)
-    single = ShardEstimator(Topology.from_profile(make_profile(nodes=1, accelerators=1)), PlannerConfig())
-    kinds = {o.sharding_type for o in ShardingOptionEnumerator(single).enumerate(TableSpec("t", 1000, 64))}
-    assert kinds == {ShardingType.TABLE_WISE}
-
-
-# -- cost model -------------------------------------------------------------------------
-
-
-def _estimator(precision: CommPrecision, profile: Profile | None = None) -> ShardEstimator:
-    topology = Topology.from_profile(profile or make_profile(nodes=2, accelerators=4))
-    return ShardEstimator(topology, PlannerConfig(batch_size=1024, comm_precision=precision))
-
-
-def test_fp16_comm_halves_the_comm_of_fp32_and_fp8_quarters_it():
-    table = TableSpec("t", 10_000, 128, 3.0)
-    comm = {}
-    for precision in (CommPrecision.FP32, CommPrecision.FP16, CommPrecision.BF16, CommPrecision.FP8):
-        estimator = _estimator(precision)
-        (load,) = estimator.shard_loads(table, ShardingType.TABLE_WISE, [(0, 10_000, 0, 128)])
-        ids = estimator.topology.all_to_all_s((1024 + 1024 * 3.0) * 8)  # the id all-to-all: int64, whatever the codec
-        assert load.fwd_comm_s - load.bwd_comm_s == pytest.approx(ids)
-        comm[precision] = load.fwd_comm_s + load.bwd_comm_s - ids
-        assert load.lookup_bytes == 1024 * 3.0 * 128 * 4  # lookups stay at the parameters' precision
-    assert comm[CommPrecision.FP16] == pytest.approx(comm[CommPrecision.FP32] / 2)
-    assert comm[CommPrecision.BF16] == comm[CommPrecision.FP16]
-    assert comm[CommPrecision.FP8] == pytest.approx(comm[CommPrecision.FP32] / 4)
-
-
-def test_cost_model_arithmetic():
-    estimator = _estimator(CommPrecision.FP32)
-    topo = estimator.topology
-    assert topo.world_size == 8 and topo.capacity == Storage(16 * GB, 64 * GB, 0)
-    table = TableSpec("t", 1000, 64, 2.0, optimizer_state_factor=1.0)
-    (load,) = estimator.shard_loads(table, ShardingType.TABLE_WISE, [(0, 1000, 0, 64)])
-    assert load.storage_bytes == 1000 * 64 * 4 * 2  # weights plus one state element each
-    perf = estimator.perf(load, Tier.HBM)
-    assert perf.fwd_compute == pytest.approx(1024 * 2 * 64 * 4 / 2e12)
-    assert perf.bwd_compute == pytest.approx(2 * perf.fwd_compute)
-    # all-to-all of 1024 x 64 fp32: 3/8 over NVLink (300 GB/s one way), 4/8 over the NIC (25 GB/s)
-    sent = 1024 * 64 * 4
-    assert load.bwd_comm_s == pytest.approx(sent * 3 / 8 / 3e11 + sent * 4 / 8 / 2.5e10)
-    # forward, the input all-to-all first: every rank's lengths and ids of the table (int64 each), likewise
-    ids = (1024 + 1024 * 2.0) * 8
-    assert load.fwd_comm_s == pytest.approx((sent + ids) * 3 / 8 / 3e11 + (sent + ids) * 4 / 8 / 2.5e10)
-    assert estimator.perf(load, Tier.DDR).fwd_compute == pytest.approx(perf.fwd_compute * 2e12 / (2e11 / 4))
-    dp = estimator.shard_loads(table, ShardingType.DATA_PARALLEL, [(0, 1000, 0, 64)] * 8)
-    assert dp[0].fwd_comm_s == 0
-    assert dp[0].bwd_comm_s == pytest.approx(2 * 7 / 8 * 1000 * 64 * 4 / 2.5e10)  # ring all-reduce over the NIC
-
-
-def test_a_column_shard_keeps_a_row_wise_accumulator_per_row():
-    # row-wise Adagrad: one state element per row, in every column shard of it (as the executor keeps it)
-    estimator = _estimator(CommPrecision.FP32)
-    rowwise = TableSpec("t", 1000, 128, 1.0, 1 / 128)
-    assert estimator.storage_bytes(rowwise, 1000, 128) == 1000 * 128 * 4 + 1000 * 4
-    assert estimator.storage_bytes(rowwise, 1000, 4) == 1000 * 4 * 4 + 1000 * 4
-    adagrad = TableSpec("t", 1000, 128, 1.0, 1.0)
-    assert estimator.storage_bytes(adagrad, 1000, 4) == 1000 * 4 * 4 * 2
-
-
-def test_value_arithmetic():
-    a, b = Storage(1, 2, 3), Storage(10, 20, 30)
-    assert a + b == Storage(11, 22, 33) and b - a == Storage(9, 18, 27)
-    assert a.fits_in(b) and not b.fits_in(a) and (a + b).total == 66
-    assert (Perf(1, 2, 3, 4) + Perf(1, 1, 1, 1)).total == 14
-    with pytest.raises(PlannerError) as info:
-        TableSpec("bad", 0, 8)
-    assert info.value.planner_category is PlannerErrorType.BAD_INPUT
-
-
 # -- JSON, fingerprint, benchmark tables -------------------------------------------------
 
 
@@ -318,47 +238,9 @@ def test_12t_plan_json_validates(plan_12t):
     assert data["summary"]["imbalance"] == plan.imbalance
 
 
-@pytest.mark.parametrize("config", [PlannerConfig(), PlannerConfig(comm_precision=CommPrecision.FP16),
-                                    PlannerConfig(tiers=(("t2", (Tier.SSD,)),), ssd_cache_fraction=0.1)])
-def test_a_plan_read_back_from_its_json_is_the_same_plan(config):
-    """``Plan.from_dict`` at a process boundary: the JSON, and so the fingerprint, survive the
-    round trip bit for bit, through a JSON text too."""
-    tables = [TableSpec(f"t{i}", rows, 64, pooling=2.5, optimizer_state_factor=1 / 64)
-              for i, rows in enumerate((10, 50_000, 3_000_000, 200))]
-    plan = plan_tables(tables, make_profile(nodes=2, accelerators=2, ssd=1000 * GB), config)
-    if config.tiers:
-        assert (Tier.SSD,) in plan.table_tiers()
-    data = plan.to_dict()
-    again = Plan.from_dict(json.loads(json.dumps(data)))
-    assert again.to_dict() == data and again.fingerprint == plan.fingerprint
-    assert (again.tables, again.sharding_types, again.rank_storage, again.rank_perf, again.rank_capacity) == (
-        plan.tables, plan.sharding_types, plan.rank_storage, plan.rank_perf, plan.rank_capacity)
-    place = [[(s.rank, s.tier, s.row_offset, s.rows, s.col_offset, s.cols, s.storage_bytes, s.perf.total)
-              for s in shards] for shards in plan.table_shards()]
-    assert [[(s.rank, s.tier, s.row_offset, s.rows, s.col_offset, s.cols, s.storage_bytes, s.perf.total)
-             for s in shards] for shards in again.table_shards()] == place
-    assert again.table_tiers() == plan.table_tiers()
-
-
 def test_12t_plan_read_back_from_its_json_is_the_same_plan(plan_12t):
     plan, _ = plan_12t
     assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))).to_dict() == plan.to_dict()
-
-
-@pytest.mark.parametrize(("data", "message"), [
-    ([], "must be a JSON object"),
-    ({"world_size": 1}, "has no tables"),
-    ({"world_size": 1, "tables": [{"name": "t", "rows": 4, "dim": 2, "sharding_type": "spiral"}]},
-     "unknown sharding type 'spiral'"),
-    ({"world_size": 1, "tables": [{"name": "t", "rows": 4, "dim": 2, "sharding_type": "table_wise",
-                                   "shards": [{"rank": 0, "row_offset": 0, "rows": 4, "col_offset": 0, "cols": 2,
-                                               "tier": "tape"}]}]}, "a tier of hbm, ddr, ssd"),
-    ({"world_size": 1, "tables": [{"name": "t", "rows": 4, "dim": 2, "sharding_type": "table_wise"}] * 2},
-     "two tables have that name"),
-])
-def test_a_plan_that_is_not_one_is_refused_in_one_line(data, message):
-    with pytest.raises(HarnessError, match=message):
-        Plan.from_dict(data)
 
 
 # -- CLI --------------------------------------------------------------------------------
@@ -510,48 +392,6 @@ def test_a_table_whose_cache_fits_no_rank_whole_is_split_until_its_shards_and_ca
     assert plan_tables(tables, profile, config).fingerprint == plan.fingerprint
 
 
-def test_a_hot_pooled_table_over_several_nodes_is_offered_as_grids_of_rows_by_columns():
-    # dlrm_dcnv2's table 20 (40M rows, 100 ids a sample) on 16 ZionEX nodes: table-row-wise, its shards
-    # are one node's (1.34 ms each); column shards each receive all its ids, row shards each send a
-    # partial vector per sample over the NICs. A grid's shards do neither in full
-    hot = TableSpec("t20", 40_000_000, 128, 100.0, 1 / 128)
-    estimator = ShardEstimator(Topology.from_profile(load_profile("zionex-16x8gpu")), PlannerConfig(batch_size=55296))
-    options = ShardingOptionEnumerator(estimator).enumerate(hot)
-    grids = [o for o in options if o.grid]
-    assert grids and all(o.sharding_type is ShardingType.ROW_WISE and o.placement is Placement.ANY for o in grids)
-    for option in grids:
-        rows = {(s.row_offset, s.rows) for s in option.shards}
-        cols = {(s.col_offset, s.cols) for s in option.shards}
-        assert len(rows) >= 2 and len(cols) >= 2 and len(option.shards) == len(rows) * len(cols)
-        assert len(option.shards) % 8 == 0 and 16 <= len(option.shards) <= 128  # node multiples, two nodes up
-        assert all(s.ids_per_step == pytest.approx(55296 * 100 / len(rows)) for s in option.shards)  # its rows' ids
-        check_coverage_of(option, hot)
-
-    def costliest(option) -> float:
-        return max(estimator.perf(s, Tier.HBM).total for s in option.shards)
-
-    best = min(grids, key=costliest)
-    assert costliest(best) < min(costliest(o) for o in options if not o.grid) / 3
-    # none on one node, none for a sequence table (a row split of one sends each vector once)
-    single = ShardEstimator(Topology.from_profile(load_profile("zionex-8gpu")), PlannerConfig(batch_size=55296))
-    assert not any(o.grid for o in ShardingOptionEnumerator(single).enumerate(hot))
-    sequence = TableSpec("seq", 40_000_000, 128, 100.0, 1 / 128, sequence=True)
-    assert not any(o.grid for o in ShardingOptionEnumerator(estimator).enumerate(sequence))
-
-
-def check_coverage_of(option: ShardingOption, table: TableSpec) -> None:
-    """The option's shards are a grid: row ranges that tile the rows, column blocks that tile the
-    columns, a shard for every pair of them, once."""
-    for starts, total in (({(s.row_offset, s.rows) for s in option.shards}, table.rows),
-                          ({(s.col_offset, s.cols) for s in option.shards}, table.dim)):
-        ranges = sorted(starts)
-        assert [o for o, _ in ranges] == [sum(n for _, n in ranges[:i]) for i in range(len(ranges))]
-        assert sum(n for _, n in ranges) == total
-    cells = sorted((s.row_offset, s.col_offset) for s in option.shards)
-    rows, cols = sorted({r for r, _ in cells}), sorted({c for _, c in cells})
-    assert cells == [(r, c) for r in rows for c in cols]
-
-
 def test_a_tier_the_profile_lacks_or_an_unknown_table_is_one_clear_error():
     tables = [TableSpec("t0", 1000, 16)]
     with pytest.raises(PlannerError, match="'t0' is set to the SSD tier, which the profile does not have") as info:
@@ -566,19 +406,3 @@ def test_a_table_whose_allowed_types_cannot_apply_is_one_clear_error():
     with pytest.raises(PlannerError, match="'narrow' .* can take none of the sharding types allowed for it") as info:
         plan_tables([TableSpec("narrow", 100, 8)], load_profile("zionex-8gpu"), config)
     assert info.value.planner_category is PlannerErrorType.BAD_INPUT
-
-
-def test_the_traffic_projection_takes_the_typed_plan_and_its_json_read_back_projects_the_same():
-    from harness.reference.planner.codecs import CommConfig
-    from harness.reference.planner.traffic import FORWARD, INTER, project_traffic
-
-    profile = load_profile("zionex-2x8gpu")
-    tables = [TableSpec(f"t{i}", 10_000 * (i + 1), 16, 2.0) for i in range(6)]
-    plan = plan_tables(tables, profile, PlannerConfig(batch_size=1024))
-    codecs = CommConfig(forward=CommPrecision.FP16, backward=CommPrecision.INT8)
-    got = project_traffic(plan, ranks_per_node=8, codecs=codecs, dense_values=1000)
-    assert got["nodes"] == 2 and got["per_step"][FORWARD][f"{INTER}_bytes"] > 0
-    assert project_traffic(Plan.from_dict(plan.to_dict()), ranks_per_node=8, codecs=codecs, dense_values=1000) == got
-    with pytest.raises(HarnessError, match="project_traffic takes the planner's Plan .*not dict") as info:
-        project_traffic(plan.to_dict(), ranks_per_node=8, codecs=codecs, dense_values=1000)
-    assert info.value.category is ErrorCategory.BAD_INPUT

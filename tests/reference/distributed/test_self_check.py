@@ -14,8 +14,8 @@ from harness.reference.distributed.self_check import BOUND, failure
 from harness.reference.planner.types import ShardingType
 from harness.runsets.torchrun import FORKED_RANKS
 
-DRIVER = Path(__file__).with_name("self_check_driver.py")
-ROOT = Path(__file__).resolve().parents[2]
+DRIVER = Path(__file__).parent / "support" / "self_check_driver.py"
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,8 @@
 process: its sequence tables (item, artist, album: one vector per event, the ranks' event counts
 jagged) and its pooled contextual table (uid), under every sharding type and a mixed plan.
 
-The ranks run ``tests/reference/distributed_driver.py`` (``"benchmark": "dlrmv4_synthetic"``), as
-the DLRM's equivalence tests in ``test_distributed.py`` do; the same bound, at the same learning rate.
+The ranks run ``tests/reference/distributed/support/distributed_driver.py`` (``"benchmark": "dlrmv4_synthetic"``), as
+the DLRM's equivalence tests in ``test_sharded.py`` do; the same bound, at the same learning rate.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.reference.test_distributed import TYPES, run_jobs
+from tests.reference.distributed.test_sharded import TYPES, run_jobs
 
 STEPS, BATCH = 50, 64
-# the benchmark's recipe (Adam, row-wise Adagrad) at the equivalence tests' rate (test_distributed.py)
+# the benchmark's recipe (Adam, row-wise Adagrad) at the equivalence tests' rate (test_sharded.py)
 EQUIVALENCE_HP = {"opt_base_learning_rate": 0.001, "opt_sparse_base_learning_rate": 0.001}
 BASE = {"benchmark": "dlrmv4_synthetic", "batch": BATCH}
 # Row-wise Adagrad's column shards keep one accumulator per row of their own columns (FBGEMM's

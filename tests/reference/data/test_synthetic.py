@@ -1,5 +1,5 @@
 """The synthetic Criteo-like generator: purity, the teacher's AUC, the shape of its data (its order
-and sharding as a dataset: tests/reference/test_datasets.py)."""
+and sharding as a dataset: tests/reference/data/test_datasets.py)."""
 
 import numpy as np
 import pytest

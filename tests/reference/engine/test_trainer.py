@@ -11,7 +11,7 @@ from harness.reference.engine.session import TrainingSession
 from harness.reference.engine.trainer import RunConfig
 from harness.reference.runs import run_from_config
 
-FIXTURE = Path(__file__).parents[1] / "fixtures" / "tiny_benchmark.yaml"
+FIXTURE = Path(__file__).parents[2] / "fixtures" / "tiny_benchmark.yaml"
 
 
 def config(tmp_path, *, target=None, seed=3, **spec_changes) -> RunConfig:

@@ -22,7 +22,7 @@ from harness.reference.data.datasets import DataFormat, SyntheticDataset
 from harness.reference.data.export import EXPORT_INFO, export_dataset, format_tsv
 from harness.rules.specs import load_benchmark, spec_from_dict
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_benchmark.yaml"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "tiny_benchmark.yaml"
 TINY = load_benchmark(str(FIXTURE))
 MULTI_HOT = [1, 2, 3, 1, 1, 4] + [1] * 19 + [2]
 

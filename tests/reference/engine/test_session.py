@@ -16,7 +16,7 @@ from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import SessionHooks, TrainingSession
 from harness.reference.runs import run_from_config
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_benchmark.yaml"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "tiny_benchmark.yaml"
 
 
 def tiny_spec(**changes) -> dict:

@@ -60,3 +60,18 @@ def test_codecs_from_a_run_configs_names_round_trip_and_refuse_unknown_ones():
     for bad in ({"forward": "fp7"}, {"sideways": "fp16"}):
         with pytest.raises(HarnessError, match="unknown codec"):
             CommConfig.from_names(bad)
+
+
+def test_the_traffic_model_uses_the_codecs_wire_sizes():
+    from harness.reference.planner.traffic import wire_bytes as projected
+
+    for codec in Codec:
+        for rows, cols in ((1, 1), (7, 64), (512, 13)):
+            assert projected(codec, rows, cols) == wire_bytes(codec, rows, cols), codec
+
+
+def test_wire_bytes_of_a_forward_block():
+    # what one rank sends per shard of 8 columns for 256 samples
+    assert wire_bytes(Codec.FP32, 256, 8) == 256 * 8 * 4
+    assert wire_bytes(Codec.INT8, 256, 8) == 256 * (8 + 8)
+    assert wire_bytes(Codec.FP8, 256, 8) == 256 * (8 + 4)

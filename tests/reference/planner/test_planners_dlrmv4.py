@@ -31,7 +31,7 @@ from harness.reference.planner.models import sequence_events, tables_for_benchma
 from harness.reference.planner.traffic import BACKWARD, FORWARD, INPUT, INTRA, project_traffic
 from harness.reference.planner.types import Shard
 from harness.rules.specs import load_benchmark
-from tests.reference.test_planner import make_profile
+from tests.reference.planner.test_planners import make_profile
 
 PROFILES = ["zionex-8gpu", "zionex-16x8gpu", "dgx-h100-8gpu", "mi350x-8gpu"]
 CROSSES = ["user_x_artist", "user_x_album", "user_x_hour", "item_x_hour", "artist_x_hour", "user_x_is_organic",

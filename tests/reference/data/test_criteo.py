@@ -30,7 +30,7 @@ from harness.reference.data.datasets import DataFormat, Dataset, batch_order
 from harness.reference.data.export import format_tsv
 from harness.rules.specs import spec_from_dict
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "tiny_benchmark.yaml"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "tiny_benchmark.yaml"
 TABLES = [2**40] + [97] * 25  # table 0 keeps the global sample number
 
 

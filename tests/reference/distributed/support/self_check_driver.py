@@ -1,5 +1,5 @@
 """The init self-check on real gloo groups: ``python -m harness.runsets.torchrun --nproc-per-node 4
---run-path --start-method=forkserver tests/reference/self_check_driver.py OUT_DIR``.
+--run-path --start-method=forkserver tests/reference/distributed/support/self_check_driver.py OUT_DIR``.
 
 On the 2-node x 2-rank test profile, for every sharding type and a mixed plan of the default
 benchmark (and a mixed plan of the HSTU ranker's tables, ``dlrmv4_synthetic``), each rank runs
@@ -26,7 +26,7 @@ from harness.reference.planner import PlannerConfig, ShardingType, plan_tables
 from harness.reference.planner.models import tables_for_benchmark
 from harness.rules.specs import load_benchmark
 
-PROFILE = Path(__file__).resolve().parents[1] / "fixtures" / "two_nodes_2gpu.yaml"
+PROFILE = Path(__file__).resolve().parents[3] / "fixtures" / "two_nodes_2gpu.yaml"
 TYPES = [t.value for t in ShardingType]
 
 

@@ -1,6 +1,6 @@
 """Train the default benchmark's model for a few steps under given sharding plans; record the loss.
 
-``python tests/reference/distributed_driver.py JOB.json`` trains in one process (the
+``python tests/reference/distributed/support/distributed_driver.py JOB.json`` trains in one process (the
 unsharded :class:`~harness.reference.engine.session.TrainingSession`); under
 ``python -m harness.runsets.torchrun --nproc_per_node W --run-path ... JOB.json`` each rank trains its
 shards (:class:`~harness.reference.distributed.session.DistributedSession`). Both train with

@@ -1,7 +1,8 @@
 """Sharded training on real gloo process groups (torchrun) against single-process training.
 
-The ranks run ``tests/reference/distributed_driver.py`` under torchrun (``python -m harness.runsets.torchrun``);
-the single-process baseline runs the same driver without it (the unsharded trainer).
+The ranks run ``tests/reference/distributed/support/distributed_driver.py`` under torchrun
+(``python -m harness.runsets.torchrun``); the single-process baseline runs the same driver without it
+(the unsharded trainer).
 """
 
 from __future__ import annotations
@@ -15,15 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.errors import HarnessError
-from harness.reference.distributed.comm_codecs import Codec, wire_bytes
-from harness.reference.distributed.shardings import shardings_from_plan
-from harness.reference.planner.types import Plan, ShardingType
+from harness.reference.planner.types import ShardingType
 from harness.rules.specs import load_benchmark
 from harness.runsets.torchrun import FORKED_RANKS
 
-DRIVER = Path(__file__).with_name("distributed_driver.py")
-ROOT = Path(__file__).resolve().parents[2]
+DRIVER = Path(__file__).parent / "support" / "distributed_driver.py"
+ROOT = Path(__file__).resolve().parents[3]
 TYPES = [t.value for t in ShardingType]
 STEPS, BATCH, SEED = 50, 512, 7
 TABLES = 26
@@ -276,14 +274,6 @@ def test_table_row_wise_over_two_nodes_crosses_nodes_as_the_planner_projects(sin
     assert rw == 4 * BATCH // 2 * TABLES * dim * 4 and forward / rw == 0.25
 
 
-def test_the_traffic_model_uses_the_codecs_wire_sizes():
-    from harness.reference.planner.traffic import wire_bytes as projected
-
-    for codec in Codec:
-        for rows, cols in ((1, 1), (7, 64), (512, 13)):
-            assert projected(codec, rows, cols) == wire_bytes(codec, rows, cols), codec
-
-
 QUANTIZED_PLANS = {
     "fp32": {"types": {"*": TYPES}},
     "fp16": {"types": {"*": TYPES}, "comm": {"forward": "fp16", "backward": "fp16", "allreduce": "fp16"}},
@@ -315,53 +305,6 @@ def test_quantized_communication_is_deterministic_and_counted(sharded, tmp_path)
     assert q["calls"] == calls
     assert q["bytes"] < fp32["forward_all_to_all"]["bytes"] / 2
     assert fp32["input_all_to_all"]["bytes"] == first["quantized"]["stats"]["input_all_to_all"]["bytes"]
-
-
-def test_wire_bytes_of_a_forward_block():
-    # what one rank sends per shard of 8 columns for 256 samples
-    assert wire_bytes(Codec.FP32, 256, 8) == 256 * 8 * 4
-    assert wire_bytes(Codec.INT8, 256, 8) == 256 * (8 + 8)
-    assert wire_bytes(Codec.FP8, 256, 8) == 256 * (8 + 4)
-
-
-# -- plans the sharded tables refuse --------------------------------------------------------
-
-
-def plan_of(tables: list[dict], world: int = 2) -> dict:
-    return {"world_size": world, "tables": tables}
-
-
-def table(sharding: str, shards: list[tuple[int, int, int, int, int]], rows: int = 10, dim: int = 4,
-          name: str = "t") -> dict:
-    return {"name": name, "rows": rows, "dim": dim, "sharding_type": sharding,
-            "shards": [dict(zip(("rank", "row_offset", "rows", "col_offset", "cols"), s)) for s in shards]}
-
-
-def test_a_valid_plan_is_read_per_table():
-    plan = plan_of([table("row_wise", [(0, 0, 5, 0, 4), (1, 5, 5, 0, 4)]),
-                    table("data_parallel", [(0, 0, 10, 0, 4), (1, 0, 10, 0, 4)], name="u")])
-    sh = shardings_from_plan(Plan.from_dict(plan), [10, 10], 4, 2)
-    assert [s.sharding_type for s in sh] == [ShardingType.ROW_WISE, ShardingType.DATA_PARALLEL]
-    assert [(s.rank, s.row_offset, s.rows) for s in sh[0].shards] == [(0, 0, 5), (1, 5, 5)]
-
-
-@pytest.mark.parametrize(
-    ("plan", "message"),
-    [
-        (plan_of([table("row_wise", [(0, 0, 5, 0, 4)])]), "do not cover every weight"),
-        (plan_of([table("row_wise", [(0, 0, 5, 0, 4), (1, 5, 6, 0, 4)])]), "outside"),
-        (plan_of([table("column_wise", [(0, 0, 10, 0, 2), (1, 0, 10, 1, 3)])]), "do not cover every weight exactly once"),
-        (plan_of([table("data_parallel", [(0, 0, 10, 0, 4)])]), "one full replica on every rank"),
-        (plan_of([table("table_wise", [(2, 0, 10, 0, 4)])]), "outside 0..1"),
-        (plan_of([table("diagonal", [(0, 0, 10, 0, 4)])]), "unknown sharding type"),
-        (plan_of([table("table_wise", [(0, 0, 10, 0, 4)])], world=4), "is for 4 ranks"),
-        (plan_of([table("table_wise", [(0, 0, 10, 0, 4)], rows=11)]), "the model's is 10 x 4"),
-        (plan_of([]), "has 0 tables"),
-    ],
-)
-def test_plans_that_do_not_fit_the_model_or_the_world_are_refused(plan, message):
-    with pytest.raises(HarnessError, match=message):
-        shardings_from_plan(Plan.from_dict(plan), [10], 4, 2)
 
 
 def eval_split_jobs(plans: dict) -> dict:
