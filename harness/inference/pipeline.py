@@ -225,8 +225,8 @@ def _prepare_tier(config: InferConfig, tier_dir: Path, weight: torch.Tensor, dat
     progress(probe.describe())
     warm, warm_file, warm_note = None, None, "cold at start"
     if config.warm_cache:
-        offsets = memory_tables(memory_net).column_offsets  # a buffer: torch's stubs type it Tensor | Module
-        warm, counted = hot_rows(data, offsets, rows, cache_rows)  # type: ignore[arg-type]
+        offsets = memory_tables(memory_net).column_offsets
+        warm, counted = hot_rows(data, offsets, rows, cache_rows)
         warm_file = tier_dir / "warm-rows.npy"
         np.save(warm_file, warm)
         warm_note = f"warmed at start with the {warm.size:,} rows the first {counted:,} training samples look up most"

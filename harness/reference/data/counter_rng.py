@@ -38,18 +38,18 @@ def key(seed: int, stream: int) -> np.uint64:
         return mix64(s ^ np.uint64(stream & 0xFFFFFFFFFFFFFFFF))[0]
 
 
-def bits(k: np.uint64, counter: np.ndarray) -> np.ndarray:
+def bits(k: np.uint64 | np.ndarray, counter: np.ndarray) -> np.ndarray:
     """64 random bits for each counter value under key ``k``."""
     with np.errstate(over="ignore"):
         return mix64(mix64(np.asarray(counter, dtype=np.uint64) ^ k) + k)
 
 
-def uniform(k: np.uint64, counter: np.ndarray) -> np.ndarray:
+def uniform(k: np.uint64 | np.ndarray, counter: np.ndarray) -> np.ndarray:
     """Uniform float64 in [0, 1) for each counter value, 53 bits of resolution."""
     return (bits(k, counter) >> _S11).astype(np.float64) * _INV_2_53
 
 
-def normal(k: np.uint64, counter: np.ndarray) -> np.ndarray:
+def normal(k: np.uint64 | np.ndarray, counter: np.ndarray) -> np.ndarray:
     """Standard normal float64 for each counter value (Box-Muller on two derived uniforms)."""
     c = np.asarray(counter, dtype=np.uint64)
     with np.errstate(over="ignore"):

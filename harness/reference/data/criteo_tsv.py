@@ -226,10 +226,10 @@ def parse_text(buf: np.ndarray, path: Path | str, first_line: int) -> Parsed:
     del tabs_per_line, wrong
     buf[newlines] = ord("\t")  # now exactly 40 * n fields, tab-separated
     ends = np.flatnonzero(buf == ord("\t"))
-    starts = np.empty(n * NUM_FIELDS, np.int64)
+    starts: np.ndarray = np.empty(n * NUM_FIELDS, np.int64)  # flat, then n x NUM_FIELDS
     starts[0] = 0
     starts[1:] = ends + 1
-    lengths = np.empty(n * NUM_FIELDS, np.int64)
+    lengths: np.ndarray = np.empty(n * NUM_FIELDS, np.int64)
     lengths[:-1] = ends
     lengths[-1] = len(buf)
     del ends
@@ -463,7 +463,7 @@ class _FileLines:
             n -= m
 
 
-def _chunks(lines: _FileLines, count: int, plan: BufferPlan, *, partial: bool = False) -> Iterator[Parsed]:
+def _chunks(lines: _FileLines, count: int | None, plan: BufferPlan, *, partial: bool = False) -> Iterator[Parsed]:
     """Parse the next ``count`` lines of ``lines`` (all of them when ``count`` is None), in chunks
     within ``plan``. ``partial``: before raising on a malformed line, yield the lines before it."""
     left = math.inf if count is None else count

@@ -613,7 +613,9 @@ class SyntheticEventStreams(EventStreams):
         if self._best_auc is None:
             labels, probs = [], []
             for a in range(0, self.eval_samples, 4096):
-                batch, p = self._samples(self._eval, np.arange(a, min(a + 4096, self.eval_samples), dtype=np.int64))
+                positions = np.arange(a, min(a + 4096, self.eval_samples), dtype=np.int64)
+                # _samples, written out: this class's _gather types p (the teacher's probabilities) not None
+                batch, p = self._gather(*self._locate(self._eval, positions))
                 labels.append(batch.labels.numpy())
                 probs.append(p)
             self._best_auc = roc_auc(np.concatenate(labels), np.concatenate(probs))

@@ -27,6 +27,7 @@ came from; readers ignore it.
 from __future__ import annotations
 
 import gzip as gzip_module
+import io
 import json
 import os
 import shutil
@@ -35,7 +36,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -123,7 +124,7 @@ def _chunks(first: int, count: int, size: int) -> Iterator[np.ndarray]:
 def _write_tsv_day(data: SyntheticDataset, path: Path, first: int, count: int, gz: bool, chunk: int) -> None:
     gen = data.generator
     with open(path, "wb") as raw:
-        out: BinaryIO = gzip_module.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) if gz else raw
+        out: io.BufferedIOBase = gzip_module.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) if gz else raw
         try:
             for idx in _chunks(first, count, chunk):
                 batch = gen.samples(idx)

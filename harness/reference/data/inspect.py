@@ -58,11 +58,11 @@ class DistinctCounter:
     def __init__(self, exact_limit: int = 1 << 16):
         self.exact_limit = exact_limit
         self._values: np.ndarray | None = np.empty(0, np.uint64)
-        self._registers: np.ndarray | None = None
+        self._registers = np.empty(0, np.uint8)  # HyperLogLog's, once _values is None (estimated)
 
     @property
     def estimated(self) -> bool:
-        return self._registers is not None
+        return self._values is None
 
     def add(self, values: np.ndarray) -> None:
         values = np.asarray(values, np.uint64).reshape(-1)
@@ -306,8 +306,8 @@ def format_report(report: InspectReport) -> str:
              f"{'well-formed' if report.well_formed else 'MALFORMED'}"]
     lines.append("")
     lines.append(f"{'DAY':<22} {'SAMPLES':>14}")
-    for day, n in report.days:
-        lines.append(f"{day:<22} {n:>14,}")
+    for day, day_samples in report.days:
+        lines.append(f"{day:<22} {day_samples:>14,}")
     lines.append(f"{'total':<22} {report.samples:>14,}")
     lines.append("")
     lines.append(f"{'SPLIT':<22} {'SAMPLES':>14} {'LABEL RATE':>12}")

@@ -70,7 +70,7 @@ class TeacherSpec:
     bias: float = -1.2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class SyntheticSpec:
     """Everything the synthetic data set is a function of."""
 
@@ -78,13 +78,22 @@ class SyntheticSpec:
     train_samples: int
     eval_samples: int
     table_rows: tuple[int, ...]
-    pooling: tuple[int, ...] | None = None  # None: one id per sample of every feature
+    pooling: tuple[int, ...]  # ids per sample of each feature; given as None: one of every feature
     zipf_exponent: float = 1.05
     teacher: TeacherSpec = TeacherSpec()
 
-    def __post_init__(self) -> None:
-        if self.pooling is None:
-            object.__setattr__(self, "pooling", (1,) * len(self.table_rows))
+    def __init__(self, seed: int, train_samples: int, eval_samples: int, table_rows: tuple[int, ...],
+                 pooling: tuple[int, ...] | None = None, zipf_exponent: float = 1.05,
+                 teacher: TeacherSpec = TeacherSpec()) -> None:
+        # the dataclass's __init__, written out so that ``pooling`` may be given as None
+        values = {"seed": seed, "train_samples": train_samples, "eval_samples": eval_samples,
+                  "table_rows": table_rows, "pooling": (1,) * len(table_rows) if pooling is None else pooling,
+                  "zipf_exponent": zipf_exponent, "teacher": teacher}
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+        self._check()
+
+    def _check(self) -> None:
         if not self.table_rows or len(self.pooling) != len(self.table_rows):
             raise HarnessError(
                 f"synthetic data needs a table size and a pooling factor per categorical feature (Criteo has "

@@ -138,7 +138,8 @@ def inspect_yambda(path: Path | str, *, dataset: Mapping[str, Any] | None = None
         events={t: counts[t] for t in EVENT_FILES}, listen_plus=listen_plus,
         listens_without_ratio=counts["listens_without_ratio"], users=users.count(), users_estimated=users.estimated,
         items=items.count(), items_estimated=items.estimated, first_timestamp=first, last_timestamp=last,
-        split=_gts(first, last, spec) if first is not None else None, cut=cut, malformed=malformed,
+        split=_gts(first, last, spec) if first is not None and last is not None else None, cut=cut,
+        malformed=malformed,
         notes=tuple(notes))
 
 

@@ -11,6 +11,7 @@ differently).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import nn
@@ -47,6 +48,10 @@ class Replicas:
         self.modules, self.tables, self.columns = modules, tables, columns
         self._comm, self._allreduce, self._wire = comm, allreduce, wire
 
+    def replicas(self) -> list[FusedEmbeddingCollection]:
+        """``modules``, typed (an nn.ModuleList's items are typed nn.Module): one collection per dimension."""
+        return [cast(FusedEmbeddingCollection, rep) for rep in self.modules]
+
     @classmethod
     def build(cls, shardings: Sequence[TableSharding], layout: ShardLayout, init: InitialWeights,
               placement: TierPlacement, comm: Comm, codecs: tuple[Codec, Codec], device: torch.device) -> Replicas:
@@ -73,7 +78,7 @@ class Replicas:
     def look_up(self, out: torch.Tensor, sparse: torch.Tensor) -> None:
         """The replicas' pooled vectors of this rank's samples (``sparse``: ``B x sum(pooling)``
         ids) into their values of the ``B x sum(dims)`` embeddings ``out``."""
-        for rep, (columns, values) in zip(self.modules, self.columns):
+        for rep, (columns, values) in zip(self.replicas(), self.columns):
             local = rep.global_ids(sparse.index_select(1, columns))
             out[:, values] = rep._lookup(rep.weight.detach(), local).flatten(1).float()
 
@@ -81,7 +86,7 @@ class Replicas:
                table_dtype: torch.dtype) -> None:
         """Apply the gradients (``grad``: ``B x sum(dims)`` fp32, of this rank's samples' ids
         ``sparse``) of every rank's samples to every replica, alike on every rank."""
-        for rep, (columns, values) in zip(self.modules, self.columns):
+        for rep, (columns, values) in zip(self.replicas(), self.columns):
             rep_grad = grad.index_select(1, values).view(grad.shape[0], -1, rep.dim)
             if table_dtype == torch.float32:
                 self._all_reduced(rep, sparse.index_select(1, columns), rep_grad, step)

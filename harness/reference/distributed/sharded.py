@@ -171,7 +171,8 @@ class ShardedEmbeddingCollection(nn.Module):
         self.comm, self.input_comm, self.codecs = comm, input_comm, codecs
         self.rank, self.world_size = comm.rank, comm.world_size
         self.table_rows, self.pooling, self.optimizer = full.table_rows, full.pooling, full.optimizer
-        self.update_step, self.grad_unscale = 0, None
+        self.update_step = 0
+        self.grad_unscale: float | None = None
         self._pending_backward: list[Callable[[], None]] = []
         device = torch.device(device) if device is not None else torch.device("cpu")
         self._init = _initial_weights(full)
@@ -462,7 +463,7 @@ class ShardedEmbeddingCollection(nn.Module):
             tables[s.table][s.row_offset : s.row_offset + s.rows, s.col_offset : s.col_offset + s.cols] = \
                 self._storage.full_weight(i)
         if self.rank == 0:
-            for rep, dp in zip(self.replicas, self.replica_tables):
+            for rep, dp in zip(self._replicas.replicas(), self.replica_tables):
                 for t, weight in zip(dp, rep.table_weights()):
                     tables[t] = weight.float()  # exactly: every 16-bit value is an fp32 one
         total = uncounted.all_reduce(torch.cat([t.reshape(-1) for t in tables]), Codec.FP32, REPLICA, average=False)

@@ -20,6 +20,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, cast
 
 import numpy as np
 import torch
@@ -375,7 +376,13 @@ def unscale(grad: torch.Tensor, factor: float | None) -> torch.Tensor:
     return grad
 
 
-def set_learning_rate(owner: nn.Module, lr: float) -> None:
+class HasSparseOptimizer(Protocol):
+    """What :func:`set_learning_rate` changes: a collection's fused optimizer (None: frozen tables)."""
+
+    optimizer: SparseOptimizerConfig | None
+
+
+def set_learning_rate(owner: HasSparseOptimizer, lr: float) -> None:
     """Give ``owner``'s fused optimizer (its ``optimizer`` attribute) the rate ``lr``."""
     opt = owner.optimizer
     if opt is None:
@@ -424,6 +431,11 @@ class FusedEmbeddingCollection(nn.Module):
             rounded stochastically, see :mod:`harness.reference.models.numerics`). The optimizer state
             is fp32 whatever it is; the pooled output has the tables' type.
     """
+
+    # buffers (register_buffer): declared, since torch's stubs type a module's attributes Tensor | Module
+    column_offsets: torch.Tensor
+    column_feature: torch.Tensor
+    optimizer_state: torch.Tensor
 
     def __init__(
         self,
@@ -560,6 +572,8 @@ class GroupedEmbeddingCollection(nn.Module):
         optimizer, device, seed: as for :class:`FusedEmbeddingCollection`.
     """
 
+    _order: torch.Tensor  # a buffer (register_buffer), declared as for FusedEmbeddingCollection's
+
     def __init__(self, table_rows: Sequence[int], dims: Sequence[int], pooling: Sequence[int],
                  optimizer: SparseOptimizerConfig | None = None, device: torch.device | str | None = None, *,
                  seed: int = 0, dtype: torch.dtype = torch.float32):
@@ -586,6 +600,10 @@ class GroupedEmbeddingCollection(nn.Module):
         order[torch.tensor(grouped, dtype=torch.int64)] = torch.arange(len(grouped))
         self.register_buffer("_order", order.to(device), persistent=False)
 
+    def fused_groups(self) -> list[FusedEmbeddingCollection]:
+        """The groups, in order (``groups`` is an nn.ModuleList: its items are typed nn.Module)."""
+        return [cast(FusedEmbeddingCollection, group) for group in self.groups]
+
     def columns(self, group: int) -> torch.Tensor:
         """The batch's id columns of group ``group``'s tables."""
         return getattr(self, f"_columns{group}")
@@ -597,17 +615,17 @@ class GroupedEmbeddingCollection(nn.Module):
             return torch.cat(outs, dim=1).index_select(1, self._order)
 
     def set_learning_rate(self, lr: float) -> None:
-        for group in self.groups:
+        for group in self.fused_groups():
             group.set_learning_rate(lr)
 
     def set_step(self, step: int, grad_unscale: float | None = None) -> None:
-        for group in self.groups:
+        for group in self.fused_groups():
             group.set_step(step, grad_unscale)
 
     def table_weights(self) -> list[torch.Tensor]:
         """Each table's weights, in the model's order (a copy)."""
-        out: list[torch.Tensor | None] = [None] * len(self.table_rows)
-        for group, tables in zip(self.groups, self.group_tables):
+        out: dict[int, torch.Tensor] = {}
+        for group, tables in zip(self.fused_groups(), self.group_tables):
             for t, w in zip(tables, group.table_weights()):
                 out[t] = w
-        return out  # type: ignore[return-value]
+        return [out[t] for t in range(len(self.table_rows))]  # every table is in one group

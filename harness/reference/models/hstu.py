@@ -295,11 +295,11 @@ class HSTURanker(nn.Module):
         return [p for p in self.parameters() if id(p) not in tables]
 
     def set_learning_rate(self, lr: float) -> None:
-        for table in self.tables():
+        for table in (self.embeddings, self.contextual_embeddings):  # tables(), typed
             table.set_learning_rate(lr)
 
     def set_step(self, step: int, grad_unscale: float | None = None) -> None:
-        for table in self.tables():
+        for table in (self.embeddings, self.contextual_embeddings):
             table.set_step(step, grad_unscale)
 
     def forward(self, batch: EventBatch) -> torch.Tensor:

@@ -181,9 +181,9 @@ def jagged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offsets:
         gq, gk, gv = (x.index_select(0, index.reshape(-1)).view(*index.shape, heads, -1).transpose(1, 2).to(compute)
                       for x in (qz, kz, vz))  # [G, H, W, *]
         rank, m = _ranks(pos, length.view(-1, 1), cand.view(-1, 1), contextual)  # [G, W], [G, 1]
-        out = [_block(gq, gk, gv, rank, m, real, start, min(start + row_block, width), contextual, alpha,
-                      max_seq_len) for start in _block_starts(width, contextual, row_block)]
-        out = torch.cat(out, dim=2).transpose(1, 2)  # [G, W, H, V]
+        blocks = [_block(gq, gk, gv, rank, m, real, start, min(start + row_block, width), contextual, alpha,
+                         max_seq_len) for start in _block_starts(width, contextual, row_block)]
+        out = torch.cat(blocks, dim=2).transpose(1, 2)  # [G, W, H, V]
         pieces.append(out[real])
         rows_of.append(index[real])
     if not pieces:

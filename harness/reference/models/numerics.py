@@ -33,6 +33,7 @@ import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import torch
 
@@ -87,6 +88,14 @@ def autocast(precision: Precision | str, device: torch.device | str):
     if p is Precision.FP32:
         return contextlib.nullcontext()
     return torch.autocast(device_type=torch.device(device).type, dtype=_DTYPES[p])
+
+
+@overload
+def _mix32(x: torch.Tensor) -> torch.Tensor: ...
+
+
+@overload
+def _mix32(x: int) -> int: ...
 
 
 def _mix32(x: torch.Tensor | int) -> torch.Tensor | int:

@@ -10,6 +10,7 @@ so they need no torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference.planner.types import CommPrecision as Codec
@@ -55,6 +56,14 @@ class CommConfig:
 def is_scaled(codec: Codec) -> bool:
     """Whether ``codec`` sends a scale per row (fp8, int8): its rows must be whole rows of values."""
     return codec in ROW_OVERHEAD
+
+
+@overload
+def wire_bytes(codec: Codec, rows: int, cols: int) -> int: ...
+
+
+@overload
+def wire_bytes(codec: Codec, rows: float, cols: int) -> float: ...
 
 
 def wire_bytes(codec: Codec, rows: float, cols: int) -> float:

@@ -246,12 +246,12 @@ class GreedyLptPartitioner:
         for tier in order:
             if all(self._fits(r, tier, s) for r, s in zip(ranks, option.shards)):
                 return [tier] * len(ranks)
-        tiers = []
+        tiers: list[int] = []
         for r, s in zip(ranks, option.shards):
-            tier = next((t for t in order if self._fits(r, t, s)), None)
-            if tier is None:
+            fit = next((t for t in order if self._fits(r, t, s)), None)
+            if fit is None:
                 return None
-            tiers.append(tier)
+            tiers.append(fit)
         return tiers
 
     def _place_group(self, option: ShardingOption, ranks: list[int], order: list[int]) -> None:

@@ -104,17 +104,19 @@ class EmbeddingShardingPlanner:
         except PlannerError as err:
             if err.planner_category is not PlannerErrorType.PARTITION:
                 raise
-        smallest: list[ShardingOption] = [self.proposer.smallest(o) for o in options]  # type: ignore[misc]
+        # every table has a smallest option: each has one that fits a rank (_propose chose one)
+        smallest = self._smallest([o.table for o in chosen], options)
         index = {o.table.name: i for i, o in enumerate(chosen)}
         while True:  # ends: each pass makes one table's largest shard (with its cache) smaller, or raises
             try:
                 return smallest, self.partitioner.partition(smallest)
             except PlannerError as err:
-                i = index.get(err.table) if err.planner_category is PlannerErrorType.PARTITION else None
+                packing_failed = err.planner_category is PlannerErrorType.PARTITION
+                i = index.get(err.table) if packing_failed and err.table is not None else None
                 finer = self.proposer.finer(options[i], smallest[i]) if i is not None else None
-                if finer is None:
+                if i is None or finer is None:
                     raise
-                smallest[i] = finer  # type: ignore[index]
+                smallest[i] = finer
 
     def _balance(
         self, chosen: list[ShardingOption], options: list[list[ShardingOption]], partition: Partition
@@ -214,13 +216,20 @@ class EmbeddingShardingPlanner:
         if need > self._capacity_bytes():
             raise self._insufficient(need, f"the {len(tables)} tables", tables)
         chosen = [self.proposer.propose(t, o) for t, o in zip(tables, options)]
-        if any(c is None for c in chosen) or sum(c.storage_bytes for c in chosen) > self._capacity_bytes():  # type: ignore[union-attr]
-            chosen = [self.proposer.smallest(o) for o in options]
-        missing = [(t, o) for t, o, c in zip(tables, options, chosen) if c is None]
+        proposed = [c for c in chosen if c is not None]
+        if len(proposed) < len(chosen) or sum(c.storage_bytes for c in proposed) > self._capacity_bytes():
+            return self._smallest(tables, options)
+        return proposed
+
+    def _smallest(self, tables: Sequence[TableSpec], options: list[list[ShardingOption]]) -> list[ShardingOption]:
+        """Each table's option of the fewest bytes; when some table has none that fits one rank, the
+        error of the largest such table."""
+        smallest = [self.proposer.smallest(o) for o in options]
+        missing = [(t, o) for t, o, c in zip(tables, options, smallest) if c is None]
         if missing:
             table, opts = max(missing, key=lambda m: self.estimator.table_bytes(m[0]))
             raise self._no_rank_fits(table, opts)
-        return chosen  # type: ignore[return-value]
+        return [c for c in smallest if c is not None]  # all of them: none is missing
 
     def _no_rank_fits(self, table: TableSpec, options: list[ShardingOption]) -> PlannerError:
         """One line on why no option of ``table`` fits one rank: the cache of its shards (when a

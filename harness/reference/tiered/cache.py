@@ -64,7 +64,7 @@ class CacheStats:
     def __add__(self, other: CacheStats) -> CacheStats:
         return CacheStats(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(CacheStats)})
 
-    def to_dict(self, tier: Tier) -> dict[str, float]:
+    def to_dict(self, tier: Tier) -> dict[str, str | float]:
         """The counters as JSON (the logs' ``harness_embedding_cache``), the bytes named by ``tier``."""
         per_batch = max(self.batches, 1)
         name = tier.value
