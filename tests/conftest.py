@@ -1,10 +1,13 @@
-"""Shared test configuration: one compute thread per test process, and where the real MLPerf logs
-(``tests/data/mlperf-logs``, see ``tests/data/NOTICE``) are."""
+"""Shared test configuration: one compute thread per test process, where the real MLPerf logs
+(``tests/data/mlperf-logs``, see ``tests/data/NOTICE``) are, and the report's results tree
+(:mod:`tests.report.support.report_tree`: tests/report/ and tests/cli/test_report.py use it)."""
 
 import os
 from pathlib import Path
 
 import pytest
+
+from tests.report.support.report_tree import tree  # noqa: F401 - the fixture
 
 # The suite runs as two pytest-xdist workers on two cores, and every process a test starts (a
 # `harness run`, its worker, torchrun's ranks) inherits this. With torch's default of one

@@ -4,7 +4,7 @@
 mlcommons/inference at the version of the installed LoadGen (``mlcommons-loadgen`` 6.0.17),
 which compiles it in: its SHA-1, :data:`MLPERF_CONF_SHA1`, is the one LoadGen records for
 ``/mlperf.conf`` in every ``mlperf_log_detail.txt`` (``loadgen_file_sha1``), and
-``tests/test_infer.py`` checks that it still is. LoadGen 6.0 reads its compiled-in copy
+``tests/cli/test_infer.py`` checks that it still is. LoadGen 6.0 reads its compiled-in copy
 itself: ``TestSettings.FromConfig(user_conf, model, scenario)`` (``conf_type`` 1, the
 default) loads the official settings first, then the submitter's ``user.conf``, and only
 in the first call of a process (a second call logs ``error_invalid_config``: "Multiple conf

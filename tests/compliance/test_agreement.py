@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from compliance.engine import check_log
-from tests.compliance.mutations import DIFFERENCES, MUTATIONS
+from tests.compliance.support.mutations import DIFFERENCES, MUTATIONS
 
-DRIVER = Path(__file__).with_name("official_driver.py")
+DRIVER = Path(__file__).parent / "support" / "official_driver.py"
 ROUND = re.compile(r"/v(\d+)\.(\d+)/")
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from compliance.check import check_path
 from compliance.engine import check_log
-from tests.compliance.dlrmv4_logs import (
+from tests.compliance.support.dlrmv4_logs import (
     DIFFERENCES,
     MUTATIONS,
     corpus_logs,

@@ -12,7 +12,7 @@ from compliance.check import check_path
 from compliance.engine import check_log
 from harness.errors import HarnessError
 from harness.mllog.reader import iter_lines
-from tests.strategies import json_values
+from tests.support.strategies import json_values
 
 REFERENCE = Path(__file__).resolve().parents[2] / "harness" / "rules" / "reference_runs" / "dlrm_synthetic" / "result_0.txt"
 LINES = REFERENCE.read_bytes().splitlines(keepends=True)

@@ -11,7 +11,7 @@ import pytest
 from compliance.engine import check_log, ruleset_names
 from compliance.export import export_mlperf
 from harness.errors import HarnessError
-from tests.compliance.mutations import MUTATIONS
+from tests.compliance.support.mutations import MUTATIONS
 from tests.compliance.test_agreement import official_verdicts, round_ruleset
 
 REFERENCE_RUNS = Path(__file__).resolve().parents[2] / "harness" / "rules" / "reference_runs" / "dlrm_synthetic"
@@ -87,8 +87,8 @@ def test_export_refuses_an_unknown_rule_set(tmp_path):
 
 def test_exported_6_1_0_gives_the_engine_verdict_on_generated_dlrmv4_logs(tmp_path):
     """The derived quantities, FIRST_CHECK and the grid/band predicates survive the export."""
-    from tests.compliance.dlrmv4_logs import MUTATIONS as DLRMV4_MUTATIONS
-    from tests.compliance.dlrmv4_logs import corpus_logs
+    from tests.compliance.support.dlrmv4_logs import MUTATIONS as DLRMV4_MUTATIONS
+    from tests.compliance.support.dlrmv4_logs import corpus_logs
 
     out = tmp_path / "export"
     export_mlperf("training_6.1.0", out)
@@ -150,7 +150,7 @@ def test_exported_derivations_refuse_what_the_engine_refuses(tmp_path, monkeypat
 
 
 def test_export_cli_writes_6_1_0_configs_the_official_cli_accepts_on_dlrmv4(tmp_path):
-    from tests.compliance.dlrmv4_logs import dlrmv4_log
+    from tests.compliance.support.dlrmv4_logs import dlrmv4_log
 
     out = tmp_path / "rules"
     proc = subprocess.run([sys.executable, "-m", "harness", "rules", "export-mlperf", "--ruleset", "6.1.0", str(out)],

@@ -22,7 +22,7 @@ import pytest
 
 from compliance.check import check_path
 from compliance.summarize import summarize_run_set
-from tests.compliance.mutations import change_fixed_hyperparameter
+from tests.compliance.support.mutations import change_fixed_hyperparameter
 
 ROUNDS = ["v0.7", "v1.0", "v2.1", "v3.0", "v3.1", "v4.0", "v4.1", "v5.0"]
 # rounds whose published package logs no seed at all: today's official checker fails them, ours warns
@@ -34,7 +34,7 @@ def package_of(shared_logs: Path, rnd: str) -> Path:
     return found
 
 
-DRIVER = Path(__file__).with_name("official_package_driver.py")
+DRIVER = Path(__file__).parent / "support" / "official_package_driver.py"
 
 
 def official_seeds_of(packages: list[tuple[Path, str]]) -> list[dict]:

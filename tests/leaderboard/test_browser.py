@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from harness.leaderboard.html import render_html
-from tests.leaderboard.board_fixture import SCRIPT_SUBMITTER, TRICKY_SYSTEM, sample_board
+from tests.leaderboard.support.board_fixture import SCRIPT_SUBMITTER, TRICKY_SYSTEM, sample_board
 
 CHROMIUM = Path("/usr/bin/chromium")
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

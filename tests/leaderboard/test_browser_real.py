@@ -19,7 +19,7 @@ import pytest
 from harness.leaderboard.charts import LOG_SPAN
 from harness.leaderboard.collect import build_leaderboard
 from harness.leaderboard.html import render_html
-from tests.leaderboard.colliding_tree import COLLIDING_SYSTEM, colliding_tree
+from tests.leaderboard.support.colliding_tree import COLLIDING_SYSTEM, colliding_tree
 from tests.leaderboard.test_browser import LAUNCH_ARGS, browser  # noqa: F401 - the fixture
 
 ARTIFACT = Path(__file__).resolve().parents[2] / "test-artifacts" / "leaderboard-real.png"

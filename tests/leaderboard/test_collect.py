@@ -151,7 +151,7 @@ def test_a_missing_root_is_one_line_and_exit_2(tmp_path):
 # ---- labels and the baseline -------------------------------------------------------------
 
 def test_colliding_system_names_get_unique_labels_with_round_and_size(shared_logs, tmp_path):
-    from tests.leaderboard.colliding_tree import COLLIDING_SYSTEM, colliding_tree
+    from tests.leaderboard.support.colliding_tree import COLLIDING_SYSTEM, colliding_tree
 
     board = build_leaderboard([colliding_tree(shared_logs, tmp_path / "root")])
     entries = [e for _, e in _entries(board)]
@@ -194,7 +194,7 @@ def test_an_unknown_baseline_is_one_line_with_close_names_and_exit_2(shared_logs
 
 def test_an_ambiguous_baseline_lists_the_matches_and_how_to_pick_one(shared_logs, tmp_path):
     from harness.errors import HarnessError
-    from tests.leaderboard.colliding_tree import COLLIDING_SYSTEM, colliding_tree
+    from tests.leaderboard.support.colliding_tree import COLLIDING_SYSTEM, colliding_tree
 
     root = colliding_tree(shared_logs, tmp_path / "root")
     with pytest.raises(HarnessError) as err:

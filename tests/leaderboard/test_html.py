@@ -19,7 +19,7 @@ import pytest
 from compliance.schemas import validate
 from harness.leaderboard.charts import _log_ticks, _nice_ticks
 from harness.leaderboard.html import render_html
-from tests.leaderboard.board_fixture import (
+from tests.leaderboard.support.board_fixture import (
     BASELINE_SYSTEM,
     SCRIPT_SUBMITTER,
     TRICKY_SYSTEM,

@@ -18,7 +18,7 @@ import pytest
 from harness.report import write_report
 from harness.report.collect import collect_report, read_run
 from tests.leaderboard.test_browser import PageLog, browser  # noqa: F401 - the fixture
-from tests.report.report_tree import PHASES, SCRIPT_FOLDER, SCRIPT_SYSTEM, Tree
+from tests.report.support.report_tree import PHASES, SCRIPT_FOLDER, SCRIPT_SYSTEM, Tree
 
 ARTIFACT = Path(__file__).resolve().parents[2] / "test-artifacts" / "report.png"
 VIEWPORT = 1500

@@ -11,7 +11,7 @@ import pytest
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference.timing import phases as engine_phases
 from harness.report.collect import collect_report, read_run, read_run_set
-from tests.report.report_tree import PHASES, Tree
+from tests.report.support.report_tree import PHASES, Tree
 
 
 def records(log: Path) -> dict[str, dict]:

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from harness.errors import HarnessError
 from harness.reference.engine.mlperf_log import parse_records
 from harness.rules.results import read_run_log, score_run_set
-from tests.strategies import json_values
+from tests.support.strategies import json_values
 
 VALID = [
     {"namespace": "", "time_ms": 1000, "event_type": "INTERVAL_START", "key": "run_start", "value": None, "metadata": {}},

@@ -382,7 +382,7 @@ DLRMV4_SETS = {  # name: (global batch size, evals per run, runs converged, extr
 
 @pytest.fixture(scope="module")
 def dlrmv4_sets(tmp_path_factory) -> dict[str, Path]:
-    from tests.compliance.dlrmv4_logs import write_run_set
+    from tests.compliance.support.dlrmv4_logs import write_run_set
 
     root = tmp_path_factory.mktemp("dlrmv4")
     out = {}
@@ -455,7 +455,7 @@ def test_dlrmv4_statistics_equal_the_official_checkers():
 
 
 def test_a_dlrmv4_run_without_samples_count_is_an_error(tmp_path):
-    from tests.compliance.dlrmv4_logs import write_run_set
+    from tests.compliance.support.dlrmv4_logs import write_run_set
 
     run_dir = tmp_path / "dlrmv4"
     write_run_set(run_dir)

@@ -1,9 +1,8 @@
 """``harness infer`` as MLPerf Inference runs it: one ``--quick`` run of every variant and
-scenario (performance and accuracy), then its labels, its results layout, its accuracy,
-its SDM table; the samples (users of 100 to 700 rows, as MLPerf's DLRMv2 reference draws
-them) and the SUT's model calls; LoadGen's own reading of ``mlperf.conf`` and ``user.conf``;
-the storage reads counted against the cache's misses, at queue depth 1 and more; the added
-per-read latency raising p99; the one-line errors; the summary and accuracy-log readers."""
+scenario (performance and accuracy), then its labels, its results layout, its accuracy, its SDM
+table; on the quick run's model, the Server target search and the added per-read latency inside
+every query's LoadGen latency; the one-line errors; a full disk, a read-only results folder and
+SIGTERM. The inference modules' own tests: tests/inference/."""
 
 from __future__ import annotations
 
@@ -21,48 +20,16 @@ import torch
 
 from harness.cli import main
 from harness.cli.infer import render
-from harness.errors import ErrorCategory, HarnessError
 from harness.inference import mlperf
 from harness.inference.config import QUICK_ACCURACY_SAMPLES, InferConfig, Scenario, default_model_dir
 from harness.inference.pipeline import run_inference, run_worker
-from harness.inference.qsl import SampleLibrary
 from harness.inference.results import LoadgenSummary, parse_summary
-from harness.inference.storage import PreadRows, SdmEmbeddings, write_rows
-from harness.reference.models.embeddings import FusedEmbeddingCollection
-from harness.reference.tiered import CachePolicy
-from tests.processes import alive, ranks_below
+from harness.inference.storage import write_rows
+from tests.support.processes import alive, ranks_below
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LATENCY_US = 20.0
 SYSTEMS = ("harness-memory", "harness-ssd", f"harness-ssd-{LATENCY_US:g}us")
-
-SERVER_SUMMARY = """================================================
-MLPerf Results Summary
-================================================
-SUT name : PyFastSUT
-Scenario : Server
-Mode     : PerformanceOnly
-Completed samples per second    : 1972.69
-Result is : INVALID
-  Performance constraints satisfied : NO
-  Min duration satisfied : Yes
-  Min queries satisfied : Yes
-  Early stopping satisfied: NO
-Recommendations:
- * Reduce target QPS to improve latency.
-
-================================================
-Additional Stats
-================================================
-Scheduled samples per second : 1973.75
-Min latency (ns)                : 599974
-Max latency (ns)                : 34918631
-Mean latency (ns)               : 3918631
-50.00 percentile latency (ns)   : 1842684
-90.00 percentile latency (ns)   : 9842684
-99.00 percentile latency (ns)   : 21842684
-99.90 percentile latency (ns)   : 34381775
-"""
 
 
 def harness(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -215,137 +182,7 @@ def test_our_mlperf_conf_is_the_one_loadgen_compiled_in(quick):
     assert quick["json"]["settings"]["mlperf_conf_sha1_matches_loadgen"] is True
 
 
-# -- LoadGen's reading of the settings ------------------------------------------------------------
-
-
-_FROM_CONFIG = """
-import json, sys, mlperf_loadgen as lg
-s = lg.TestSettings()
-assert s.FromConfig(sys.argv[1], "dlrm-v2", sys.argv[2]) == 0
-print(json.dumps([s.min_duration_ms, s.min_query_count, s.offline_expected_qps, s.server_target_qps,
-                  s.server_target_latency_ns]))
-"""
-
-
-def test_loadgen_reads_the_official_settings_and_the_user_conf(tmp_path):
-    """Each in a fresh process (LoadGen applies mlperf.conf in its first FromConfig only):
-    our user.conf through FromConfig gives the official minimums, as our copy of mlperf.conf
-    states them, and the user's target."""
-
-    def settings(conf: Path, scenario: str) -> list[float]:
-        out = subprocess.run([sys.executable, "-c", _FROM_CONFIG, str(conf), scenario], capture_output=True,
-                             text=True, check=True)
-        return json.loads(out.stdout)
-
-    offline = settings(mlperf.write_user_conf(tmp_path / "o.conf", "offline", target_qps=1234.5, note="t"), "Offline")
-    assert offline[0] == mlperf.official("Offline", "min_duration") == 600_000
-    assert offline[1] == mlperf.official("Offline", "min_query_count") == 24576 and offline[2] == 1234.5
-    server = settings(mlperf.write_user_conf(tmp_path / "s.conf", "server", target_qps=77.0, note="t"), "Server")
-    assert server[0] == mlperf.official("Server", "min_duration") == 600_000 and server[3] == 77.0
-    assert server[4] == mlperf.official("Server", "target_latency") * 1e6 == 60_000_000
-
-
-# -- storage reads and the added latency ----------------------------------------------------------
-
-
-def _tables(tmp_path: Path, *, cache_rows: int, latency_us: float = 0.0, direct: bool = True, queue_depth: int = 1):
-    rows, dim, pooling = (50, 40, 30), 16, (1, 2, 1)
-    full = FusedEmbeddingCollection(rows, dim, pooling, seed=3)
-    layout = write_rows(tmp_path / "rows.bin", full.weight.detach(), direct=direct)
-    store = PreadRows(tmp_path / "rows.bin", layout, latency_us=latency_us, queue_depth=queue_depth)
-    return full, SdmEmbeddings(rows, dim, pooling, store, cache_rows, CachePolicy.LRU)
-
-
-@pytest.fixture(params=["compiled", "python"])
-def reader(request, monkeypatch):
-    """Each SSD read path: the compiled io_uring reader, and the Python threads it falls back to."""
-    from harness.reference.tiered import rowio
-
-    if request.param == "python":
-        monkeypatch.setenv("HARNESS_ROWIO", "python")
-    rowio.compiled_reader.cache_clear()
-    yield request.param
-    rowio.compiled_reader.cache_clear()
-
-
-def test_the_compiled_reader_is_built_at_install_and_io_uring_reads_rows(tmp_path):
-    """The install built harness/inference/_rowio.c (setup.py) and this kernel takes io_uring: its
-    reads at depth 16 return exactly the rows asked for, in order, repeats included."""
-    from harness.reference.tiered import rowio
-
-    rowio.compiled_reader.cache_clear()
-    assert rowio.reader_name() == rowio.COMPILED
-    weight = torch.randn(3000, 16)
-    layout = write_rows(tmp_path / "rows.bin", weight)
-    store = PreadRows(tmp_path / "rows.bin", layout, queue_depth=16)
-    ids = torch.randint(0, 3000, (1000,), generator=torch.Generator().manual_seed(0))
-    assert store.reader == rowio.COMPILED and torch.equal(store.read(ids), weight[ids])
-    assert store.reads == 1000
-    store.close()
-
-
-@pytest.mark.parametrize("direct,queue_depth", [(True, 1), (False, 1), (True, 4), (False, 3)])
-def test_each_query_reads_exactly_its_cache_misses_with_pread(tmp_path, reader, direct, queue_depth):
-    full, tables = _tables(tmp_path, cache_rows=12, direct=direct, queue_depth=queue_depth)
-    assert tables.store.reader.startswith("io_uring" if reader == "compiled" else "python threads")
-    gen = torch.Generator().manual_seed(0)
-    ids = torch.stack([torch.randint(0, r, (200,), generator=gen) for r in (50, 40, 40, 30)], dim=1)
-    queries = [ids[i : i + 1] for i in range(150)] + [ids[150:200]]  # one-sample queries, then one too big to cache
-    for q in queries:
-        rows = (q + full.column_offsets).unique()
-        not_resident = int((tables.cache.row_slot[rows] < 0).sum())
-        reads, nbytes = tables.store.reads, tables.store.bytes_read
-        out = tables(q)
-        assert torch.equal(out, full(q))  # the rows read are the right ones
-        assert tables.store.reads - reads == not_resident  # one pread per missing row, nothing else
-        assert tables.store.bytes_read - nbytes == not_resident * tables.store.transfer_bytes
-    assert tables.store.reads == tables.misses and tables.bypass_batches == 1
-    assert tables.table_lookups.sum() == ids[:200].numel() and 0 < tables.table_hits.sum() < tables.table_lookups.sum()
-    assert tables.store.layout.direct == (direct and tables.store.layout.direct)
-    tables.store.close()
-
-
-def test_a_batch_larger_than_the_cache_admits_its_hottest_rows_and_the_next_one_hits_them(tmp_path):
-    """A full cache is not bypassed (issue 30): of a batch with more distinct rows than it holds,
-    it keeps what is resident and admits the missing rows that serve the most ids, as many as it
-    has slots; the others are read once and not kept. The same batch again hits what was kept."""
-    full, tables = _tables(tmp_path, cache_rows=12)
-    gen = torch.Generator().manual_seed(1)
-    ids = torch.stack([torch.randint(0, r, (64,), generator=gen) for r in (50, 40, 40, 30)], dim=1)
-    rows, counts = torch.unique(ids + full.column_offsets, return_counts=True)
-    assert rows.numel() > 12
-    out = tables(ids)
-    assert torch.equal(out, full(ids)) and tables.store.reads == rows.numel() == tables.misses
-    kept = rows[tables.cache.row_slot[rows] >= 0]
-    hottest = rows[torch.argsort(counts, descending=True, stable=True)[:12]]
-    assert torch.equal(kept.sort().values, hottest.sort().values)
-    reads = tables.store.reads
-    assert torch.equal(tables(ids), out)  # again: the kept rows hit, the others are read again
-    assert tables.store.reads - reads == rows.numel() - 12
-    hits = tables.table_hits.sum()
-    assert hits == int(counts[torch.isin(rows, hottest)].sum())  # every id of the kept rows, once
-    tables.store.close()
-
-
-def test_the_added_read_latency_is_calibrated_and_paid_per_read(tmp_path):
-    """At queue depth 1 every read waits the latency; at 4, reads in flight together wait once:
-    20 reads, 5 waves."""
-    spent = {}
-    for depth in (1, 4):
-        full, tables = _tables(tmp_path / str(depth), cache_rows=12, latency_us=2000, queue_depth=depth)
-        store = tables.store
-        # at least the latency asked for; above it only as far as the machine preempts the busy-wait
-        # (2.4x seen with the suite's two workers and other work on 2 cores): the bound catches a
-        # unit's mistake, not the load
-        assert 2000 <= store.added_latency_us < 20_000
-        before, waits = store.read_s, store.latency_waits
-        values = store.read(torch.arange(20))
-        spent[depth] = store.read_s - before
-        assert torch.equal(values, full.weight.detach()[:20])  # the rows asked for, in order
-        assert store.latency_waits - waits == {1: 20, 4: 5}[depth]  # 20 reads: one by one, or 5 waves of 4
-        store.close()
-    # paid in time too (a lower bound: how much more a loaded machine adds is not the code's)
-    assert spent[1] >= 20 * 2e-3 and spent[4] >= 5 * 2e-3
+# -- the Server target search and the added latency, on the quick run's model ---------------------
 
 
 def _server_run(tmp_path: Path, model_dir: Path, latency_us: float, qps: float) -> tuple[dict, LoadgenSummary]:
@@ -484,201 +321,6 @@ def test_a_damaged_saved_model_is_one_line(tmp_path, capsys):
     assert err.count("\n") == 0 and "model.pt: not a saved model" in err
 
 
-# -- readers ----------------------------------------------------------------------------------
-
-
-def test_the_summary_reader_takes_loadgens_figures_and_verdict(tmp_path):
-    path = tmp_path / "mlperf_log_summary.txt"
-    path.write_text(SERVER_SUMMARY)
-    s = parse_summary(path, Scenario.SERVER)
-    assert (s.samples_per_s, s.scheduled_per_s, s.valid) == (1972.69, 1973.75, False)
-    assert (s.p50_latency_ms, s.p99_latency_ms, s.p999_latency_ms) == (1.842684, 21.842684, 34.381775)
-    assert s.constraints["Early stopping satisfied"] == "NO" and s.constraints["Min duration satisfied"] == "Yes"
-    path.write_text(SERVER_SUMMARY.replace("Result is : INVALID", "Result is : VALID"))
-    assert parse_summary(path, Scenario.SERVER).valid
-    with pytest.raises(HarnessError, match="not a LoadGen summary of a offline run"):
-        parse_summary(path, Scenario.OFFLINE)
-
-
-def _accuracy_log(path: Path, offsets: np.ndarray, preds: np.ndarray, labels: np.ndarray, order: list[int]) -> Path:
-    """A LoadGen accuracy log as the SUT writes it: per sample its rows' (prediction, label) pairs."""
-    log = []
-    for k, i in enumerate(order):
-        lo, hi = offsets[i], offsets[i + 1]
-        pairs = np.stack([preds[lo:hi], labels[lo:hi]], axis=1).astype(np.float32)
-        log.append({"seq_id": k, "qsl_idx": i, "data": pairs.tobytes().hex().upper()})
-    path.write_text(json.dumps(log))
-    return path
-
-
-def test_the_accuracy_log_is_decoded_and_scored_as_the_official_script_does(tmp_path):
-    offsets = np.array([0, 2, 3, 6])  # three users of 2, 1 and 3 rows
-    labels = np.array([0, 1, 0, 1, 1, 0], dtype=np.float32)
-    preds = np.array([0.1, 0.8, 0.6, 0.4, 0.9, 0.2], dtype=np.float32)
-    path = _accuracy_log(tmp_path / "mlperf_log_accuracy.json", offsets, preds, labels, [2, 0, 1, 0])  # 0 twice
-    score = mlperf.score_accuracy_log(path, offsets, labels, reference=preds, model="dlrm-v2-99")
-    from sklearn.metrics import roc_auc_score
-
-    order = [3, 4, 5, 0, 1, 2]  # the rows in the log's order
-    # the script's AUC (its roc_auc_score) to rounding: 8 of 9 pairs ordered, 0.8888888888888888 here, the
-    # trapezoids' sum 0.888888888888889 there
-    assert score.auc == pytest.approx(roc_auc_score(labels[order], preds[order]), abs=1e-12) == 8 / 9
-    assert score.good == 4 and score.total == 6
-    assert (score.queries, score.duplicates) == (3, 1)
-    assert score.official_line() == (f"AUC={100 * score.auc:.3f}%, accuracy={100 * 4 / 6:.3f}%, good=4, total=6, "
-                                     f"queries=3")
-    assert score.passed and score.ratio == 1.0
-    worse = mlperf.score_accuracy_log(path, offsets, labels, reference=labels, model="dlrm-v2-99")  # a perfect one
-    assert worse.reference_auc == 1.0 and not worse.passed
-    flipped = labels.copy()
-    flipped[4] = 0
-    _accuracy_log(tmp_path / "wrong.json", offsets, preds, flipped, [0, 1, 2])
-    with pytest.raises(HarnessError, match="1 logged labels differ from the eval split's"):
-        mlperf.score_accuracy_log(tmp_path / "wrong.json", offsets, labels, reference=preds, model="dlrm-v2-99")
-    _accuracy_log(tmp_path / "short.json", np.array([0, 2, 3, 5]), preds, labels, [2])
-    with pytest.raises(HarnessError, match="sample 2 answered 2 rows; it holds 3"):
-        mlperf.score_accuracy_log(tmp_path / "short.json", offsets, labels, reference=preds, model="dlrm-v2-99")
-    path.write_text("[{\"qsl_idx\": 0}]")
-    with pytest.raises(HarnessError, match="not a LoadGen accuracy log") as err:
-        mlperf.score_accuracy_log(path, offsets, labels, reference=preds, model="dlrm-v2-99")
-    assert err.value.category is ErrorCategory.RUN_FAILED
-
-
-def _reference_offsets(rows: int) -> list[int]:
-    """The reference's loop (recommendation/dlrm_v2/pytorch/python/multihot_criteo.py), as it is
-    written there: the global NumPy generator seeded 123, one randint per sample."""
-    quantile = np.array(mlperf.USER_ROWS_QUANTILES)
-    np.random.seed(123)
-    offsets, qo = [], 0
-    while True:
-        offsets.append(qo)
-        qo = min(qo + int(quantile[np.random.randint(low=0, high=len(quantile))]), rows)
-        if qo >= rows:
-            break
-    offsets.append(qo)
-    return offsets
-
-
-@pytest.mark.parametrize("rows", [1, 100, 101, 5000, 65536])
-def test_the_samples_are_the_references_users(rows):
-    offsets = mlperf.user_offsets(rows)
-    assert offsets.tolist() == _reference_offsets(rows)
-    sizes = np.diff(offsets)
-    assert offsets[0] == 0 and offsets[-1] == rows and (sizes >= 1).all() and (sizes[:-1] >= 100).all()
-    assert set(sizes[:-1].tolist()) <= set(mlperf.USER_ROWS_QUANTILES)
-
-
-def test_the_sut_answers_whole_users_in_its_calls():
-    from harness.inference.worker import SERVER_LOOKUP_ROWS, FastSut
-    from harness.reference.data.datasets import SyntheticDataset
-    from harness.rules.specs import load_benchmark
-
-    library = SampleLibrary(SyntheticDataset(load_benchmark("dlrm_synthetic").dataset).generator)
-    users = np.random.default_rng(1).permutation(library.count)
-    rows = library.rows_of(users)
-    assert rows.size == library.sizes[users].sum() and np.array_equal(
-        rows[: library.sizes[users[0]]], np.arange(library.offsets[users[0]], library.offsets[users[0] + 1]))
-    offline = FastSut(None, None, library, 2048).calls_of(users)
-    assert sum(c.stop - c.start for c in offline) == users.size and offline[0].start == 0
-    for c in offline:
-        n = library.sizes[users[c]]
-        assert n[:-1].sum() < 2048 <= n.sum() + 2048 and n.sum() < 2048 + 700  # about 2048 rows, whole users
-    # Server: the queries that arrived together share lookup calls of about SERVER_LOOKUP_ROWS rows
-    server = FastSut(None, None, library, 0).calls_of(users)
-    assert sum(c.stop - c.start for c in server) == users.size and 1 < len(server) < users.size // 20
-    for c in server[:-1]:
-        n = library.sizes[users[c]]
-        assert n[:-1].sum() < SERVER_LOOKUP_ROWS <= n.sum() + SERVER_LOOKUP_ROWS
-    assert FastSut(None, None, library, 0).calls_of(users[:1]) == [slice(0, 1)]
-
-
-def test_a_users_pooled_rows_are_the_same_looked_up_alone_or_with_other_queries(tmp_path):
-    """Server looks up the queries that arrived together in one call and runs each one's dense
-    part alone: a user's pooled vectors, and so its predictions, are the same bit for bit as in a
-    call of its own, in memory and through the SSD tier's cache."""
-    full, tables = _tables(tmp_path, cache_rows=20)
-    gen = torch.Generator().manual_seed(5)
-    users = [torch.stack([torch.randint(0, r, (n,), generator=gen) for r in (50, 40, 40, 30)], dim=1)
-             for n in (3, 7, 1, 12)]
-    together = torch.cat(users)
-    for emb in (full, tables):
-        alone = torch.cat([emb(u) for u in users])
-        assert torch.equal(emb(together), alone)
-    tables.store.close()
-
-
-def test_lookups_from_several_threads_at_once_equal_the_memory_models(tmp_path, reader):
-    """Server's lookup threads share one cache: four threads looking up at once (a cache of 24
-    rows, batches that fit it and batches that do not, so rows are evicted under each other's
-    reads) get the in-memory pooled vectors bit for bit, and every call's reads (the store's
-    count) equal its misses (the cache's), as do the totals."""
-    import threading
-
-    full, tables = _tables(tmp_path, cache_rows=24, queue_depth=4)
-    gen = torch.Generator().manual_seed(7)
-    batches = [torch.stack([torch.randint(0, r, (n,), generator=gen) for r in (50, 40, 40, 30)], dim=1)
-               for n in [1, 3, 9, 2, 20, 5] * 40]
-    expected = [full(b) for b in batches]
-    got: list = [None] * len(batches)
-    calls: list = [None] * len(batches)
-    start, errors = threading.Barrier(4), []
-
-    def work(k: int) -> None:
-        start.wait()
-        try:
-            for i in range(k, len(batches), 4):
-                got[i] = tables(batches[i])
-                calls[i] = tables.last_call
-        except Exception as err:  # noqa: BLE001 - reported below
-            errors.append(err)
-
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    assert all(torch.equal(g, e) for g, e in zip(got, expected))
-    assert all(reads == misses for reads, misses, _ in calls)
-    assert tables.store.reads == tables.misses == sum(c[1] for c in calls) > 0
-    assert int(tables.table_lookups.sum()) == sum(b.numel() for b in batches)
-    assert 0 < int(tables.table_hits.sum()) < int(tables.table_lookups.sum()) and tables.bypass_batches > 0
-    tables.store.close()
-
-
-def test_a_warmed_cache_starts_with_the_rows_the_training_data_looks_up_most(tmp_path):
-    """--warm-cache: the hottest rows of the training data, counted over its first samples,
-    fill the cache before any lookup; the first batch then hits them, and the reads that
-    filled the cache are not the run's."""
-    from harness.inference.model import hot_rows
-    from harness.reference.data.datasets import SyntheticDataset
-    from harness.rules.specs import load_benchmark
-
-    data = SyntheticDataset(load_benchmark("dlrm_synthetic").dataset).generator
-    emb = FusedEmbeddingCollection(data.spec.table_rows, 4, data.spec.pooling, optimizer=None, allocate=False)
-    total = sum(data.spec.table_rows)
-    hot, counted = hot_rows(data, emb.column_offsets, total, 1000, samples=4096)
-    assert counted == 4096 and hot.size == 1000 and np.unique(hot).size == 1000
-    uses = np.bincount((data._all_ids(np.arange(4096)) + emb.column_offsets.numpy()).reshape(-1), minlength=total)
-    assert uses[hot].min() >= np.delete(uses, hot).max()  # no row left out is looked up more
-    assert np.all(np.diff(uses[hot]) <= 0)  # hottest first
-
-    full, cold = _tables(tmp_path / "cold", cache_rows=20)
-    _, warm = _tables(tmp_path / "warm", cache_rows=20)
-    gen = torch.Generator().manual_seed(2)
-    ids = torch.stack([torch.randint(0, r, (64,), generator=gen) for r in (50, 40, 40, 30)], dim=1)
-    rows, counts = torch.unique(ids + full.column_offsets, return_counts=True)
-    hottest = rows[torch.argsort(counts, descending=True, stable=True)]
-    warm.warm(hottest)
-    assert warm.store.reads == 0 and warm.cache.stats.lookups == 0  # the fill is not the run's
-    assert set(warm.cache.slot_row[warm.cache.slot_row >= 0].tolist()) == set(hottest[:20].tolist())
-    assert torch.equal(warm(ids), cold(ids))
-    assert warm.table_hits.sum() == int(counts[torch.isin(rows, hottest[:20])].sum()) > 0 == cold.table_hits.sum()
-    assert warm.store.reads == rows.numel() - 20 and cold.store.reads == rows.numel()
-    warm.store.close()
-    cold.store.close()
-
-
 # -- the machine's own faults, and SIGTERM (issue 25) --------------------------------------------
 def _copy_model(quick, to: Path) -> Path:
     """The quick run's trained model (20 steps, fp32, seed 0) in ``to``, to be reused there."""
@@ -697,7 +339,7 @@ def _reuse(model_dir: Path, results: Path, *more: str) -> list[str]:
 def test_a_full_disk_under_the_ssd_tier_is_one_line_and_the_model_is_kept(quick, tmp_path):
     """The SSD tier's rows file on a disk that holds the model but not the rows: one line naming
     the file (exit 5), no tier folder left, the saved model unchanged and reused on the next try."""
-    from tests.test_io_faults import tmpfs
+    from tests.support.disks import tmpfs
 
     model_bytes = sum((quick["model"] / n).stat().st_size for n in ("model.pt", "model.json"))
     with tmpfs(tmp_path / "disk", f"size={model_bytes // 1024 + 64}k") as disk:
@@ -715,7 +357,7 @@ def test_a_full_disk_under_the_ssd_tier_is_one_line_and_the_model_is_kept(quick,
 
 @pytest.mark.slow
 def test_a_read_only_results_folder_is_one_line_before_loadgen_runs(quick, tmp_path):
-    from tests.test_io_faults import tmpfs
+    from tests.support.disks import tmpfs
 
     model_dir = _copy_model(quick, tmp_path / "model")
     with tmpfs(tmp_path / "results", "size=1m", "ro") as results:

@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.compliance.mutations import TOKEN, _first, _records, _rewrite
+from tests.compliance.support.mutations import TOKEN, _first, _records, _rewrite
 
 TRAIN_SAMPLES = 2290835423
 EVAL_SAMPLES = 2058204

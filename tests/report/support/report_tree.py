@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TINY = REPO / "tests" / "fixtures" / "tiny_benchmark.yaml"
 TWO_NODES = REPO / "tests" / "fixtures" / "two_nodes_2gpu.yaml"
 SCRIPT_SYSTEM = '<script>alert("x")</script> & co'  # the system's name in its description

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import alive, descendants, ranks_below
-from tests.test_runsets import FIXTURE, records
+from tests.support.processes import alive, descendants, ranks_below
+from tests.support.runs import FIXTURE, records
 
-PROFILE = Path(__file__).parent / "fixtures" / "two_nodes_2gpu.yaml"
+PROFILE = Path(__file__).parents[1] / "fixtures" / "two_nodes_2gpu.yaml"
 
 
 def free_port() -> int:

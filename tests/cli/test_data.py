@@ -1,6 +1,7 @@
 """``harness data export`` and ``harness data inspect`` through the real entry point, on real
 files: an exported tiny benchmark inspected (its counts, label rates and distinct values against
-the generator's), malformed TSV and npy records (named, exit 2), and the inspector's estimates."""
+the generator's), malformed TSV and npy records (named, exit 2), the inspector's estimates, SIGTERM
+during an export, and an export into a full disk."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from harness.reference.data.inspect import (
     inspect_dataset,
 )
 from harness.rules.specs import load_benchmark
+from tests.support.disks import tmpfs
+from tests.support.runs import harness, write_spec
 
 FIXTURE = str(Path(__file__).resolve().parents[1] / "fixtures" / "tiny_benchmark.yaml")
 TINY = load_benchmark(FIXTURE)
@@ -158,7 +161,7 @@ def test_sigterm_stops_an_export_in_one_line_and_leaves_nothing(tmp_path: Path) 
     import sys
     import time
 
-    from tests.test_runsets import write_spec
+    from tests.support.runs import write_spec
 
     spec = write_spec(tmp_path, **{"dataset.train_samples": 4_000_000})
     out = tmp_path / "data"
@@ -234,3 +237,22 @@ def test_a_signal_during_torchs_import_stops_the_command_once_the_import_is_done
     # the signal comes back when the import has ended: before or after the script's own line
     assert proc.stdout.splitlines()[-1] == "interrupted 15 import done", proc.stdout
     assert proc.stdout.splitlines()[:-1] in ([], ["imported"]), proc.stdout
+
+
+# -- the machine's own faults (a real tmpfs, as root), as `harness run` meets them in
+# tests/cli/test_run.py: a disk too small for an export, or for `harness leaderboard`
+def test_an_export_or_a_leaderboard_into_a_full_disk_is_one_line_and_leaves_nothing(tmp_path, shared_logs):
+    """Other writers: `harness data export` and `harness leaderboard` into a tmpfs too small for
+    them fail in one line (exit 5) and leave nothing of theirs behind."""
+    spec = write_spec(tmp_path)
+    with tmpfs(tmp_path / "disk", "size=64k") as disk:
+        export = harness("data", "export", "--benchmark", str(spec), "--format", "criteo-tsv", "--days", "2",
+                         str(disk / "data"), cwd=tmp_path)
+        assert export.returncode == 5, export.stderr[-2000:]
+        [line] = export.stderr.strip().splitlines()
+        assert line.startswith("harness: error: ") and "No space left on device" in line and "Traceback" not in line
+        assert not list(disk.iterdir())  # neither the data folder nor its temporary sibling
+        board = harness("leaderboard", str(shared_logs), "-o", str(disk / "site"), cwd=tmp_path)
+        assert board.returncode == 5, board.stderr[-2000:]
+        assert board.stderr.strip().splitlines()[-1].startswith("harness: error: ") and "Traceback" not in board.stderr
+        assert not [p for p in disk.rglob("*") if ".tmp" in p.name]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.report.report_tree import SCRIPT_FOLDER, SCRIPT_SYSTEM, Tree
+from tests.report.support.report_tree import SCRIPT_FOLDER, SCRIPT_SYSTEM, Tree
 
 
 def report(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -1,0 +1,32 @@
+"""The SUT's model calls: whole users in every call, Offline's of about the batch's rows, Server's
+of the queries that arrived together."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from harness.inference.qsl import SampleLibrary
+
+
+def test_the_sut_answers_whole_users_in_its_calls():
+    from harness.inference.worker import SERVER_LOOKUP_ROWS, FastSut
+    from harness.reference.data.datasets import SyntheticDataset
+    from harness.rules.specs import load_benchmark
+
+    library = SampleLibrary(SyntheticDataset(load_benchmark("dlrm_synthetic").dataset).generator)
+    users = np.random.default_rng(1).permutation(library.count)
+    rows = library.rows_of(users)
+    assert rows.size == library.sizes[users].sum() and np.array_equal(
+        rows[: library.sizes[users[0]]], np.arange(library.offsets[users[0]], library.offsets[users[0] + 1]))
+    offline = FastSut(None, None, library, 2048).calls_of(users)
+    assert sum(c.stop - c.start for c in offline) == users.size and offline[0].start == 0
+    for c in offline:
+        n = library.sizes[users[c]]
+        assert n[:-1].sum() < 2048 <= n.sum() + 2048 and n.sum() < 2048 + 700  # about 2048 rows, whole users
+    # Server: the queries that arrived together share lookup calls of about SERVER_LOOKUP_ROWS rows
+    server = FastSut(None, None, library, 0).calls_of(users)
+    assert sum(c.stop - c.start for c in server) == users.size and 1 < len(server) < users.size // 20
+    for c in server[:-1]:
+        n = library.sizes[users[c]]
+        assert n[:-1].sum() < SERVER_LOOKUP_ROWS <= n.sum() + SERVER_LOOKUP_ROWS
+    assert FastSut(None, None, library, 0).calls_of(users[:1]) == [slice(0, 1)]
