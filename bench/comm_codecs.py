@@ -58,6 +58,7 @@ from harness.reference.distributed.sharded import ShardedEmbeddingCollection
 from harness.reference.distributed.trainer import PROCESS_GROUP_TIMEOUT
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.planner import Plan, PlannerConfig, ShardingType, plan_tables
+from harness.reference.planner.codecs import CommConfig
 from harness.reference.planner.models import tables_for_benchmark
 from harness.rules.specs import BenchmarkSpec, load_benchmark
 
@@ -106,10 +107,9 @@ def make_plan(spec: BenchmarkSpec, world: int, batch: int) -> dict[str, Any]:
 def run_config(spec: BenchmarkSpec, batch: int, world: int, plan: dict[str, Any], codec: Codec) -> RunConfig:
     hp = dict(spec.reference_hyperparameters)
     hp["global_batch_size"] = batch
-    profile = load_profile(PROFILE).to_dict()
     return RunConfig.offline(
-        spec.raw, hp, SEED, who="bench", profile=profile, emulated=True, threads=1, world_size=world,
-        sharding_plan=Plan.from_dict(plan), comm={"forward": codec.value, "backward": codec.value, "allreduce": Codec.FP32.value},
+        spec, hp, SEED, who="bench", profile=load_profile(PROFILE), emulated=True, threads=1, world_size=world,
+        sharding_plan=Plan.from_dict(plan), comm=CommConfig(forward=codec, backward=codec, allreduce=Codec.FP32),
     )
 
 

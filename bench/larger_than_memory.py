@@ -103,6 +103,7 @@ def rank_main(work: Path) -> None:
     import torch
     import torch.distributed as dist
 
+    from harness.hw_profiles.profiles import Profile
     from harness.reference.distributed.session import DistributedSession
     from harness.reference.engine.run_config import RunConfig
     from harness.reference.engine.session import SessionHooks
@@ -114,7 +115,8 @@ def rank_main(work: Path) -> None:
     rank = dist.get_rank()
     raw = job["benchmark"]
     hp = {**raw["reference_hyperparameters"], "global_batch_size": job["batch"]}
-    config = RunConfig.offline(raw, hp, 1, who="bench", profile=job["profile"], emulated=True, threads=1,
+    config = RunConfig.offline(raw, hp, 1, who="bench", profile=Profile.from_dict(job["profile"]), emulated=True,
+                               threads=1,
                                world_size=dist.get_world_size(), sharding_plan=Plan.from_dict(job["plan"]),
                                embedding_tier={"path": str(work / "tables"), "policy": job["policy"]}
                                if job["ssd"] else None)

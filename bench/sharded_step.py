@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 
 from harness.hw_profiles import load_profile
+from harness.hw_profiles.profiles import bare_cpu_profile
 from harness.reference.distributed.sessions import open_distributed_session
 from harness.reference.distributed.trainer import PROCESS_GROUP_TIMEOUT
 from harness.reference.engine.run_config import RunConfig
@@ -83,7 +84,7 @@ def train(spec: BenchmarkSpec, plan: Plan, batch: int, steps: int, warmup: int, 
           ) -> tuple[float, list[float], torch.Tensor]:
     """Seconds a step (the slowest rank's), the losses, and the whole tables after training."""
     hp = {**spec.reference_hyperparameters, "global_batch_size": batch}
-    profile = {"name": "bench", "device_type": "cpu", "nodes": 1, "accelerators_per_node": plan.world_size}
+    profile = dataclasses.replace(bare_cpu_profile("bench"), accelerators_per_node=plan.world_size)
     config = RunConfig.offline(spec.raw, hp, SEED, who="bench", emulated=True, world_size=plan.world_size,
                                sharding_plan=plan, profile=profile, overlap=True)
     session = open_distributed_session(config, batched=not per_shard)

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import statistics
 import time
 import warnings
@@ -54,10 +55,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from roofline import Roofline, sync  # bench/roofline.py: the script's own folder is on sys.path
+from roofline import (  # bench/roofline.py: the script's own folder is on sys.path
+    Roofline,
+    sync,
+)
 from torch import nn
 
 from harness.errors import HarnessError
+from harness.hw_profiles.profiles import DeviceType, bare_cpu_profile
 from harness.reference.data.batches import Batch
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import TrainingSession
@@ -388,7 +393,8 @@ def ours_session(bc: BenchConfig, precision: Precision, device: torch.device) ->
     """The engine's session at ``precision``, and whether it stored its tables in that precision
     (a note says so where it did not)."""
     session = TrainingSession(RunConfig.offline(
-        *bench_spec(bc), 0, who="bench", profile={"name": "bench", "device_type": device.type},
+        *bench_spec(bc), 0, who="bench",
+        profile=dataclasses.replace(bare_cpu_profile("bench"), device_type=DeviceType(device.type)),
         precision=precision.value))
     stored = table_dtype(session)
     honoured = stored is None or stored.itemsize == precision.bytes_per_element

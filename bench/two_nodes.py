@@ -111,7 +111,7 @@ def worker(job_path: str) -> None:
     hp = {**spec["reference_hyperparameters"], "global_batch_size": BATCH}
     config = RunConfig.offline(spec, hp, 1, who="bench", emulated=True, world_size=2 * RANKS_PER_NODE,
                                sharding_plan=job["plan"], comm={"forward": job["codec"], "backward": job["codec"]},
-                               profile=profile().to_dict(), overlap=job["overlap"], threads=1)
+                               profile=profile(), overlap=job["overlap"], threads=1)
 
     class Clock(SessionHooks):
         def __init__(self) -> None:

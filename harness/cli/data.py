@@ -82,7 +82,11 @@ def export(out_dir: Path, benchmark: str, fmt: str | None, days: int, gz: bool) 
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--benchmark", "-b", default=None,
               help="A Yambda folder only: also report what this benchmark's spec cuts from it (its splits).")
-def inspect(path: Path, as_json: bool, benchmark: str | None) -> None:
+@click.option("--data-cache", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              envvar="HARNESS_DATA_CACHE", show_envvar=True,
+              help="With --benchmark: where the Yambda columns the run reads are cached [default: "
+                   "~/.cache/harness/yambda].")
+def inspect(path: Path, as_json: bool, benchmark: str | None, data_cache: Path | None) -> None:
     """Read a dataset once and report on it: Criteo (TSV days or train.txt, plain or gzip; MLPerf npy):
     its days, splits, label rates, distinct values and pooling per feature; a Yambda folder
     (multi_event.parquet or listens.parquet, ..., and the mappings): its events per type, users, items,
@@ -101,7 +105,7 @@ def inspect(path: Path, as_json: bool, benchmark: str | None) -> None:
         )
 
         dataset = load_benchmark(benchmark).dataset if benchmark else None
-        yambda = inspect_yambda(path, dataset=dataset, progress=log)
+        yambda = inspect_yambda(path, dataset=dataset, cache_dir=data_cache, progress=log)
         click.echo(json.dumps(yambda.as_json(), indent=1) if as_json else format_yambda_report(yambda))
         well_formed = yambda.well_formed
     else:

@@ -24,7 +24,7 @@ from harness.inference.config import (
 )
 from harness.inference.results import InferReport, LoadgenRun
 from harness.process import interrupt_category, interrupt_reason
-from harness.reference.planner.types import CachePolicy
+from harness.reference.planner.types import CachePolicy, RowReader
 from harness.rules.precision import Precision
 
 DEFAULT_BENCHMARK = "dlrm_synthetic"
@@ -68,6 +68,9 @@ SCENARIOS = {"offline": (Scenario.OFFLINE,), "server": (Scenario.SERVER,), "both
                    "loads its hot rows), not empty.")
 @click.option("--high-accuracy", is_flag=True, help="Check the 99.9% accuracy target (dlrm-v2-99.9), not 99%.")
 @click.option("--buffered", is_flag=True, help="Read the rows file without O_DIRECT (through the page cache).")
+@click.option("--row-reader", type=click.Choice([r.value for r in RowReader]), default=RowReader.AUTO.value,
+              show_default=True, help="What reads the rows: auto (the compiled io_uring reader where it loads) "
+                                      "or threads (Python threads, pread).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Training seed of the model.")
 @click.option("--train-steps", type=click.IntRange(min=1), default=None,
               help="Train this many steps [default: until the target AUC, evaluating at the benchmark's cadence].")
@@ -88,7 +91,7 @@ def infer(
     benchmark: str, scenario: str, quick: bool, results: Path, storage_latency_us: float, storage_queue_depth: int,
     cache_fraction: float,
     cache_policy: str, offline_qps: float | None, server_qps: float | None, user_conf: Path | None,
-    variant_kinds: tuple[str, ...], warm_cache: bool, high_accuracy: bool, buffered: bool, seed: int, train_steps: int | None, model_dir: Path | None,
+    variant_kinds: tuple[str, ...], warm_cache: bool, high_accuracy: bool, buffered: bool, row_reader: str, seed: int, train_steps: int | None, model_dir: Path | None,
     max_batch: int, threads: int, precision: str, as_json: bool,
 ) -> None:
     """Serve a trained model from memory and from the SSD tier as MLPerf Inference runs it."""
@@ -97,7 +100,7 @@ def infer(
         cache_policy=CachePolicy(cache_policy), storage_latency_us=storage_latency_us,
         storage_queue_depth=storage_queue_depth, quick=quick, results=results,
         offline_qps=offline_qps, server_qps=server_qps, user_conf=user_conf, high_accuracy=high_accuracy,
-        direct=not buffered, variant_kinds=variant_kinds or VARIANT_KINDS, seed=seed, train_steps=train_steps, model_dir=model_dir, max_batch=max_batch,
+        direct=not buffered, row_reader=RowReader(row_reader), variant_kinds=variant_kinds or VARIANT_KINDS, seed=seed, train_steps=train_steps, model_dir=model_dir, max_batch=max_batch,
         threads=threads, precision=precision, warm_cache=warm_cache,
     )
     try:  # here, not at the top: the pipeline loads torch, which `harness infer --help` must not

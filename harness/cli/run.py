@@ -126,6 +126,14 @@ class TerminalReporter(Reporter):
 @click.option("--data", "data", type=click.Path(path_type=Path), default=None, metavar="PATH",
               help="Train on the dataset at PATH (Criteo TSV days or train.txt, or MLPerf's npy layout; the "
                    "benchmark says which); it is validated before the first run. Default: the benchmark's generator.")
+@click.option("--data-cache", type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+              envvar="HARNESS_DATA_CACHE", show_envvar=True,
+              help="Where a dataset that needs a cache keeps it (Yambda's events as memory-mapped columns, built "
+                   "once per dataset) [default: ~/.cache/harness/yambda].")
+@click.option("--ssd-io", type=click.Choice(["direct", "buffered"]), default="direct", show_default=True,
+              help="With --embedding-tier ssd or auto: move the SSD tier's rows with O_DIRECT where the file system "
+                   "takes it (the drive's speed), or through the page cache (the same values, not the drive's "
+                   "speed).")
 @click.option("--overlap/--no-overlap", default=True, show_default=True,
               help="In a sharded run, overlap the all-to-alls and the dense all-reduce with computation (the "
                    "arithmetic is the same either way).")
@@ -156,7 +164,8 @@ class TerminalReporter(Reporter):
 def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_dir: Path, seeds: tuple[int, ...],
         resume: bool, division: str, status: str, threads: int | None, emulate: bool, comm_forward: str,
         comm_backward: str, comm_allreduce: str, embedding_tier: str, cache_fraction: float,
-        cache_policy: str, ssd_tables: str | None, data: Path | None, overlap: bool, step_phases: bool,
+        cache_policy: str, ssd_tables: str | None, data: Path | None, data_cache: Path | None, ssd_io: str,
+        overlap: bool, step_phases: bool,
         trace: bool, precision: str | None,
         nnodes: int, node_rank: int,
         rdzv_endpoint: str | None, rdzv_id: str, local_addr: str | None) -> None:
@@ -172,6 +181,7 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
         comm=CommConfig(forward=Codec(comm_forward), backward=Codec(comm_backward), allreduce=Codec(comm_allreduce)),
         embedding_tier=EmbeddingTierChoice(embedding_tier), cache_fraction=cache_fraction,
         cache_policy=CachePolicy(cache_policy), ssd_tables=_indices(ssd_tables), data=data, nodes=nodes,
+        data_cache=data_cache, direct_io=ssd_io == "direct",
         overlap=overlap, step_phases=step_phases, trace=trace, precision=Precision(precision) if precision is not None else None,
     ), progress=lambda message: click.echo(f"  {message}"))
     click.echo(

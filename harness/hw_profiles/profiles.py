@@ -168,6 +168,24 @@ class Profile:
         )
 
 
+# the figures every profile names a source for (profile.schema.json's sources)
+_SOURCED = ("accelerator", *(f"{t.value}.{f}" for t in TIERS for f in ("capacity_bytes", "bandwidth_bytes_per_s")),
+            "host", "interconnect.intra_node_bw_bytes_per_s", "interconnect.scale_out_bw_bytes_per_s")
+
+
+def bare_cpu_profile(name: str = LOCAL) -> Profile:
+    """A one-node CPU profile with no figures (every capacity and bandwidth 0): what a run outside a
+    run set (a bench, a test, ``harness infer``'s training) says of the machine it trains on, where
+    nothing plans with the figures."""
+    none = MemoryTier(capacity_bytes=0, bandwidth_bytes_per_s=0.0)
+    return Profile(name=name, description="this machine's CPU (a run outside a run set)", nodes=1,
+                   accelerators_per_node=0, accelerator=None, hbm=none, ddr=none, ssd=none,
+                   host=HostSpec(processor_model="unknown", sockets=1, cores_per_socket=1),
+                   interconnect=Interconnect(intra_node_bw_bytes_per_s=0.0, scale_out_bw_bytes_per_s=0.0),
+                   collective_backend=CollectiveBackend.GLOO, device_type=DeviceType.CPU,
+                   sources=tuple((key, "none: a run outside a run set states no figures") for key in _SOURCED))
+
+
 def profile_names() -> list[str]:
     """``local`` first, then the shipped profiles in name order."""
     return [LOCAL, *sorted(_shipped_files())]

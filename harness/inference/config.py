@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.inference import mlperf
-from harness.reference.planner.types import CachePolicy
+from harness.reference.planner.types import CachePolicy, RowReader
 from harness.rules.precision import Precision, parse_precision
 
 DEFAULT_RESULTS = Path("results")
@@ -81,6 +81,7 @@ class InferConfig:
         user_conf: one ``user.conf`` for every variant instead of the generated ones.
         high_accuracy: check the 99.9% target (``dlrm-v2-99.9``) instead of 99% (``dlrm-v2-99``).
         direct: read the rows file with O_DIRECT where the file system takes it.
+        row_reader: what reads the rows (the compiled io_uring reader where it loads, or Python threads).
         train_steps: train exactly this many steps; ``None``: as the benchmark's run does.
         model_dir: where the trained model is kept; ``None``: :func:`default_model_dir`.
         max_batch: the rows one Offline model call answers, about (whole users: a call ends with the
@@ -107,6 +108,7 @@ class InferConfig:
     user_conf: Path | None = None
     high_accuracy: bool = False
     direct: bool = True
+    row_reader: RowReader = RowReader.AUTO
     variant_kinds: tuple[str, ...] = VARIANT_KINDS
     seed: int = 0
     train_steps: int | None = None

@@ -33,6 +33,7 @@ from harness.reference.engine.session import SessionHooks, TrainingSession
 from harness.reference.models.dlrm import DLRM
 from harness.reference.models.embeddings import FusedEmbeddingCollection
 from harness.reference.models.from_spec import dlrm_config
+from harness.reference.planner.types import RowReader
 from harness.reference.tiered import CachePolicy
 from harness.rules.auc import roc_auc
 from harness.rules.precision import Precision, parse_precision
@@ -156,7 +157,7 @@ def _train(spec: BenchmarkSpec, seed: int, train_steps: int | None, progress: Ca
     """Train as the reference run does (the same session: model, data order, optimizers,
     schedule, precision); return the inference state dict (no optimizer state), the steps
     taken, the epochs and the last AUC."""
-    session = TrainingSession(RunConfig.offline(spec.raw, dict(spec.reference_hyperparameters), seed,
+    session = TrainingSession(RunConfig.offline(spec, dict(spec.reference_hyperparameters), seed,
                                                 who="harness-infer", precision=precision))
     limit = session.step_limit()
     if train_steps is not None and train_steps > limit:
@@ -196,13 +197,14 @@ def memory_tables(model: DLRM) -> FusedEmbeddingCollection:
 
 def ssd_model(spec: BenchmarkSpec, state: dict[str, torch.Tensor], rows_file: Path, layout: RowLayout, *,
               cache_rows: int, policy: CachePolicy, latency_us: float,
-              queue_depth: int = 1, warm: np.ndarray | None = None) -> tuple[DLRM, SdmEmbeddings]:
+              queue_depth: int = 1, warm: np.ndarray | None = None,
+              reader: RowReader = RowReader.AUTO) -> tuple[DLRM, SdmEmbeddings]:
     """The trained model with its tables served from ``rows_file`` through a cache of
     ``cache_rows`` rows, each read taking ``latency_us`` more, ``queue_depth`` reads in flight;
     the cache holding ``warm``'s rows (:func:`hot_rows`) at start, or empty."""
     model = memory_model(spec, state)
     full = memory_tables(model)
-    store = PreadRows(rows_file, layout, latency_us=latency_us, queue_depth=queue_depth)
+    store = PreadRows(rows_file, layout, latency_us=latency_us, queue_depth=queue_depth, reader=reader)
     tables = SdmEmbeddings(full.table_rows, full.dim, full.pooling, store, cache_rows, policy)
     if warm is not None:
         tables.warm(torch.from_numpy(warm))

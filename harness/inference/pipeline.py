@@ -184,7 +184,7 @@ def _run_inference(config: InferConfig, spec: BenchmarkSpec, data: synthetic.Syn
         def build_ssd(latency_us: float) -> tuple[DLRM, SdmEmbeddings]:
             return ssd_model(spec, state, tier.rows_file, tier.layout, cache_rows=tier.cache_rows,
                              policy=config.cache_policy, latency_us=latency_us,
-                             queue_depth=config.storage_queue_depth, warm=tier.warm)
+                             queue_depth=config.storage_queue_depth, warm=tier.warm, reader=config.row_reader)
 
         served = [_Served(v, memory_net) if not v.ssd else _Served(v, *build_ssd(v.latency_us)) for v in variants]
         try:
@@ -219,9 +219,9 @@ def _prepare_tier(config: InferConfig, tier_dir: Path, weight: torch.Tensor, dat
     except OSError as err:
         raise io_fault(err, rows_file, "writing the tables to the SSD tier", AGAIN) from None
     progress(f"tables on the SSD tier: {rows_file} ({rows} rows of {layout.row_bytes} bytes), "
-             f"read {layout.mode} by {rowio.reader_name()}")
+             f"read {layout.mode} by {rowio.reader_name(config.row_reader)}")
     # the device's own limit at the run's queue depth, for the fraction every report prints
-    probe = probe_device(rows_file, layout, depth=config.storage_queue_depth)
+    probe = probe_device(rows_file, layout, depth=config.storage_queue_depth, reader=config.row_reader)
     progress(probe.describe())
     warm, warm_file, warm_note = None, None, "cold at start"
     if config.warm_cache:
@@ -302,7 +302,7 @@ def _report(config: InferConfig, model: TrainedModel, variants: tuple[Variant, .
         ssd_file_bytes=tier.layout.rows * tier.layout.stride, storage_mode=tier.layout.mode,
         identical_samples=identical, reference_auc=ref_auc, results=results,
         loadgen_version=mlperf.loadgen_version(), mlperf_conf_sha1_matches=sha_ok,
-        wall_s=time.perf_counter() - t_start, notes=notes, reader=rowio.reader_name(), device_probe=tier.probe,
+        wall_s=time.perf_counter() - t_start, notes=notes, reader=rowio.reader_name(config.row_reader), device_probe=tier.probe,
         warm_note=tier.warm_note,
     )
 
@@ -316,7 +316,7 @@ def _job(config: InferConfig, spec: BenchmarkSpec, s: _Served, scenario: Scenari
         "benchmark": spec.name, "state": str(model_dir / MODEL_FILE), "variant": "ssd" if v.ssd else "memory",
         "variant_name": v.name, "rows_file": str(tier.rows_file), "layout": tier.layout.to_dict(),
         "latency_us": v.latency_us, "cache_rows": tier.cache_rows, "policy": config.cache_policy.value,
-        "scenario": scenario.value, "queue_depth": config.storage_queue_depth,
+        "scenario": scenario.value, "queue_depth": config.storage_queue_depth, "row_reader": config.row_reader.value,
         "warm_rows": None if tier.warm_file is None else str(tier.warm_file),
         "quick": config.quick, "quick_min_duration_ms": QUICK_MIN_DURATION_MS,
         "quick_min_query_count": config.quick_server_queries if scenario is Scenario.SERVER else QUICK_MIN_QUERY_COUNT,

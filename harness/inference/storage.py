@@ -50,6 +50,7 @@ from torch import nn
 from harness.errors import ErrorCategory, HarnessError
 from harness.hw_profiles.tiers import Tier
 from harness.reference.models.embeddings import FusedEmbeddingCollection, distinct
+from harness.reference.planner.types import RowReader
 from harness.reference.tiered import CachePolicy, RowCache, RowStore, rowio
 from harness.reference.tiered.rowio import ALIGNMENTS, probe_direct
 
@@ -117,7 +118,8 @@ class PreadRows(RowStore):
 
     tier = Tier.SSD
 
-    def __init__(self, path: Path, layout: RowLayout, *, latency_us: float = 0.0, queue_depth: int = 1):
+    def __init__(self, path: Path, layout: RowLayout, *, latency_us: float = 0.0, queue_depth: int = 1,
+                 reader: RowReader = RowReader.AUTO):
         super().__init__(layout.rows, layout.cols, 0)
         self.path, self.layout = Path(path), layout
         expected = layout.rows * layout.stride
@@ -132,9 +134,9 @@ class PreadRows(RowStore):
         # one aligned buffer per read in flight
         self._bufs = [mmap.mmap(-1, max(layout.stride, mmap.PAGESIZE)) for _ in range(queue_depth)] \
             if layout.direct else []
-        self._compiled = rowio.compiled_reader()[0] is not None
+        self._compiled = rowio.uses_compiled(reader)
         self._fallback_lock = threading.Lock()
-        self.reader = rowio.reader_name()
+        self.reader = rowio.reader_name(reader)
         self._pool = ThreadPoolExecutor(queue_depth, thread_name_prefix="pread") \
             if queue_depth > 1 and not self._compiled else None
         self.latency_ns = round(latency_us * 1000)
@@ -370,13 +372,13 @@ class SdmEmbeddings(FusedEmbeddingCollection):
 
 
 def probe_device(path: Path, layout: RowLayout, *, depth: int, reads: int = 20000, seed: int = 0,
-                 seconds: float = 1.0) -> rowio.DeviceProbe:
+                 seconds: float = 1.0, reader: RowReader = RowReader.AUTO) -> rowio.DeviceProbe:
     """The device's own limit: random reads of one slot each over the rows of ``path`` (as
     ``layout``), ``depth`` in flight, through :class:`PreadRows` (the compiled reader, or the
     Python threads, named) with nothing else in the loop; stops after ``reads`` reads or about
     ``seconds``, whichever comes first."""
     rng = np.random.default_rng(seed)
-    store = PreadRows(path, layout, queue_depth=depth)
+    store = PreadRows(path, layout, queue_depth=depth, reader=reader)
     chunk = max(depth * 32, 256)
     try:
         t0 = time.perf_counter()

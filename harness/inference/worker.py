@@ -42,6 +42,7 @@ from harness.inference.storage import RowLayout, SdmEmbeddings
 from harness.process import exit_now
 from harness.reference.data.datasets import SyntheticDataset
 from harness.reference.models.dlrm import DLRM
+from harness.reference.planner.types import RowReader
 from harness.reference.tiered import CachePolicy
 from harness.rules.specs import load_benchmark
 
@@ -218,7 +219,8 @@ def build(job: dict[str, Any]) -> tuple[DLRM, SdmEmbeddings | None]:
     warm = np.load(job["warm_rows"]) if job.get("warm_rows") else None  # the hot rows a deployment loads at start
     return ssd_model(spec, state, Path(job["rows_file"]), RowLayout(**job["layout"]), cache_rows=int(job["cache_rows"]),
                      policy=CachePolicy(job["policy"]), latency_us=float(job["latency_us"]),
-                     queue_depth=int(job.get("queue_depth", 1)), warm=warm)
+                     queue_depth=int(job.get("queue_depth", 1)), warm=warm,
+                     reader=RowReader(job.get("row_reader", RowReader.AUTO.value)))
 
 
 def log_settings(lg: Any, out_dir: Path) -> Any:

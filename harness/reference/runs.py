@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from harness.reference.data.datasets import Dataset
+from harness.reference.data.datasets import Samples
 from harness.reference.distributed.sessions import open_distributed_session
 from harness.reference.distributed.trainer import DistributedTrainer, process_group
 from harness.reference.engine.mlperf_log import MLPerfLog
@@ -19,7 +19,7 @@ from harness.reference.engine.session import TrainingSession
 from harness.reference.engine.trainer import RunResult, Trainer
 
 
-def open_session(config: RunConfig, *, dataset: Dataset | None = None) -> TrainingSession:
+def open_session(config: RunConfig, *, dataset: Samples | None = None) -> TrainingSession:
     """The session of one rank: a :class:`TrainingSession`, or, for a run with a plan (sharded,
     or one rank with its tables placed on tiers; inside its process group), a ``DistributedSession``."""
     if config.world_size == 1 and config.sharding_plan is None:

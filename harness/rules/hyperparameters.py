@@ -70,6 +70,12 @@ class Hyperparameter:
     optimizer: str | None = None  # the opt_name it applies to (None: any)
 
 
+#: a value of a hyperparameter, as a spec or submitter config states it
+HyperparameterValue = bool | int | float | str
+#: a run's hyperparameters: names of :data:`VOCABULARY` (or their aliases), checked when the spec
+#: or config is loaded (:func:`check_hyperparameters`), and their values
+Hyperparameters = Mapping[str, HyperparameterValue]
+
 VOCABULARY: dict[str, Hyperparameter] = {h.key: h for h in (
     Hyperparameter("global_batch_size", "samples per optimizer step, over all ranks", _int_at_least(1)),
     Hyperparameter("opt_name", "the optimizer of the dense and the embedding parameters", _one_of("adagrad", "sgd", "adam")),

@@ -86,5 +86,5 @@ def _follower_config(plan: RunSetPlan, config: RunConfig, tmp: Path, index: int)
     fingerprints agree)."""
     tier = config.embedding_tier
     if tier is not None:
-        tier = {**tier, "path": str((tmp / f"result_{index}.tables.bin").resolve())}
+        tier = replace(tier, path=str((tmp / f"result_{index}.tables.bin").resolve()))
     return replace(config, log_path=os.devnull, progress=False, embedding_tier=tier, data=plan.data)

@@ -8,6 +8,7 @@ from typing import Any
 
 from harness.errors import HarnessError
 from harness.hw_profiles import Profile
+from harness.reference.engine.run_config import EmbeddingTier
 from harness.reference.planner import (
     Plan,
     PlannerConfig,
@@ -104,16 +105,25 @@ def sharding_plan(spec: BenchmarkSpec, profile: Profile, hyperparameters: dict[s
     return plan_tables(tables_for_benchmark(spec), profile, config)
 
 
-def embedding_tier(request: RunSetRequest, plan: Plan | None) -> dict[str, Any] | None:
-    """What the run's trainer is told (JSON, in the run config): the tables with shards on the SSD
-    tier (per the plan) and their cache; None when every table is in memory."""
+def embedding_tier(request: RunSetRequest, plan: Plan | None) -> EmbeddingTier | None:
+    """What the run's trainer is told: the tables with shards on the SSD tier (per the plan) and
+    their cache, the file's path left for each run to set; None when every table is in memory."""
     if plan is None or request.embedding_tier is EmbeddingTierChoice.MEMORY:
         return None
     ssd = [i for i, tiers in enumerate(plan.table_tiers()) if Tier.SSD in tiers]
     if not ssd:
         return None
-    return {"tier": Tier.SSD.value, "cache_fraction": request.cache_fraction, "policy": request.cache_policy.value,
-            "ssd_tables": ssd, "table_tiers": table_tiers(plan), "tier_plan": plan.fingerprint}
+    return EmbeddingTier(path="", cache_fraction=request.cache_fraction, policy=request.cache_policy.value,
+                         ssd_tables=tuple(ssd), table_tiers=tuple(table_tiers(plan)), tier_plan=plan.fingerprint,
+                         direct_io=request.direct_io)
+
+
+def tier_identity(tier: EmbeddingTier) -> dict[str, Any]:
+    """What a result depends on of the tier (the run set's fingerprint): its tables and cache, not
+    where its file is nor how its rows move (the same values either way)."""
+    return {"tier": tier.tier, "cache_fraction": tier.cache_fraction, "policy": tier.policy,
+            "ssd_tables": list(tier.ssd_tables or ()), "table_tiers": list(tier.table_tiers or ()),
+            "tier_plan": tier.tier_plan}
 
 
 def table_tiers(plan: Plan) -> list[str]:

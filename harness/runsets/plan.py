@@ -25,14 +25,15 @@ from harness.projection.render import duration
 from harness.projection.system import system_for_profile
 from harness.projection.train_time import project
 from harness.reference.data import open_dataset
-from harness.reference.data.datasets import check_epoch, dataset_manifest
+from harness.reference.data.datasets import DatasetManifest, check_epoch, dataset_manifest
+from harness.reference.engine.run_config import EmbeddingTier
 from harness.reference.planner.codecs import CommConfig
 from harness.reference.planner.types import Plan
 from harness.rules.fingerprint import fingerprint
 from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import BenchmarkSpec, ModelFamily, load_benchmark
 from harness.runsets.launch import Nodes
-from harness.runsets.placement import embedding_tier, sharding_plan, tier_plan
+from harness.runsets.placement import embedding_tier, sharding_plan, tier_identity, tier_plan
 from harness.runsets.request import RunSetRequest, check_request
 from harness.submitters import borrowing_provenance, effective_hyperparameters, submitter_precision
 
@@ -54,9 +55,9 @@ class RunSetPlan:
     sharding_plan: Plan | None = None  # the plan the ranks execute (typed; JSON in the job file and staging dir)
     comm: CommConfig = CommConfig()
     emulation_scale: float | None = None
-    embedding_tier: dict[str, Any] | None = None  # {"tier", "cache_fraction", "policy", ...} when not in memory
+    embedding_tier: EmbeddingTier | None = None  # the SSD tier's tables and cache (its path set per run); None: memory
     tier_plan: Plan | None = None  # the planner's placement of a one-rank run's tables on tiers
-    data: dict[str, Any] | None = None  # the dataset's manifest (validated files); None: the generator
+    data: DatasetManifest | None = None  # the dataset's manifest (validated files); None: the generator
     data_description: dict[str, Any] | None = None  # what the data is (format, layout, days, samples)
     precision: Precision = Precision.FP32  # the dense compute, the tables' storage and the pooled wire
     precision_reason: str = "--precision"  # where it comes from, in a phrase: "native AVX512-BF16 on this CPU"
@@ -112,7 +113,7 @@ def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | No
     comm = _comm_codecs(request.comm, profile.world_size)
     hyperparameters = effective_hyperparameters(spec, request.submitter, request.division)
     precision, precision_reason = _precision(request, spec, profile, detected)
-    data, data_description = _validated_dataset(spec, request.data, int(hyperparameters["global_batch_size"]),
+    data, data_description = _validated_dataset(spec, request, int(hyperparameters["global_batch_size"]),
                                                 progress)
     runs = request.runs if request.runs is not None else spec.required_runs
     if runs < 1:
@@ -188,7 +189,7 @@ def _check_family(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile)
     from harness.reference.models.from_spec import hstu_config
 
     if spec.dataset["kind"] == "yambda":  # dlrmv4: what it needs (Yambda's folder), checked before anything is written
-        open_dataset(spec, request.data)
+        open_dataset(spec, request.data, cache_dir=request.data_cache)
     hstu_config(spec)
 
 
@@ -207,13 +208,13 @@ def _precision(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile,
     return parse_precision(name), reason
 
 
-def _validated_dataset(spec: BenchmarkSpec, path: Path | None, batch_size: int,
-                       progress: Callable[[str], None] | None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+def _validated_dataset(spec: BenchmarkSpec, request: RunSetRequest, batch_size: int,
+                       progress: Callable[[str], None] | None) -> tuple[DatasetManifest | None, dict[str, Any]]:
     """Open and validate the run's data once, before any run starts and before anything is
-    written: the files at ``path`` (every TSV line parsed, every npy header read; a missing,
+    written: the files at ``--data`` (every TSV line parsed, every npy header read; a missing,
     short or malformed dataset is one line, exit 2), or the benchmark's generator. Returns the
     manifest the runs reopen it from (None: the generator) and its description."""
-    dataset = open_dataset(spec, path, progress=progress)
+    dataset = open_dataset(spec, request.data, cache_dir=request.data_cache, progress=progress)
     if dataset.train_samples // batch_size < 1:
         raise HarnessError(f"global batch size {batch_size} exceeds the {dataset.train_samples} training samples")
     if spec.max_epochs > 1:
@@ -229,14 +230,14 @@ def _comm_codecs(requested: CommConfig, world_size: int) -> CommConfig:
 
 
 def _set_fingerprint(request: RunSetRequest, spec: BenchmarkSpec, profile: Profile, hyperparameters: dict[str, Any],
-                     comm: CommConfig, sharded: Plan | None, tier: dict[str, Any] | None,
-                     data: dict[str, Any] | None, precision: Precision) -> str:
+                     comm: CommConfig, sharded: Plan | None, tier: EmbeddingTier | None,
+                     data: DatasetManifest | None, precision: Precision) -> str:
     """The hash of what every run of the set depends on; a resume must find the same."""
     return fingerprint({
         "benchmark": spec.raw, "hyperparameters": hyperparameters, "profile": _fingerprint_profile(profile),
         **({"emulated": True} if request.emulate else {}),
         **({"comm": comm.to_names(), "sharding_plan": sharded.fingerprint} if sharded else {}),
-        **({"embedding_tier": tier} if tier else {}),
+        **({"embedding_tier": tier_identity(tier)} if tier else {}),
         **({"data": _data_identity(data)} if data else {}),
         **({"precision": precision.value} if precision.reduced else {}),  # fp32 sets keep their fingerprint
     })
@@ -253,6 +254,6 @@ def _fingerprint_profile(profile: Profile) -> dict[str, Any]:
     return d
 
 
-def _data_identity(manifest: dict[str, Any]) -> dict[str, Any]:
+def _data_identity(manifest: DatasetManifest) -> dict[str, Any]:
     """What a result depends on of the data: its files and their sizes, not where they are."""
     return {k: v for k, v in manifest.items() if k not in ("root", "path")}

@@ -54,6 +54,12 @@ class RunSetRequest:
     cache_policy: CachePolicy = CachePolicy.LRU
     ssd_tables: tuple[int, ...] | None = None  # set to the SSD tier (indices); with SSD, None: all
     data: Path | None = None  # the dataset's files (--data); None: the benchmark's generator
+    # where a dataset that needs a cache of its own keeps it (--data-cache: Yambda's columns);
+    # None: the dataset's default folder
+    data_cache: Path | None = None
+    # the SSD tier's rows move with O_DIRECT where the file system takes it (--ssd-io direct), or
+    # through the page cache (buffered: the same values, not the drive's speed)
+    direct_io: bool = True
     overlap: bool = True  # overlap a sharded run's communication with its computation (the same arithmetic)
     step_phases: bool = True  # each run measures where its steps' time goes (harness_step_phases)
     trace: bool = False  # each run writes a profiler trace of a few steps, every rank's, in its staging folder

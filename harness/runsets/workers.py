@@ -9,12 +9,11 @@ import json
 import signal
 import subprocess
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from harness.mllog import keys
 from harness.process import signal_of
-from harness.reference.engine.run_config import RunConfig
+from harness.reference.engine.run_config import ExtraLog, NodesRecord, RunConfig
 from harness.reference.forked import ForkedProcess, forked_run_worker
 from harness.rules.seeds import Seed
 from harness.runsets.launch import worker_command, worker_env
@@ -30,9 +29,9 @@ def worker_config(plan: RunSetPlan, index: int, seed: Seed, log_path: Path, best
     """What the worker of run ``index`` is told: the set's plan, this run's seed and log, and the
     extra records its log carries (the teacher's AUC, borrowing, emulation, nodes)."""
     return RunConfig(
-        benchmark=plan.spec.raw,
+        benchmark=plan.spec,
         hyperparameters=plan.hyperparameters,
-        profile=plan.profile.to_dict(),
+        profile=plan.profile,
         seed=seed.value,
         seed_source=seed.source.value,
         submitter=plan.request.submitter,
@@ -50,12 +49,13 @@ def worker_config(plan: RunSetPlan, index: int, seed: Seed, log_path: Path, best
         world_size=plan.world_size,
         # one rank with its tables placed on tiers: the sharded collection runs that plan (one code path)
         sharding_plan=plan.sharding_plan if plan.world_size > 1 else plan.tier_plan,
-        comm=plan.comm.to_names(),
+        comm=plan.comm,
         embedding_tier=(
-            {**plan.embedding_tier, "path": str((plan.staging_dir / f"result_{index}.tables.bin").resolve())}
-            if plan.embedding_tier else None
+            replace(plan.embedding_tier, path=str((plan.staging_dir / f"result_{index}.tables.bin").resolve()))
+            if plan.embedding_tier is not None else None
         ),
         data=plan.data,
+        data_cache=str(plan.request.data_cache) if plan.request.data_cache is not None else None,
         overlap=plan.request.overlap,
         step_phases=plan.request.step_phases,
         trace_path=str((plan.staging_dir / f"result_{index}.trace.json").resolve()) if plan.request.trace else None,
@@ -63,21 +63,25 @@ def worker_config(plan: RunSetPlan, index: int, seed: Seed, log_path: Path, best
     )
 
 
-def _extra_log(plan: RunSetPlan, best_auc: float | None) -> dict[str, Any]:
-    """The harness's own records of a run's log, each only when it applies."""
-    return {
-        **({keys.HARNESS_TEACHER_BEST_AUC: best_auc} if best_auc is not None else {}),
-        **({keys.HARNESS_BORROWED_FROM: plan.borrowed_from} if plan.borrowed_from else {}),
-        **({keys.HARNESS_EMULATION_SCALE: plan.emulation_scale} if plan.emulation_scale is not None else {}),
-        **({keys.HARNESS_NODES: _nodes_record(plan)} if plan.world_size > 1 else {}),
-    }
+def _extra_log(plan: RunSetPlan, best_auc: float | None) -> ExtraLog:
+    """The harness's own records of a run's log (:mod:`harness.mllog.keys`), each only when it applies."""
+    extra = ExtraLog()
+    if best_auc is not None:
+        extra["harness_teacher_best_auc"] = best_auc
+    if plan.borrowed_from:
+        extra["harness_borrowed_from"] = plan.borrowed_from
+    if plan.emulation_scale is not None:
+        extra["harness_emulation_scale"] = plan.emulation_scale
+    if plan.world_size > 1:
+        extra["harness_nodes"] = _nodes_record(plan)
+    return extra
 
 
-def _nodes_record(plan: RunSetPlan) -> dict[str, Any]:
+def _nodes_record(plan: RunSetPlan) -> NodesRecord:
     """Where the run's ranks ran: the profile's nodes, and how many launchers started them."""
     nodes = plan.request.nodes
-    return {"nodes": plan.profile.nodes, "ranks_per_node": max(plan.profile.accelerators_per_node, 1),
-            "launchers": nodes.count, "rendezvous": "c10d" if nodes.multi else "standalone"}
+    return NodesRecord(nodes=plan.profile.nodes, ranks_per_node=max(plan.profile.accelerators_per_node, 1),
+                       launchers=nodes.count, rendezvous="c10d" if nodes.multi else "standalone")
 
 
 def run_worker(config_path: Path, plan: RunSetPlan, job: int, stderr_path: Path,

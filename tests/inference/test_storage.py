@@ -14,24 +14,25 @@ import torch
 
 from harness.inference.storage import PreadRows, SdmEmbeddings, write_rows
 from harness.reference.models.embeddings import FusedEmbeddingCollection
+from harness.reference.planner.types import RowReader
 from harness.reference.tiered import CachePolicy
 
 
-def _tables(tmp_path: Path, *, cache_rows: int, latency_us: float = 0.0, direct: bool = True, queue_depth: int = 1):
+def _tables(tmp_path: Path, *, cache_rows: int, latency_us: float = 0.0, direct: bool = True, queue_depth: int = 1,
+            reader: str = "compiled"):
     rows, dim, pooling = (50, 40, 30), 16, (1, 2, 1)
     full = FusedEmbeddingCollection(rows, dim, pooling, seed=3)
     layout = write_rows(tmp_path / "rows.bin", full.weight.detach(), direct=direct)
-    store = PreadRows(tmp_path / "rows.bin", layout, latency_us=latency_us, queue_depth=queue_depth)
+    store = PreadRows(tmp_path / "rows.bin", layout, latency_us=latency_us, queue_depth=queue_depth,
+                      reader=RowReader.THREADS if reader == "python" else RowReader.AUTO)
     return full, SdmEmbeddings(rows, dim, pooling, store, cache_rows, CachePolicy.LRU)
 
 
 @pytest.fixture(params=["compiled", "python"])
-def reader(request, monkeypatch):
+def reader(request):
     """Each SSD read path: the compiled io_uring reader, and the Python threads it falls back to."""
     from harness.reference.tiered import rowio
 
-    if request.param == "python":
-        monkeypatch.setenv("HARNESS_ROWIO", "python")
     rowio.compiled_reader.cache_clear()
     yield request.param
     rowio.compiled_reader.cache_clear()
@@ -55,7 +56,7 @@ def test_the_compiled_reader_is_built_at_install_and_io_uring_reads_rows(tmp_pat
 
 @pytest.mark.parametrize("direct,queue_depth", [(True, 1), (False, 1), (True, 4), (False, 3)])
 def test_each_query_reads_exactly_its_cache_misses_with_pread(tmp_path, reader, direct, queue_depth):
-    full, tables = _tables(tmp_path, cache_rows=12, direct=direct, queue_depth=queue_depth)
+    full, tables = _tables(tmp_path, cache_rows=12, direct=direct, queue_depth=queue_depth, reader=reader)
     assert tables.store.reader.startswith("io_uring" if reader == "compiled" else "python threads")
     gen = torch.Generator().manual_seed(0)
     ids = torch.stack([torch.randint(0, r, (200,), generator=gen) for r in (50, 40, 40, 30)], dim=1)
@@ -139,7 +140,7 @@ def test_lookups_from_several_threads_at_once_equal_the_memory_models(tmp_path, 
     count) equal its misses (the cache's), as do the totals."""
     import threading
 
-    full, tables = _tables(tmp_path, cache_rows=24, queue_depth=4)
+    full, tables = _tables(tmp_path, cache_rows=24, queue_depth=4, reader=reader)
     gen = torch.Generator().manual_seed(7)
     batches = [torch.stack([torch.randint(0, r, (n,), generator=gen) for r in (50, 40, 40, 30)], dim=1)
                for n in [1, 3, 9, 2, 20, 5] * 40]

@@ -63,5 +63,5 @@ def test_sharded_plans_with_the_ssd_tier_place_the_set_tables_there_and_never_as
     tables = forced.sharding_plan.to_dict()["tables"]
     for i in (0, 5):
         assert tables[i]["sharding_type"] != "data_parallel" and {s["tier"] for s in tables[i]["shards"]} == {"ssd"}
-    assert forced.embedding_tier["ssd_tables"] == [0, 5] and forced.fingerprint != auto.fingerprint
+    assert forced.embedding_tier.ssd_tables == (0, 5) and forced.fingerprint != auto.fingerprint
     assert forced.sharding_plan.to_dict()["config"]["ssd_cache_fraction"] == 0.05

@@ -56,7 +56,7 @@ it later without reading, after checking that every file still has its size.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,7 +71,7 @@ if TYPE_CHECKING:
 __all__ = ["open_files"]
 
 
-def open_files(spec: BenchmarkSpec, path: Path | str, *, manifest: dict[str, Any] | None = None,
+def open_files(spec: BenchmarkSpec, path: Path | str, *, manifest: Mapping[str, Any] | None = None,
                buffer_bytes: int = DEFAULT_BUFFER_BYTES, index_stride: int = INDEX_STRIDE,
                progress: Callable[[str], None] | None = None) -> CriteoTsvDataset | MlperfNpyDataset:
     """The benchmark's data in the files at ``path``, checked against ``spec`` (format accepted,
@@ -107,7 +107,7 @@ def open_files(spec: BenchmarkSpec, path: Path | str, *, manifest: dict[str, Any
     return dataset
 
 
-def _from_manifest(manifest: dict[str, Any], path: Path, rows: Sequence[int],
+def _from_manifest(manifest: Mapping[str, Any], path: Path, rows: Sequence[int],
                    buffer_bytes: int) -> CriteoTsvDataset | MlperfNpyDataset:
     try:
         root = Path(manifest["root"])

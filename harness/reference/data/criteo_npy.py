@@ -31,7 +31,7 @@ import math
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -290,7 +290,7 @@ class MlperfNpyDataset:
         return cls(layout, [npy_day(layout.root, d, multi_hot) for d in range(layout.days)], table_rows)
 
     @classmethod
-    def from_manifest(cls, manifest: dict[str, Any], table_rows: Sequence[int]) -> MlperfNpyDataset:
+    def from_manifest(cls, manifest: Mapping[str, Any], table_rows: Sequence[int]) -> MlperfNpyDataset:
         root = Path(manifest["root"])
         check_manifest_files(root, manifest["files"])
         days = [NpyDay(day=int(d["day"]), rows=int(d["rows"]), dense=NpyArray.from_json(d["dense"]),

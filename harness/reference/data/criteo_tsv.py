@@ -18,7 +18,7 @@ import bisect
 import gzip
 import math
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -626,7 +626,7 @@ class CriteoTsvDataset:
         return cls(layout, files, table_rows, buffer_bytes=buffer_bytes, index_stride=index_stride)
 
     @classmethod
-    def from_manifest(cls, manifest: dict[str, Any], table_rows: Sequence[int], *,
+    def from_manifest(cls, manifest: Mapping[str, Any], table_rows: Sequence[int], *,
                       buffer_bytes: int = DEFAULT_BUFFER_BYTES) -> CriteoTsvDataset:
         """Reopen from :meth:`manifest` without reading, after checking every file's size."""
         root = Path(manifest["root"])

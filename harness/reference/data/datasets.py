@@ -34,7 +34,7 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Required, TypedDict, runtime_checkable
 
 import numpy as np
 
@@ -56,9 +56,37 @@ class DataFormat(enum.Enum):
     MLPERF_NPY = "mlperf-npy"
 
 
+class Samples(Protocol):
+    """A train split and an eval split of samples of either family, read by (epoch, rank, world
+    size, start): a :class:`Dataset` of DLRM batches, or event streams of HSTU batches
+    (:class:`~harness.reference.data.events.EventStreams`)."""
+
+    train_samples: int
+    eval_samples: int
+    reshuffles: bool  # False: only epoch 0 can be read (a stream that cannot seek)
+
+    @property
+    def format(self) -> enum.Enum:
+        """The data's format (:class:`DataFormat`, or the event streams' ``EventFormat``)."""
+        ...
+
+    def train_batches(self, batch_size: int, *, epoch: int = 0, seed: int = 0, rank: int = 0,
+                      world_size: int = 1, start: int = 0) -> Iterator[Any]:
+        """This rank's slice of each global batch of ``epoch``, from global batch ``start`` on."""
+        ...
+
+    def eval_batches(self, batch_size: int, *, rank: int = 0, world_size: int = 1) -> Iterator[Any]:
+        """This rank's part of the eval split, in batches of ``batch_size`` (the last one shorter)."""
+        ...
+
+    def describe(self) -> dict[str, Any]:
+        """What the data is, as plain JSON (for the run's log)."""
+        ...
+
+
 @runtime_checkable
 class Dataset(Protocol):
-    """A train split and an eval split, read by (epoch, rank, world size, start)."""
+    """A DLRM's train split and eval split, read by (epoch, rank, world size, start)."""
 
     format: DataFormat
     train_samples: int
@@ -145,7 +173,7 @@ def eval_range(eval_samples: int, rank: int, world_size: int) -> tuple[int, int]
     return lo, lo + base + (1 if rank < extra else 0)
 
 
-def check_epoch(dataset: Dataset, epoch: int) -> None:
+def check_epoch(dataset: Samples, epoch: int) -> None:
     if epoch > 0 and not dataset.reshuffles:
         raise HarnessError(
             f"{dataset.describe().get('path', 'this dataset')}: a gzip-compressed TSV can only be read in order, "
@@ -154,7 +182,7 @@ def check_epoch(dataset: Dataset, epoch: int) -> None:
         )
 
 
-def step_batches(dataset: Dataset, global_batch_size: int, start: int, stop: int, *, seed: int, rank: int,
+def step_batches(dataset: Samples, global_batch_size: int, start: int, stop: int, *, seed: int, rank: int,
                  world_size: int) -> Iterator[Any]:
     """A rank's batches of the global steps ``start .. stop - 1``, epoch after epoch (an epoch is
     ``train_samples // global_batch_size`` steps; each is read from its step's position on)."""
@@ -201,7 +229,8 @@ class SyntheticDataset:
         )
         self.generator = synthetic.SyntheticCriteo(self.spec)
         self.train_samples, self.eval_samples = self.spec.train_samples, self.spec.eval_samples
-        self.table_rows, self.pooling = self.spec.table_rows, self.spec.pooling
+        self.table_rows: tuple[int, ...] = self.spec.table_rows
+        self.pooling: tuple[int, ...] = self.spec.pooling or (1,) * len(self.table_rows)  # set by the spec
 
     def train_batches(self, batch_size: int, *, epoch: int = 0, seed: int = 0, rank: int = 0,
                       world_size: int = 1, start: int = 0) -> Iterator[Batch]:
@@ -240,7 +269,31 @@ def generation_seconds_per_sample(dataset: dict[str, Any], *, samples: int = 819
     return best / samples
 
 
-def dataset_manifest(dataset: Dataset) -> dict[str, Any] | None:
+class ManifestFile(TypedDict, total=False):
+    """One file of a dataset's manifest: its name (relative to the root) and size, and what its
+    source recorded of it (samples, gzip, the TSV reader's line offsets)."""
+
+    name: Required[str]
+    bytes: Required[int]
+    samples: int
+    gzip: bool
+    offsets: list[int]
+
+
+class DatasetManifest(TypedDict, total=False):
+    """What a worker needs to reopen a dataset without reading it again, as its source wrote it
+    (``manifest()``): every source gives its format, root and files; Criteo's TSV adds the layout
+    and the index stride, MLPerf's npy the layout and each day's arrays."""
+
+    format: Required[str]
+    root: Required[str]
+    files: Required[list[ManifestFile]]
+    layout: str
+    index_stride: int
+    days: list[dict[str, Any]]
+
+
+def dataset_manifest(dataset: Samples) -> DatasetManifest | None:
     """What a worker needs to reopen ``dataset`` without reading it again (None: the generator)."""
     manifest = getattr(dataset, "manifest", None)
     return manifest() if callable(manifest) else None

@@ -281,7 +281,7 @@ def _timeline_of(spec: EventStreamSpec | YambdaSpec, store: YambdaStore) -> Time
 
 
 def open_yambda(dataset: Mapping[str, Any], path: Path | str, *, manifest: Mapping[str, Any] | None = None,
-                cache_dir: Path | None = None, memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
+                cache_dir: Path | str | None = None, memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
                 progress: Callable[[str], None] | None = None) -> YambdaEventStreams:
     """The Yambda files at ``path`` as the data set a benchmark's ``dataset`` section (``kind:
     event_streams`` for an export of the generator, ``kind: yambda`` for Yambda itself) describes,

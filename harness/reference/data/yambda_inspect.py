@@ -90,7 +90,7 @@ def _gts(first: int, last: int, spec: YambdaSpec | None) -> dict[str, int]:
             "windows": max(0, -(-(train_end - train_start) // window))}
 
 
-def inspect_yambda(path: Path | str, *, dataset: Mapping[str, Any] | None = None, cache_dir: Path | None = None,
+def inspect_yambda(path: Path | str, *, dataset: Mapping[str, Any] | None = None, cache_dir: Path | str | None = None,
                    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
                    progress: Callable[[str], None] | None = None) -> YambdaReport:
     """Read the Yambda folder ``path`` once and report on it (see the module's docstring);

@@ -112,7 +112,8 @@ def find_layout(path: Path | str) -> YambdaLayout:
                            "listens.parquet, likes.parquet, ..., and the artist and album mappings)",
                            ErrorCategory.NOT_FOUND if not root.exists() else ErrorCategory.BAD_INPUT)
     if (root / FLAT_FILE).is_file():
-        kind, events = LayoutKind.FLAT, (("multi", root / FLAT_FILE),)
+        events: tuple[tuple[str, Path], ...] = (("multi", root / FLAT_FILE),)
+        kind = LayoutKind.FLAT
     elif (root / EVENT_FILES["listen"]).is_file():
         kind = LayoutKind.PER_TYPE
         events = tuple((t, root / name) for t, name in EVENT_FILES.items() if (root / name).is_file())
@@ -353,9 +354,9 @@ class YambdaStore:
                    meta=meta)
 
 
-def _cache_root() -> Path:
-    env = os.environ.get("HARNESS_DATA_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "harness" / "yambda"
+def default_cache_dir() -> Path:
+    """Where the stores are kept unless the caller says (``harness run --data-cache``)."""
+    return Path.home() / ".cache" / "harness" / "yambda"
 
 
 def _store_key(layout: YambdaLayout, bounds: Bounds) -> str:
@@ -364,7 +365,7 @@ def _store_key(layout: YambdaLayout, bounds: Bounds) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def build_store(layout: YambdaLayout, bounds: Bounds, *, cache_dir: Path | None = None,
+def build_store(layout: YambdaLayout, bounds: Bounds, *, cache_dir: Path | str | None = None,
                 memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
                 progress: Callable[[str], None] | None = None) -> YambdaStore:
     """The store of ``layout``'s events, from the cache when it holds them, else read once (every
@@ -374,7 +375,7 @@ def build_store(layout: YambdaLayout, bounds: Bounds, *, cache_dir: Path | None 
         HarnessError: BAD_INPUT naming the file (and row) for a missing column, a wrong type, a
             truncated file, an id outside the spec's tables, rows out of order, an unknown event type.
     """
-    root = Path(cache_dir) if cache_dir is not None else _cache_root()
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     final = root / _store_key(layout, bounds)
     if (final / "meta.json").is_file():
         return YambdaStore.open(final)
@@ -382,8 +383,8 @@ def build_store(layout: YambdaLayout, bounds: Bounds, *, cache_dir: Path | None 
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=root))
     except OSError as err:
-        raise HarnessError(f"{root}: cannot write the Yambda cache there ({err.strerror}); set HARNESS_DATA_CACHE "
-                           "to a writable folder", ErrorCategory.IO_FAULT) from None
+        raise HarnessError(f"{root}: cannot write the Yambda cache there ({err.strerror}); give --data-cache "
+                           "(or HARNESS_DATA_CACHE) a writable folder", ErrorCategory.IO_FAULT) from None
     try:
         _build(layout, bounds, tmp, batch_rows(memory_budget_bytes), progress)
         try:
@@ -461,8 +462,8 @@ def _merge(parts: list[_Columns], folder: Path, users: int, rows: int, stats: di
         if not pieces:
             continue
         cat = {k: np.concatenate([p[k] for p, _ in pieces]) for k in _COLUMNS}
-        rank = np.concatenate([np.full(len(p["uid"]), r) for p, r in pieces])
-        order = np.lexsort((rank, cat["timestamp"], cat["uid"]))  # stable: a part's rows keep their order
+        ranks = np.concatenate([np.full(len(p["uid"]), r) for p, r in pieces])
+        order = np.lexsort((ranks, cat["timestamp"], cat["uid"]))  # stable: a part's rows keep their order
         out.append({k: v[order] for k, v in cat.items()})
         stats["peak_merge_rows"] = max(stats.get("peak_merge_rows", 0), len(order))
     out.close()

@@ -32,8 +32,9 @@ So that a run at any world size trains what one process trains on the same globa
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +46,11 @@ from harness.reference.distributed import session as distributed_session
 from harness.reference.distributed.comm import INPUT, Comm
 from harness.reference.distributed.comm_codecs import CommConfig
 from harness.reference.distributed.session import DistributedSession, data_parallel
-from harness.reference.distributed.shard_storage import TierPlacement, rank_ledger
+from harness.reference.distributed.shard_storage import (
+    ShardFiles,
+    TierPlacement,
+    rank_ledger,
+)
 from harness.reference.distributed.sharded import ShardedEmbeddingCollection
 from harness.reference.distributed.shardings import (
     ShardSpec,
@@ -119,12 +124,12 @@ class ShardedHSTU(nn.Module):
         ranker: the ranker as built from the seed on every rank, its tables on the ``meta``
             device (this rank makes its shards; the dense modules are reused, the tables dropped).
         plan: the sharding plan of its four tables.
-        comms, codecs, device_ids, tiers, device, hierarchy, overlap, bucket_cap_mb, batched: as
+        comms, codecs, device_ids, files, device, hierarchy, overlap, bucket_cap_mb, batched: as
             :class:`~harness.reference.distributed.session.ShardedDLRM` takes them.
     """
 
     def __init__(self, ranker: HSTURanker, plan: Plan, comms: tuple[Comm, Comm, Comm], codecs: CommConfig,
-                 device_ids: list[int] | None = None, tiers: dict[str, Any] | None = None, *, device: Any = None,
+                 device_ids: list[int] | None = None, files: ShardFiles | None = None, *, device: Any = None,
                  hierarchy: Hierarchy | None = None, overlap: bool = False, bucket_cap_mb: float | None = None,
                  batched: bool = True):
         super().__init__()
@@ -140,11 +145,8 @@ class ShardedHSTU(nn.Module):
             # each collection's shard files apart (they number their shards from 0 alike), and its
             # caches sized for a global batch's ids: a sequence table takes up to max_sequence_length
             # a sample (what the planner counts as its pooling), where the collection sees one per event
-            own = dict(tiers or {})
-            if own.get("path"):
-                own["path"] = f"{own['path']}.{name}"
-            if "batch" in own:
-                own["batch"] = int(own["batch"]) * ids_per_sample
+            own = None if files is None else dataclasses.replace(
+                files, path=f"{files.path}.{name}" if files.path else None, batch=files.batch * ids_per_sample)
             placement = TierPlacement.of(emb_comm.rank, own, capacity, plan.config, ledger=self.ledger)
             return ShardedEmbeddingCollection(full, tables, emb_comm, input_comm, codecs, placement=placement,
                                               device=device, hierarchy=hierarchy, sequence=is_sequence,
@@ -231,18 +233,22 @@ class DistributedHSTUSession(DistributedSession):
 
     sharded_model = ShardedHSTU
 
+    def _ranker_shards(self) -> ShardedHSTU:
+        """The sharded HSTU ranker this session trains (what :meth:`_build` made)."""
+        return cast(ShardedHSTU, self.model)
+
     def _embeddings(self) -> Any:
         return self.model
 
     def _tables(self) -> list[torch.nn.Module]:
-        return list(self.model.collections())
+        return list(self._ranker_shards().collections())
 
     def _sharded_collections(self) -> list[ShardedEmbeddingCollection]:
-        return list(self.model.collections())
+        return list(self._ranker_shards().collections())
 
     @property
     def embeddings(self) -> HSTUTables:  # type: ignore[override]
-        return HSTUTables(self.model)
+        return HSTUTables(self._ranker_shards())
 
     def table_weights(self) -> list[torch.Tensor]:
         return self.embeddings.table_weights()
@@ -256,9 +262,9 @@ class DistributedHSTUSession(DistributedSession):
         divides by it, :meth:`_objective`): its labelled candidates' summed BCE over the
         global batch's count of them."""
         if isinstance(item, EventBatch):  # not distributed ahead of time: its ids travel now
-            item = (item, self.model.distribute_batch(item))
+            item = (item, self._ranker_shards().distribute_batch(item))
         batch, ids = item
-        logits = self.model(batch, ids).float()
+        logits = self._ranker_shards()(batch, ids).float()
         mask = batch.label_mask
         total = F.binary_cross_entropy_with_logits(logits[mask], batch.labels.float()[mask], reduction="sum")
         return total * (self.world_size / max(ids.labelled, 1))
@@ -282,15 +288,16 @@ class DistributedHSTUSession(DistributedSession):
 
         if self._eval_split_bytes() > distributed_session.EVAL_CACHE_BYTES * self.world_size:
             return items()
-        self._eval_plan = list(items())  # type: ignore[arg-type]
-        return self._eval_plan  # type: ignore[return-value]
+        self._eval_plan = list(items())
+        return self._eval_plan
 
     def _eval_scores(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Per evaluation step, this rank's scores and labels of its labelled candidates."""
         for batch in self._eval_items():
-            ids = self.model.distribute_batch(batch)
+            model = self._ranker_shards()
+            ids = model.distribute_batch(batch)
             with self.autocast():
-                logits = self.model(batch, ids)
+                logits = model(batch, ids)
             mask = batch.label_mask
             yield torch.sigmoid(logits.float()[mask]), batch.labels[mask]
 

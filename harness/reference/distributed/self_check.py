@@ -31,11 +31,12 @@ import torch
 import torch.distributed as dist
 
 from harness.errors import ErrorCategory, HarnessError
-from harness.hw_profiles.profiles import MemoryTier, Profile
+from harness.hw_profiles.profiles import MemoryTier, bare_cpu_profile
 from harness.reference.distributed.sessions import open_distributed_session
-from harness.reference.engine.run_config import RunConfig
+from harness.reference.engine.run_config import ExtraLog, RunConfig
 from harness.reference.engine.session import SessionHooks, TrainingSession
 from harness.reference.planner import PlannerConfig, plan_tables
+from harness.reference.planner.codecs import CommConfig
 from harness.reference.planner.models import tables_for_benchmark
 from harness.rules.specs import load_benchmark, spec_from_dict
 
@@ -57,7 +58,7 @@ class _Losses(SessionHooks):
     """The global mean loss of every step (a collective on every rank of a sharded session)."""
 
     def __init__(self, world: int):
-        self.world, self.losses = world, []
+        self.world, self.losses = world, list[float]()
 
     def after_step(self, session: Any, loss: torch.Tensor) -> bool:
         total = loss.detach().double().reshape(1).cpu() / self.world
@@ -71,7 +72,7 @@ def probe_configs(config: RunConfig) -> tuple[RunConfig, RunConfig]:
     """The sharded probe's run config and the single-process one of the same steps."""
     world = config.world_size
     plan = config.sharding_plan
-    raw = copy.deepcopy(config.benchmark)
+    raw = copy.deepcopy(config.benchmark.raw)
     batch = PROBE_BATCH_PER_RANK * world
     raw["name"] = f"{raw.get('name', 'run')}_self_check"
     hstu = raw["model"].get("family") == "hstu"
@@ -89,7 +90,7 @@ def probe_configs(config: RunConfig) -> tuple[RunConfig, RunConfig]:
     tables = tables_for_benchmark(spec)
     if plan is None or len(types) != len(tables):
         raise HarnessError("the self-check needs the run's sharding plan", ErrorCategory.BAD_INPUT)
-    run_profile = Profile.from_dict(config.profile, what="the run's profile")
+    run_profile = config.profile
     # the probe checks the collectives, not the tiers: its tables in HBM, whatever the capacities
     unbounded = MemoryTier(1 << 50, run_profile.hbm.bandwidth_bytes_per_s or 1)
     profile = dataclasses.replace(run_profile, hbm=unbounded)
@@ -102,15 +103,15 @@ def probe_configs(config: RunConfig) -> tuple[RunConfig, RunConfig]:
           "opt_base_learning_rate": LEARNING_RATE}
     for key in [k for k in hp if "warmup" in k or "decay_start" in k or "decay_steps" in k]:
         hp.pop(key)  # the probe trains at one rate
-    sharded = dataclasses.replace(config, benchmark=raw, hyperparameters=hp, sharding_plan=probe_plan, comm={},
-                                  embedding_tier=None, data=None, log_path=os.devnull, progress=False,
-                                  extra_log={}, precision="fp32")
+    sharded = dataclasses.replace(config, benchmark=spec, hyperparameters=hp, sharding_plan=probe_plan,
+                                  comm=CommConfig(), embedding_tier=None, data=None, log_path=os.devnull,
+                                  progress=False, extra_log=ExtraLog(), precision="fp32")
     # the probe proves the collectives and the plan's arithmetic in fp32, where its bound holds: in
     # bf16 the dense all-reduce's other order of additions sets the curves apart beyond it (measured:
     # docs/performance.md, "Figures behind the code's choices") within
     # its steps (the 16-bit tables' own path is proven bit for bit by tests/reference/distributed/test_sharded.py)
     single = dataclasses.replace(sharded, world_size=1, sharding_plan=None, emulated=True,
-                                 profile={"name": "self-check", "device_type": "cpu"})
+                                 profile=bare_cpu_profile("self-check"))
     return sharded, single
 
 

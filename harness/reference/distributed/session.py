@@ -24,7 +24,7 @@ import math
 import os
 from collections import deque
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -33,12 +33,13 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.hw_profiles.profiles import DeviceType
 from harness.reference.data.batches import NUM_DENSE, Batch
-from harness.reference.data.datasets import Dataset
+from harness.reference.data.datasets import Dataset, Samples
 from harness.reference.distributed.comm import Comm, CommStats, ddp_comm_hook
 from harness.reference.distributed.comm_codecs import CommConfig
 from harness.reference.distributed.input_dist import InputDist
-from harness.reference.distributed.shard_storage import TierPlacement
+from harness.reference.distributed.shard_storage import ShardFiles, TierPlacement
 from harness.reference.distributed.sharded import ShardedEmbeddingCollection
 from harness.reference.distributed.shardings import shardings_from_plan
 from harness.reference.distributed.two_stage import Hierarchy
@@ -52,14 +53,18 @@ from harness.reference.engine.session import (
 )
 from harness.reference.engine.trace import merge
 from harness.reference.models.dlrm import DLRM
+from harness.reference.models.embeddings import (
+    FusedEmbeddingCollection,
+    GroupedEmbeddingCollection,
+)
 from harness.reference.planner import traffic
-from harness.reference.planner.types import Plan, Tier
+from harness.reference.planner.types import CachePolicy, Plan, Tier
 from harness.reference.tiered import CacheStats, ssd_io
 from harness.reference.tiered.ledger import peak_rss_bytes, rss_now
 from harness.reference.timing import phases
 
 # the dense part's buffers are constants: no broadcast before each forward (torch >= 2.13 renamed the option)
-_NO_BUFFER_SYNC = (
+_NO_BUFFER_SYNC: dict[str, Any] = (
     {"forward_sync_buffers": False}
     if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters
     else {"broadcast_buffers": False}
@@ -70,10 +75,20 @@ def data_parallel(module: nn.Module, comm: Comm, codecs: CommConfig, overlap: bo
                   bucket_cap_mb: float | None) -> DistributedDataParallel:
     """A sharded model's dense part under DDP, its gradients all-reduced through
     :func:`~harness.reference.distributed.comm.ddp_comm_hook` on ``comm`` (codec and byte count)."""
+    bucket: dict[str, Any] = {"bucket_cap_mb": bucket_cap_mb} if bucket_cap_mb else {}
     dense = DistributedDataParallel(module, device_ids=device_ids, process_group=comm.group, **_NO_BUFFER_SYNC,
-                                    **({"bucket_cap_mb": bucket_cap_mb} if bucket_cap_mb else {}))
+                                    **bucket)
     dense.register_comm_hook((comm, codecs.allreduce, overlap), ddp_comm_hook)
     return dense
+
+
+class ShardedModel(Protocol):
+    """What a distributed session needs of any sharded model: its DDP dense part, and the end of
+    the embedding updates whose gradients were still travelling after backward."""
+
+    dense: DistributedDataParallel
+
+    def finish_backward(self) -> None: ...
 
 
 class DenseTower(nn.Module):
@@ -103,21 +118,22 @@ class ShardedDLRM(nn.Module):
         comms: the dense (DDP), embedding and input collectives.
         codecs: the codec of each collective.
         device_ids: DDP's device ids (``None`` on the CPU).
-        tiers: the shards' caches (``{"path", "policy", "batch"}``: see
-            :class:`~harness.reference.distributed.shard_storage.TierPlacement`).
+        files: how the cached shards keep their rows
+            (:class:`~harness.reference.distributed.shard_storage.ShardFiles`).
         batched: the sharded collection's batched paths (False: per shard, the same values).
     """
 
     def __init__(self, model: DLRM, plan: Plan, comms: tuple[Comm, Comm, Comm], codecs: CommConfig,
-                 device_ids: list[int] | None = None, tiers: dict[str, Any] | None = None, *, device: Any = None,
+                 device_ids: list[int] | None = None, files: ShardFiles | None = None, *, device: Any = None,
                  hierarchy: Hierarchy | None = None, overlap: bool = False, bucket_cap_mb: float | None = None,
                  batched: bool = True):
         super().__init__()
         dense_comm, emb_comm, input_comm = comms
-        emb = model.sparse_arch.embeddings
-        shardings = shardings_from_plan(plan, emb.table_rows, getattr(emb, "dims", None) or emb.dim,
-                                        emb_comm.world_size)
-        placement = TierPlacement.of(emb_comm.rank, tiers, plan.rank_capacity, plan.config)
+        emb = model.sparse_arch.embeddings  # described on the meta device, as built
+        assert isinstance(emb, FusedEmbeddingCollection | GroupedEmbeddingCollection), type(emb)
+        dims = emb.dims if isinstance(emb, GroupedEmbeddingCollection) else emb.dim
+        shardings = shardings_from_plan(plan, emb.table_rows, dims, emb_comm.world_size)
+        placement = TierPlacement.of(emb_comm.rank, files, plan.rank_capacity, plan.config)
         self.sparse_arch = ShardedEmbeddingCollection(emb, shardings, emb_comm, input_comm, codecs, placement=placement,
                                                       device=device, hierarchy=hierarchy, overlap=overlap,
                                                       batched=batched)
@@ -212,22 +228,22 @@ class DistributedSession(TrainingSession):
 
     sharded_model: Any = ShardedDLRM  # the model a rank trains (the HSTU session's: ShardedHSTU)
 
-    def __init__(self, config: RunConfig, *, dataset: Dataset | None = None, batched: bool = True):
+    def __init__(self, config: RunConfig, *, dataset: Samples | None = None, batched: bool = True):
         if config.sharding_plan is None:
             raise HarnessError("a distributed run needs a sharding plan in its run config", ErrorCategory.BAD_INPUT)
-        self.codecs = CommConfig.from_names(config.comm)
+        self.codecs = config.comm
         self.comm_stats = CommStats()  # the training steps' collectives
         self.eval_comm_stats = CommStats()  # the evaluations'
         self.overlap = bool(config.overlap)
         self.batched = batched
-        self._eval_plan: list[tuple[Batch, list[int]]] | None = None
+        self._eval_plan: list[Any] | None = None  # the eval items kept (see _eval_items)
         super().__init__(config, dataset=dataset)
 
     def _placement(self) -> tuple[int, int]:
         return dist.get_rank(), dist.get_world_size()
 
     def _device(self) -> torch.device:
-        if self.config.profile.get("device_type") == "cuda" and not self.config.emulated:
+        if self.config.profile.device_type is DeviceType.CUDA and not self.config.emulated:
             device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
             torch.cuda.set_device(device)
             return device
@@ -244,14 +260,14 @@ class DistributedSession(TrainingSession):
         full = self._unsharded(embedding_device="meta")  # the tables described, not made: each shard is made once
         dense_params = full.dense_parameters()
         device_ids = [self.device.index] if self.device.type == "cuda" else None
-        tier = self.config.embedding_tier or {}
-        tiers = {"policy": tier.get("policy", "lru"), "batch": self.global_batch_size,
-                 **({"path": f"{tier['path']}.rank{self.rank}"} if tier.get("path") else {})}
+        tier = self.config.embedding_tier
+        files = ShardFiles(batch=self.global_batch_size) if tier is None else ShardFiles(
+            path=f"{tier.path}.rank{self.rank}", policy=CachePolicy(tier.policy), batch=self.global_batch_size,
+            direct_io=tier.direct_io, reader=tier.row_reader)
         plan = self.config.sharding_plan
         assert plan is not None  # checked in __init__
-        model = self.sharded_model(full, plan, self.comms, self.codecs, device_ids, tiers, device=self.device,
-                                   hierarchy=self.hierarchy, overlap=self.overlap,
-                                   bucket_cap_mb=self.config.profile.get("ddp_bucket_cap_mb"), batched=self.batched)
+        model = self.sharded_model(full, plan, self.comms, self.codecs, device_ids, files, device=self.device,
+                                   hierarchy=self.hierarchy, overlap=self.overlap, batched=self.batched)
         self._tiered = None  # the sharded collection keeps its shards' caches itself
         # from the plan, not from this rank's shards: every rank must agree (the report is a collective)
         self._ssd_shards = any(s.tier is Tier.SSD for s in plan.shards)
@@ -260,8 +276,8 @@ class DistributedSession(TrainingSession):
     def ranks_per_node(self) -> int:
         """The profile's ranks per node (every rank of the run when it has one node); checked
         against the launch when torchrun started this node's ranks itself."""
-        per_node = int(self.config.profile.get("accelerators_per_node") or self.world_size)
-        nodes = int(self.config.profile.get("nodes") or 1)
+        per_node = self.config.profile.accelerators_per_node or self.world_size
+        nodes = self.config.profile.nodes
         if per_node * nodes != self.world_size:
             per_node = self.world_size  # a profile that does not describe this world: one node
         local = os.environ.get("LOCAL_WORLD_SIZE")
@@ -287,15 +303,23 @@ class DistributedSession(TrainingSession):
         return [*self.comms, *extra]
 
     def _after_backward(self) -> None:
-        self.model.finish_backward()
+        self._parts().finish_backward()
+
+    def _sharded(self) -> ShardedDLRM:
+        """The sharded DLRM this session trains (what :meth:`_build` made)."""
+        return cast(ShardedDLRM, self.model)
+
+    def _parts(self) -> ShardedModel:
+        """What every sharded model has (the HSTU session's as well as this one's)."""
+        return cast(ShardedModel, self.model)
 
     def _embeddings(self) -> Any:
-        return self.model.sparse_arch
+        return self._sharded().sparse_arch
 
     @property
     def embeddings(self) -> ShardedEmbeddingCollection:
         """This rank's shards and the collectives that make them act as the whole tables."""
-        return self.model.sparse_arch
+        return self._sharded().sparse_arch
 
     # ------------------------------------------------------------------ data and steps
     def batches(self, *, start: int | None = None, until: int | None = None) -> Feed:
@@ -324,9 +348,9 @@ class DistributedSession(TrainingSession):
 
     def _loss(self, item: Any) -> torch.Tensor:
         if isinstance(item, Batch):  # not distributed ahead of time: its ids travel now
-            item = (item, self.model.distribute(item.sparse))
+            item = (item, self._sharded().distribute(item.sparse))
         batch, ids = item
-        return self._loss_fn(self.model(batch.dense, ids), batch.labels)
+        return self._loss_fn(self._sharded()(batch.dense, ids), batch.labels)
 
     # ------------------------------------------------------------------ evaluation
     def _eval_sizes(self) -> tuple[int, list[list[int]]]:
@@ -338,7 +362,7 @@ class DistributedSession(TrainingSession):
         steps = math.ceil(max(per_rank) / local)
         return local, [[min(max(n - j * local, 0), local) for n in per_rank] for j in range(steps)]
 
-    def _eval_items(self) -> Iterable[tuple[Batch, list[int]]]:
+    def _eval_items(self) -> Iterable[Any]:
         """This rank's eval batches with every rank's batch size, read at the first evaluation
         and kept when this rank's part is small enough (see ``EVAL_CACHE_BYTES``)."""
         if self._eval_plan is not None:
@@ -346,7 +370,9 @@ class DistributedSession(TrainingSession):
         local, sizes = self._eval_sizes()
         mine = (self._on_device(b) for b in prefetch(self.dataset.eval_batches(local, rank=self.rank,
                                                                                 world_size=self.world_size)))
-        width = int(sum(self.dataset.pooling))
+        data = self.dataset
+        assert isinstance(data, Dataset), type(data)  # a DLRM's (the HSTU session has its own)
+        width = int(sum(data.pooling))
 
         def items() -> Iterator[tuple[Batch, list[int]]]:
             try:
@@ -355,7 +381,7 @@ class DistributedSession(TrainingSession):
                     if batch is None:
                         batch = Batch(torch.zeros(0, NUM_DENSE, device=self.device),
                                       torch.zeros(0, width, dtype=torch.int64, device=self.device),
-                                      torch.zeros(0, device=self.device), tuple(self.dataset.pooling))
+                                      torch.zeros(0, device=self.device), tuple(data.pooling))
                     yield batch, step_sizes
             finally:
                 mine.close()  # its reading thread ends with it
@@ -398,7 +424,7 @@ class DistributedSession(TrainingSession):
         """Per evaluation step (every rank takes part in each), this rank's scores (probabilities)
         and labels."""
         for batch, sizes in self._eval_items():
-            logits = self.model(batch.dense, self.model.distribute(batch.sparse, sizes))
+            logits = self._sharded()(batch.dense, self._sharded().distribute(batch.sparse, sizes))
             yield torch.sigmoid(logits), batch.labels
 
     # ------------------------------------------------------------------ state and caches
@@ -423,8 +449,8 @@ class DistributedSession(TrainingSession):
     def comm_projection(self) -> dict[str, Any]:
         """The planner's bytes per link class and kind of one training step of this run's plan,
         and their seconds at the profile's links (:func:`~harness.reference.planner.traffic.project_traffic`)."""
-        links = self.config.profile.get("interconnect") or {}
-        dense = sum(p.numel() for p in self.model.dense.module.parameters())
+        links = self.config.profile.interconnect
+        dense = sum(p.numel() for p in self._parts().dense.module.parameters())
         plan = self.config.sharding_plan
         assert plan is not None  # checked in __init__
         return traffic.project_traffic(
@@ -432,8 +458,8 @@ class DistributedSession(TrainingSession):
             # what the pooled vectors cross in: the tables' type where the codec is fp32
             codecs=dataclasses.replace(self.codecs, forward=self.embeddings.forward_codec,
                                        backward=self.embeddings.backward_codec),
-            dense_values=dense, intra_bw_bytes_per_s=float(links.get("intra_node_bw_bytes_per_s", 0)) / 2,
-            scale_out_bw_bytes_per_s=float(links.get("scale_out_bw_bytes_per_s", 0)) / 2)
+            dense_values=dense, intra_bw_bytes_per_s=links.intra_node_bw_bytes_per_s / 2,
+            scale_out_bw_bytes_per_s=links.scale_out_bw_bytes_per_s / 2)
 
     def measured_per_step(self, report: dict[str, Any]) -> dict[str, Any]:
         first = report["ranks"][0]
@@ -464,11 +490,11 @@ class DistributedSession(TrainingSession):
 
     def full_weight(self) -> torch.Tensor:
         """The whole unsharded tables, on every rank (a collective: for tests and small tables)."""
-        return self.model.sparse_arch.full_weight()
+        return self._sharded().sparse_arch.full_weight()
 
     def table_weights(self) -> list[torch.Tensor]:
         """Every whole table, on every rank (a collective: for tests and small tables)."""
-        return self.model.sparse_arch.table_weights()
+        return self._sharded().sparse_arch.table_weights()
 
     def cache_report(self) -> dict[str, Any] | None:
         """The SSD shards' caches of every rank, summed (a collective: every rank calls it);
@@ -485,9 +511,10 @@ class DistributedSession(TrainingSession):
         total = CacheStats(**{f: int(v) for f, v in zip(fields, local.tolist())})
         ssd_rows, cache_rows, read_ahead = int(local[-3]), int(local[-2]), int(local[-1])
         steps = max(self.step_count, 1)
-        tier = self.config.embedding_tier or {}
+        tier = self.config.embedding_tier
         # tables numbered as the model numbers them, across its collections
-        on_ssd, table_rows = set(), []
+        on_ssd: set[int] = set()
+        table_rows: list[int] = []
         for tables in collections:
             on_ssd |= {len(table_rows) + s.table for shards in tables.shards_of for s in shards if s.tier is Tier.SSD}
             table_rows += list(tables.table_rows)
@@ -497,10 +524,11 @@ class DistributedSession(TrainingSession):
             "ssd_bytes_read_per_step": round(total.bytes_read / steps, 1),
             "ssd_bytes_written_per_step": round(total.bytes_written / steps, 1),
             # rows of the SSD shards of every rank (a column-sharded table's rows once per shard)
-            "policy": tier.get("policy", "lru"), "cache_rows": cache_rows, "rows": ssd_rows,
+            "policy": tier.policy if tier is not None else CachePolicy.LRU.value, "cache_rows": cache_rows,
+            "rows": ssd_rows,
             "memory_tables": memory, "memory_rows": sum(table_rows[t] for t in memory),
             "ranks": self.world_size, "read_ahead_shard_batches": read_ahead,
-            **{k: tier[k] for k in ("table_tiers", "tier_plan") if k in tier},
+            **(tier.placement() if tier is not None else {}),
             **ssd_io([c.store for tables in collections for c in tables.cached.values() if c.store.tier is Tier.SSD]),
         }
 
@@ -524,7 +552,7 @@ class DistributedSession(TrainingSession):
 
     def _sharded_collections(self) -> list[ShardedEmbeddingCollection]:
         """The model's sharded collections (a DLRM has one)."""
-        return [self.model.sparse_arch]
+        return [self._sharded().sparse_arch]
 
     def cache_hit_rate(self) -> float | None:
         if not self._ssd_shards or not any(c.cached for c in self._sharded_collections()):

@@ -4,16 +4,17 @@
 
 from __future__ import annotations
 
-from harness.reference.data.datasets import Dataset
+from harness.reference.data.datasets import Samples
 from harness.reference.distributed.hstu import DistributedHSTUSession
 from harness.reference.distributed.session import DistributedSession
 from harness.reference.engine.run_config import RunConfig
+from harness.rules.specs import ModelFamily
 
 
-def open_distributed_session(config: RunConfig, *, dataset: Dataset | None = None,
+def open_distributed_session(config: RunConfig, *, dataset: Samples | None = None,
                              batched: bool = True) -> DistributedSession:
     """The session of this rank (``batched``: the sharded collections' batched paths; False: per
     shard, the same values)."""
-    if config.benchmark.get("model", {}).get("family") == "hstu":
+    if config.benchmark.family is ModelFamily.HSTU:
         return DistributedHSTUSession(config, dataset=dataset, batched=batched)
     return DistributedSession(config, dataset=dataset, batched=batched)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ from harness.reference.models.embeddings import (
 from harness.reference.models.hugepages import empty_table
 from harness.reference.models.numerics import TableLayout
 from harness.reference.planner.estimators import cache_rows
-from harness.reference.planner.types import TIERS, Storage, Tier
+from harness.reference.planner.types import TIERS, RowReader, Storage, Tier
 from harness.reference.tiered import CachedShard, CachePolicy, CacheStats
 from harness.reference.tiered.ledger import TierLedger
 from harness.reference.tiered.store import row_bytes
@@ -49,26 +49,39 @@ def rank_ledger(capacity: Storage | None, rank: int) -> TierLedger:
 
 
 @dataclass(frozen=True)
+class ShardFiles:
+    """How a rank's cached shards keep their rows: ``path``, the prefix of its SSD shards' files
+    (None: no shard may go there); ``policy``, the caches'; ``batch``, the global batch in ids a
+    sample of the collection (a cache holds at least what one batch looks up); ``direct_io`` and
+    ``reader``, as :class:`~harness.reference.tiered.SsdRows` takes them."""
+
+    path: str | None = None
+    policy: CachePolicy = CachePolicy.LRU
+    batch: int = 1
+    direct_io: bool = True
+    reader: RowReader = RowReader.AUTO
+
+
+@dataclass(frozen=True)
 class TierPlacement:
     """Where a rank's shards live: its ledger (the plan's capacity per tier; shared by the
-    collections of one model), the plan's cache fractions of the slower tiers, and ``tiers``:
-    ``{"path": prefix of this rank's shard files, "policy": the caches' policy, "batch": the
-    global batch, in ids a sample of the collection}``."""
+    collections of one model), the plan's cache fractions of the slower tiers, and ``files``
+    (:class:`ShardFiles`)."""
 
     ledger: TierLedger
     ddr_cache_fraction: float = 0.0
     ssd_cache_fraction: float = 0.0
-    tiers: dict[str, Any] = field(default_factory=dict)
+    files: ShardFiles = ShardFiles()
 
     @classmethod
-    def of(cls, rank: int, tiers: dict[str, Any] | None = None, capacity: Storage | None = None,
+    def of(cls, rank: int, files: ShardFiles | None = None, capacity: Storage | None = None,
            plan_config: dict[str, Any] | None = None, ledger: TierLedger | None = None) -> TierPlacement:
         """A placement from a plan's ``rank_capacity`` and ``config`` (None: unbounded, no caches),
         or into ``ledger`` where another collection of the model shares it."""
         config = plan_config or {}
         return cls(ledger if ledger is not None else rank_ledger(capacity, rank),
                    float(config.get("ddr_cache_fraction", 0.0)), float(config.get("ssd_cache_fraction", 0.0)),
-                   dict(tiers or {}))
+                   files or ShardFiles())
 
     def cache_fraction(self, tier: Tier) -> float:
         """The fraction of a ``tier`` shard's rows its cache holds (0: none planned)."""
@@ -231,7 +244,7 @@ class _ShardMaker:
         resident: in its rank's fastest tier, or in DDR when the plan gives DDR shards no cache.
         The store's bytes count in the shard's tier, the cache's (slots, bookkeeping and the
         row -> slot map) in the fastest tier above it, as the planner counted them."""
-        ledger, tiers = self.placement.ledger, self.placement.tiers
+        ledger, files = self.placement.ledger, self.placement.files
         fast = ledger.faster_than(s.tier)
         fraction = self.placement.cache_fraction(s.tier)
         if fast is None or (s.tier is Tier.DDR and fraction <= 0):
@@ -244,7 +257,7 @@ class _ShardMaker:
                                "caches DDR and SSD shards", ErrorCategory.NOT_IMPLEMENTED)
         state_cols = self.init.state_cols(s.cols)
         ledger.allocate(s.tier, s.rows * row_bytes(s.cols, state_cols, self.init.dtype), f"shard {i} (table {s.table})")
-        slots = cache_rows(s.rows, fraction, int(tiers.get("batch", 1)) * self.init.tables.pooling[s.table])
+        slots = cache_rows(s.rows, fraction, files.batch * self.init.tables.pooling[s.table])
         cached = self._behind_cache(i, s, state_cols, slots)
         ledger.allocate(fast, cached.cache.nbytes, f"the cache of shard {i} (table {s.table})")
         return cached
@@ -252,19 +265,19 @@ class _ShardMaker:
     def _behind_cache(self, i: int, s: ShardSpec, state_cols: int, slots: int) -> CachedShard:
         """Local shard ``i`` in its store (a file on the SSD tier, host memory on DDR) behind a
         cache of ``slots`` rows, its rows written there from the seed."""
-        init, tiers = self.init, self.placement.tiers
-        policy = CachePolicy(tiers.get("policy", "lru"))
+        init, files = self.init, self.placement.files
+        policy = files.policy
         if self.io is None:
             self.io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-shard-io")
         if s.tier is not Tier.SSD:
             return CachedShard.in_ddr(s.rows, s.cols, state_cols, init.store_rows(s), slots, policy, self.io,
                                       dtype=init.dtype)
-        if "path" not in tiers:
+        if files.path is None:
             raise HarnessError("the plan puts shards on the SSD tier, but the run gave them no file path",
                                ErrorCategory.BAD_INPUT)
-        path = Path(f"{tiers['path']}.shard{i}.bin")
+        path = Path(f"{files.path}.shard{i}.bin")
         return CachedShard.on_ssd(path, s.rows, s.cols, state_cols, init.store_rows(s), slots, policy, self.io,
-                                  dtype=init.dtype)
+                                  dtype=init.dtype, direct_io=files.direct_io, reader=files.reader)
 
 
 def _group_shards(shards: Sequence[ShardSpec], resident: Sequence[int], init: InitialWeights, device: torch.device,

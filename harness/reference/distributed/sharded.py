@@ -126,10 +126,7 @@ from harness.reference.distributed.two_stage_sequence import (
     StageCounts,
     TwoStageSequence,
 )
-from harness.reference.models.embeddings import (
-    FusedEmbeddingCollection,
-    set_learning_rate,
-)
+from harness.reference.models.embeddings import FusedEmbeddingCollection, GroupedEmbeddingCollection, set_learning_rate
 from harness.reference.planner.types import Tier
 from harness.reference.tiered import CachedShard, CacheStats
 from harness.reference.tiered.ledger import TierLedger
@@ -161,7 +158,7 @@ class ShardedEmbeddingCollection(nn.Module):
             and update one by one (the same values: ``bench/sharded_step.py`` compares them).
     """
 
-    def __init__(self, full: FusedEmbeddingCollection, shardings: Sequence[TableSharding], comm: Comm,
+    def __init__(self, full: FusedEmbeddingCollection | GroupedEmbeddingCollection, shardings: Sequence[TableSharding], comm: Comm,
                  input_comm: Comm, codecs: CommConfig, *, placement: TierPlacement | None = None, device: Any = None,
                  hierarchy: Hierarchy | None = None, sequence: bool = False, overlap: bool = False,
                  batched: bool = True):
@@ -482,7 +479,7 @@ class ShardedEmbeddingCollection(nn.Module):
         return self._storage.cache_stats(tier)
 
 
-def _initial_weights(full: FusedEmbeddingCollection) -> InitialWeights:
+def _initial_weights(full: FusedEmbeddingCollection | GroupedEmbeddingCollection) -> InitialWeights:
     """What makes the shards of ``full``'s tables: its seed, its tables' ids in the model (an HSTU
     ranker's contextual table is table 3 of the model, alone in its collection) and shapes, its
     optimizer, its tables' type."""

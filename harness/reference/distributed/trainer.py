@@ -13,10 +13,12 @@ import datetime
 import os
 import tempfile
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch.distributed as dist
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.hw_profiles.profiles import DeviceType
 from harness.mllog import keys
 from harness.reference.distributed.ranks import assign_rank
 from harness.reference.distributed.self_check import failure, self_check
@@ -84,7 +86,7 @@ def process_group(config: RunConfig) -> Iterator[None]:
         raise HarnessError(
             f"the run config is for {config.world_size} rank(s) but {world} were launched", ErrorCategory.BAD_INPUT
         )
-    backend = "nccl" if config.profile.get("device_type") == "cuda" and not config.emulated else "gloo"
+    backend = "nccl" if config.profile.device_type is DeviceType.CUDA and not config.emulated else "gloo"
     with contextlib.ExitStack() as stack:
         if world == 1 and "MASTER_ADDR" not in os.environ:  # one rank, not launched by torchrun: a store of its own
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-pg-"))
@@ -92,8 +94,8 @@ def process_group(config: RunConfig) -> Iterator[None]:
                                     world_size=1, timeout=PROCESS_GROUP_TIMEOUT)
         else:  # under a multi-node launch the rank is the launcher's node rank's (harness.reference.distributed.ranks)
             rank = assign_rank(world)
-            dist.init_process_group(backend=backend, timeout=PROCESS_GROUP_TIMEOUT,
-                                    **({"rank": rank, "world_size": world} if rank is not None else {}))
+            placed: dict[str, Any] = {"rank": rank, "world_size": world} if rank is not None else {}
+            dist.init_process_group(backend=backend, timeout=PROCESS_GROUP_TIMEOUT, **placed)
         yield
         # only after a clean end: after an error or an interrupt, collectives of other ranks may
         # still be pending and tearing the group down could wait for them; the worker exits instead

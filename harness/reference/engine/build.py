@@ -13,6 +13,7 @@ import torch
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.hw_profiles.tiers import Tier
+from harness.reference.engine.run_config import EmbeddingTier
 from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig, SparseOptimizerKind
 from harness.reference.models.from_spec import sparse_optimizer_kind
 from harness.reference.planner.estimators import cache_rows
@@ -55,38 +56,36 @@ def dense_optimizer(hp: Mapping[str, Any], params: list[torch.nn.Parameter], lr:
     return torch.optim.SGD(params, lr=lr)
 
 
-def tier_tables(full: FusedEmbeddingCollection, tier: dict[str, Any], *, device: torch.device,
+def tier_tables(full: FusedEmbeddingCollection, tier: EmbeddingTier, *, device: torch.device,
                 global_batch_size: int) -> TieredEmbeddingCollection:
     """``full``'s tables moved to the SSD tier (a file), behind a cache of a fraction of their
-    rows; tables not in ``tier["ssd_tables"]`` (when given) stay in memory."""
-    if tier.get("tier") != Tier.SSD.value or device.type != "cpu":
+    rows; tables not in ``tier.ssd_tables`` (when given) stay in memory."""
+    if tier.tier != Tier.SSD.value or device.type != "cpu":
         raise HarnessError(
-            f"embedding tier {tier.get('tier')!r} on {device.type}: only the SSD tier behind a host-memory "
+            f"embedding tier {tier.tier!r} on {device.type}: only the SSD tier behind a host-memory "
             "cache is implemented", ErrorCategory.NOT_IMPLEMENTED,
         )
-    in_file = bool(tier.get("rows_in_file"))  # resuming: the file already holds the rows
-    store = SsdRows(Path(tier["path"]), sum(full.table_rows), full.dim, state_columns(full), create=not in_file,
-                    dtype=full.weight.dtype)
-    on_ssd = tier.get("ssd_tables")  # table indices; None: all
+    in_file = tier.rows_in_file  # resuming: the file already holds the rows
+    store = SsdRows(Path(tier.path), sum(full.table_rows), full.dim, state_columns(full), create=not in_file,
+                    dtype=full.weight.dtype, direct_io=tier.direct_io, reader=tier.row_reader)
+    on_ssd = tier.ssd_tables  # table indices; None: all
     memory = tuple(t for t in range(len(full.table_rows)) if on_ssd is not None and t not in on_ssd)
     # each SSD table's share of the cache, as the planner counts it
-    fraction = float(tier["cache_fraction"])
-    capacity = sum(cache_rows(r, fraction, global_batch_size * full.pooling[t])
+    capacity = sum(cache_rows(r, tier.cache_fraction, global_batch_size * full.pooling[t])
                    for t, r in enumerate(full.table_rows) if t not in memory)
-    return TieredEmbeddingCollection(full, store, capacity, CachePolicy(tier.get("policy", "lru")),
+    return TieredEmbeddingCollection(full, store, capacity, CachePolicy(tier.policy),
                                      memory_tables=memory, copy_rows=not in_file)
 
 
-def tier_cache_report(tables: TieredEmbeddingCollection, tier: Mapping[str, Any]) -> dict[str, Any]:
+def tier_cache_report(tables: TieredEmbeddingCollection, tier: EmbeddingTier) -> dict[str, Any]:
     """Hit rate and bytes moved per tier of the tables' cache (training lookups), with the
     planner's placement when it planned the tiers."""
     cache = tables.cache
     memory_rows = cache.capacity - cache.free_capacity
-    placement = {k: tier[k] for k in ("table_tiers", "tier_plan") if k in tier}
     return {**cache.stats.to_dict(tables.store.tier), "policy": cache.policy.value,
             "cache_rows": cache.free_capacity, "rows": tables.store.rows - memory_rows,
             "memory_tables": list(tables.memory_tables), "memory_rows": memory_rows,
-            "read_ahead_batches": tables.read_ahead_batches, **placement, **ssd_io([tables.store])}
+            "read_ahead_batches": tables.read_ahead_batches, **tier.placement(), **ssd_io([tables.store])}
 
 
 def held_bytes(tables: list[torch.nn.Module], tiered: TieredEmbeddingCollection | None,

@@ -26,7 +26,6 @@ as it goes and, at the end, writes ``result.json`` (the SHA-256 of the final tab
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import shutil
@@ -62,12 +61,15 @@ def _copy(src: Path, tmp: Path) -> None:
 def save(directory: Path, session: TrainingSession) -> None:
     """Checkpoint ``session`` (a :class:`~harness.reference.engine.session.TrainingSession` with its
     tables on the SSD tier) at its current step (see the module docstring for the order of writes)."""
-    step = session.step_count
+    step, source = session.step_count, session.table_file
+    if source is None:
+        raise HarnessError("a checkpoint is of tables on the SSD tier; this session's are in memory",
+                           ErrorCategory.BAD_INPUT)
     directory.mkdir(parents=True, exist_ok=True)
     session.flush()
     tables_file = directory / f"tables-{step}.bin"
     dense_file = directory / f"dense-{step}.pt"
-    replace_atomic(tables_file, lambda tmp: _copy(session.table_file, tmp), durable=True)
+    replace_atomic(tables_file, lambda tmp: _copy(source, tmp), durable=True)
     # everything but the tables, which are in their file
     replace_atomic(dense_file, lambda tmp: torch.save(session.state_dict(), tmp), durable=True)
     manifest = {
@@ -139,7 +141,7 @@ def main(job_path: str) -> int:
     torch.set_num_threads(1)
     manifest = restore_tables(ckpt, work)
     if manifest is not None:  # the working file holds the checkpoint's rows: train on them, cache cold
-        config = dataclasses.replace(config, embedding_tier={**(config.embedding_tier or {}), "rows_in_file": True})
+        config = config.with_tier(rows_in_file=True)
     session = TrainingSession(config)  # without a checkpoint, writes the initial tables into the working file
     if manifest is not None:
         restore_state(ckpt, manifest, session)

@@ -43,25 +43,27 @@ import numpy as np
 import torch
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.hw_profiles.profiles import DeviceType
 from harness.mllog import keys
 from harness.reference.data import open_dataset
 from harness.reference.data.batches import Batch
-from harness.reference.data.datasets import Dataset, step_batches
+from harness.reference.data.datasets import Dataset, Samples, step_batches
+from harness.reference.data.events import EventStreams
 from harness.reference.engine.build import dense_optimizer, held_bytes, sparse_optimizer, tier_cache_report, tier_tables
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.schedules import LearningRatePolicy, eval_samples_grid, eval_steps, step_limit
 from harness.reference.engine.trace import StepTracer, merge
 from harness.reference.models import numerics
 from harness.reference.models.dlrm import DLRM
-from harness.reference.models.embeddings import SparseOptimizerConfig
+from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
 from harness.reference.models.from_spec import build_model
 from harness.reference.models.hstu import HSTURanker
-from harness.reference.tiered import lookahead
+from harness.reference.tiered import SsdRows, lookahead
 from harness.reference.tiered.ledger import peak_rss_bytes, rss_now
 from harness.reference.timing import phases
 from harness.rules.auc import roc_auc
 from harness.rules.precision import Precision, parse_precision
-from harness.rules.specs import BenchmarkSpec, ModelFamily, spec_from_dict
+from harness.rules.specs import BenchmarkSpec
 
 # The eval split is kept in memory after its first evaluation when it is at most this large
 # (the synthetic benchmarks' are tens of MB); a larger one (Criteo 1TB's 89M samples) is read
@@ -190,14 +192,15 @@ class TrainingSession:
             (``config.data``, a manifest) or the benchmark's generator.
     """
 
-    def __init__(self, config: RunConfig, *, dataset: Dataset | None = None):
+    def __init__(self, config: RunConfig, *, dataset: Samples | None = None):
         self.config = config
-        self.spec: BenchmarkSpec = spec_from_dict(config.benchmark, what="benchmark of the run config")
+        self.spec: BenchmarkSpec = config.benchmark
         self.hyperparameters: dict[str, Any] = dict(config.hyperparameters)
         self.rank, self.world_size = self._placement()
         self.device = self._device()
-        self.dataset: Dataset = dataset if dataset is not None else open_dataset(
-            self.spec, None if config.data is None else config.data["root"], manifest=config.data)
+        self.dataset: Samples = dataset if dataset is not None else open_dataset(
+            self.spec, None if config.data is None else config.data["root"], manifest=config.data,
+            cache_dir=config.data_cache)
         self.global_batch_size = int(self.hyperparameters["global_batch_size"])
         self.steps_per_epoch = self.dataset.train_samples // self.global_batch_size
         if self.steps_per_epoch < 1:
@@ -229,7 +232,7 @@ class TrainingSession:
     def _device(self) -> torch.device:
         """One process, one device: the profile's accelerator when it has one (a profile is only
         run where its hardware is present, unless emulated), else the CPU."""
-        on_gpu = self.config.profile.get("device_type") == "cuda" and not self.config.emulated
+        on_gpu = self.config.profile.device_type is DeviceType.CUDA and not self.config.emulated
         return torch.device("cuda" if on_gpu else "cpu")
 
     def _sparse_optimizer(self) -> SparseOptimizerConfig:
@@ -254,11 +257,15 @@ class TrainingSession:
     def _build(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         model = self._unsharded()
         self._tiered = None
-        if self.config.embedding_tier:
-            if self.spec.family is not ModelFamily.DLRM:
+        if self.config.embedding_tier is not None:
+            if not isinstance(model, DLRM):
                 raise HarnessError(f"embedding tiers for a {self.spec.family.value} model are not implemented yet",
                                    ErrorCategory.NOT_IMPLEMENTED)
-            self._tiered = tier_tables(model.sparse_arch.embeddings, self.config.embedding_tier, device=self.device,
+            tables = model.sparse_arch.embeddings
+            if not isinstance(tables, FusedEmbeddingCollection):
+                raise HarnessError("embedding tiers for tables of several dimensions are not implemented yet",
+                                   ErrorCategory.NOT_IMPLEMENTED)
+            self._tiered = tier_tables(tables, self.config.embedding_tier, device=self.device,
                                        global_batch_size=self.global_batch_size)
             model.sparse_arch.embeddings = self._tiered
         return model, self._dense_optimizer(model.dense_parameters())
@@ -330,18 +337,21 @@ class TrainingSession:
     def _embeddings(self) -> Any:
         """What takes the tables' rate and step: a DLRM's fused collection, or the HSTU ranker (two
         collections, the sequence tables and the contextual one)."""
-        if self.spec.family is ModelFamily.HSTU:
-            return self.model
-        return self.model.sparse_arch.embeddings
+        model = self._ranker()
+        return model if isinstance(model, HSTURanker) else model.sparse_arch.embeddings
 
     def _tables(self) -> list[torch.nn.Module]:
         """The model's fused tables."""
-        if self.spec.family is ModelFamily.HSTU:
-            return list(self.model.tables())
-        return [self.model.sparse_arch.embeddings]
+        model = self._ranker()
+        return list(model.tables()) if isinstance(model, HSTURanker) else [model.sparse_arch.embeddings]
+
+    def _ranker(self) -> DLRM | HSTURanker:
+        """The model a one-process session trains (a distributed session's sharded model is its own)."""
+        assert isinstance(self.model, DLRM | HSTURanker), type(self.model)
+        return self.model
 
     def _loss(self, item: Any) -> torch.Tensor:
-        return self.model.batch_loss(item)
+        return self._ranker().batch_loss(item)
 
     def autocast(self) -> Any:
         """The dense layers' autocast region of the run's precision (none for fp32)."""
@@ -393,10 +403,12 @@ class TrainingSession:
 
     # ------------------------------------------------------------------ evaluation
     def _eval_split_bytes(self) -> int:
-        if self.spec.family is ModelFamily.HSTU:  # five int64 per event, at most max_sequence_length events
-            return self.dataset.eval_samples * (8 * 5 * int(self.dataset.max_sequence_length) + 16)
-        per_sample = 4 * 13 + 8 * sum(self.dataset.pooling) + 4
-        return self.dataset.eval_samples * per_sample
+        data = self.dataset
+        if isinstance(data, EventStreams):  # five int64 per event, at most max_sequence_length events
+            return data.eval_samples * (8 * 5 * int(data.max_sequence_length) + 16)
+        assert isinstance(data, Dataset), type(data)
+        per_sample = 4 * 13 + 8 * sum(data.pooling) + 4
+        return data.eval_samples * per_sample
 
     def _eval_items(self) -> Iterable[Any]:
         """The eval split, read at the first evaluation (inside the timed region, as MLPerf's
@@ -419,7 +431,7 @@ class TrainingSession:
             scores, labels = [], []
             for b in items:
                 with self.autocast():
-                    logits, truth = self.model.batch_scores(b)
+                    logits, truth = self._ranker().batch_scores(b)
                 scores.append(torch.sigmoid(logits.float()).double().cpu().numpy())
                 labels.append(truth.cpu().numpy())
         finally:
@@ -504,7 +516,11 @@ class TrainingSession:
     @property
     def table_file(self) -> Path | None:
         """The SSD tier's file of the tables (None when they are in memory)."""
-        return None if self._tiered is None else Path(self._tiered.store.path)
+        if self._tiered is None:
+            return None
+        store = self._tiered.store
+        assert isinstance(store, SsdRows), type(store)  # tier_tables' store
+        return Path(store.path)
 
     def state_dict(self) -> dict[str, Any]:
         """The step, the model and the dense optimizer's state; with the tables on the SSD tier,
@@ -537,7 +553,8 @@ class TrainingSession:
     def cache_report(self) -> dict[str, Any] | None:
         """Hit rate and bytes moved per tier of the tables' cache (training lookups); None when
         the tables are in memory."""
-        return None if self._tiered is None else tier_cache_report(self._tiered, self.config.embedding_tier or {})
+        tier = self.config.embedding_tier
+        return None if self._tiered is None or tier is None else tier_cache_report(self._tiered, tier)
 
     def step_phases_report(self) -> dict[str, Any] | None:
         """The run's ``harness_step_phases`` record (every rank's, a collective in a sharded run);
@@ -557,9 +574,10 @@ class TrainingSession:
         """Per rank: the bytes the plan gave each tier, those held (and their peak) per tier, and
         the process's peak RSS (a collective in a sharded run: every rank calls it)."""
         held = held_bytes(self._tables(), self._tiered, self.device)
-        tier_plan = self.config.embedding_tier or {}
+        tier = self.config.embedding_tier
+        plan = {"tier_plan": tier.tier_plan} if tier is not None and tier.tier_plan is not None else {}
         return {"ranks": [{"rank": 0, "held": held, "peak": held, "peak_rss_bytes": peak_rss_bytes(), **rss_now(),
-                           **({"tier_plan": tier_plan["tier_plan"]} if "tier_plan" in tier_plan else {})}]}
+                           **plan}]}
 
     def cache_hit_rate(self) -> float | None:
         """This rank's cache hit rate so far (None when the tables are in memory)."""

@@ -35,10 +35,10 @@ from harness.reference.engine.session import (
     TrainingSession,
     roc_auc,
 )
-from harness.reference.planner.codecs import Codec, CommConfig, mlperf_precision
+from harness.reference.planner.codecs import Codec, mlperf_precision
 from harness.rules.hyperparameters import logged_value
 from harness.rules.precision import Precision, parse_precision
-from harness.rules.specs import BenchmarkSpec, spec_from_dict
+from harness.rules.specs import BenchmarkSpec
 
 __all__ = ["EMBEDDING_PRECISION", "RunConfig", "RunResult", "Trainer", "roc_auc"]
 
@@ -110,12 +110,12 @@ class Trainer:
                  progress: Callable[[dict], None] | None = None):
         self.config = config
         self.log = log if log is not None else MLPerfLog(Path(os.devnull), enabled=False)  # None: no log
-        self.spec: BenchmarkSpec = spec_from_dict(config.benchmark, what="benchmark of the run config")
+        self.spec: BenchmarkSpec = config.benchmark
         self.hp = config.hyperparameters
         self._progress = progress or (lambda _event: None)
         self.rank = 0
         self.world_size = config.world_size
-        self.codecs = CommConfig.from_names(config.comm)
+        self.codecs = config.comm
         self.precision: Precision = parse_precision(config.precision, what="the run config's precision")
         self.session: TrainingSession | None = None
 
@@ -142,7 +142,7 @@ class Trainer:
         self.log.event(keys.HARNESS_FINGERPRINT, c.fingerprint)
         self.log.event(keys.HARNESS_RULESET, self.spec.ruleset)
         self.log.event(keys.HARNESS_EMULATED, c.emulated)
-        self.log.event(keys.HARNESS_PROFILE, str(c.profile.get("name", "")) or "unknown")
+        self.log.event(keys.HARNESS_PROFILE, c.profile.name or "unknown")
         for key, value in sorted(c.extra_log.items()):
             self.log.event(key, value)
 

@@ -111,7 +111,9 @@ class SparseArch(nn.Module):
 
     def __init__(self, embeddings: FusedEmbeddingCollection | GroupedEmbeddingCollection):
         super().__init__()
-        self.embeddings = embeddings
+        # the tables as built; a session may put them behind a cache on the SSD tier
+        # (harness.reference.tiered.TieredEmbeddingCollection), which looks them up the same way
+        self.embeddings: nn.Module = embeddings
 
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:
         """``B x L`` per-table ids -> ``B x F x D`` pooled embeddings (tables of one dimension), or

@@ -70,6 +70,15 @@ class CachePolicy(enum.Enum):
     LFU = "lfu"
 
 
+class RowReader(enum.Enum):
+    """What moves the SSD tier's rows (:mod:`harness.reference.tiered.rowio`): the compiled io_uring
+    reader where it loads and the kernel allows it (``auto``), or Python threads calling
+    ``pread``/``pwrite`` (``threads``). Here, torch-free, because a run's config names it."""
+
+    AUTO = "auto"
+    THREADS = "threads"
+
+
 class PlannerErrorType(enum.Enum):
     """Why the planner found no plan."""
 

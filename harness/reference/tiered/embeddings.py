@@ -31,6 +31,7 @@ from harness.reference.models.embeddings import (
     sparse_update,
     unscale,
 )
+from harness.reference.planner.types import RowReader
 from harness.reference.tiered.cache import CachePolicy, RowCache
 from harness.reference.tiered.store import MemoryRows, RowStore, SsdRows
 
@@ -223,8 +224,10 @@ class CachedShard:
     @classmethod
     def on_ssd(cls, path: Path, rows: int, cols: int, state_cols: int, initial: Callable[[int, int], torch.Tensor],
                cache_rows: int, policy: CachePolicy = CachePolicy.LRU,
-               io: ThreadPoolExecutor | None = None, dtype: torch.dtype = torch.float32) -> CachedShard:
-        return cls(SsdRows(path, rows, cols, state_cols, create=True, dtype=dtype), initial, cache_rows, policy, io)
+               io: ThreadPoolExecutor | None = None, dtype: torch.dtype = torch.float32, *, direct_io: bool = True,
+               reader: RowReader = RowReader.AUTO) -> CachedShard:
+        store = SsdRows(path, rows, cols, state_cols, create=True, dtype=dtype, direct_io=direct_io, reader=reader)
+        return cls(store, initial, cache_rows, policy, io)
 
     @classmethod
     def in_ddr(cls, rows: int, cols: int, state_cols: int, initial: Callable[[int, int], torch.Tensor],

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.reference.planner.types import RowReader
+
 COMPILED = "io_uring (compiled reader)"
 FALLBACK = "python threads (pread)"
 
@@ -52,8 +54,6 @@ class _Lib:
 @functools.cache
 def compiled_reader() -> tuple[_Lib | None, str]:
     """The compiled reader and ``""``, or None and why not (one phrase)."""
-    if os.environ.get("HARNESS_ROWIO", "") == "python":
-        return None, "HARNESS_ROWIO=python"
     here = Path(__file__).resolve().parent
     found = sorted(here.glob("_rowio*.so"))
     if not found:
@@ -69,8 +69,15 @@ def compiled_reader() -> tuple[_Lib | None, str]:
     return lib, ""
 
 
-def reader_name() -> str:
-    """What reads the rows, as every report prints it."""
+def uses_compiled(reader: RowReader) -> bool:
+    """Whether ``reader`` moves rows through the compiled reader (``auto`` where it loads)."""
+    return reader is RowReader.AUTO and compiled_reader()[0] is not None
+
+
+def reader_name(reader: RowReader = RowReader.AUTO) -> str:
+    """What reads the rows for ``reader``, as every report prints it."""
+    if reader is RowReader.THREADS:
+        return f"{FALLBACK}; chosen (row reader: threads)"
     lib, why = compiled_reader()
     return COMPILED if lib is not None else f"{FALLBACK}; {why}"
 
@@ -144,18 +151,18 @@ def _pool(depth: int) -> ThreadPoolExecutor:
 
 
 def transfer(fd: int, *, write: bool, offsets: np.ndarray, lens: np.ndarray, bufoffs: np.ndarray, buf: np.ndarray,
-             depth: int) -> None:
+             depth: int, compiled: bool = True) -> None:
     """Read (or write) spans: span ``i`` is ``lens[i]`` bytes at offset ``offsets[i]`` of ``fd``,
     at ``buf[bufoffs[i]:]`` (a byte array; offsets, lengths and the buffer's addresses aligned
-    where ``fd`` is open with O_DIRECT), up to ``depth`` in flight: through this thread's io_uring,
-    or :data:`FALLBACK`'s threads. Raises OSError (the span's index in ``err.span``) on a failed
+    where ``fd`` is open with O_DIRECT), up to ``depth`` in flight: through this thread's io_uring
+    (``compiled``, where it loads), or :data:`FALLBACK`'s threads. Raises OSError (the span's index in ``err.span``) on a failed
     or short transfer."""
     n = len(offsets)
     if n == 0:
         return
     offsets, lens, bufoffs = (np.ascontiguousarray(a, dtype=np.int64) for a in (offsets, lens, bufoffs))
     assert buf.flags.c_contiguous and int((bufoffs + lens).max()) <= buf.nbytes
-    lib, _ = compiled_reader()
+    lib = compiled_reader()[0] if compiled else None
     if lib is not None:
         failed = ctypes.c_int64(-1)
         rc = lib.lib.rowio_spans(_thread_ring(lib), fd, int(write), offsets.ctypes.data, lens.ctypes.data,
@@ -166,7 +173,7 @@ def transfer(fd: int, *, write: bool, offsets: np.ndarray, lens: np.ndarray, buf
             err.span = int(failed.value)  # type: ignore[attr-defined]
             raise err
         return
-    view = memoryview(buf).cast("B")
+    view = buf.data.cast("B")
 
     def some(lo: int, hi: int) -> None:
         for i in range(lo, hi):
@@ -177,9 +184,9 @@ def transfer(fd: int, *, write: bool, offsets: np.ndarray, lens: np.ndarray, buf
                 err.span = i  # type: ignore[attr-defined]
                 raise
             if done != lens[i]:
-                err = OSError(errno.EIO, "short transfer or I/O error")
-                err.span = i  # type: ignore[attr-defined]
-                raise err
+                short = OSError(errno.EIO, "short transfer or I/O error")
+                short.span = i  # type: ignore[attr-defined]
+                raise short
 
     depth = max(1, min(int(depth), n))
     if depth == 1:

@@ -22,6 +22,7 @@ import torch
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.hw_profiles.tiers import Tier
+from harness.reference.planner.types import RowReader
 from harness.reference.tiered import rowio
 
 
@@ -133,11 +134,11 @@ class SsdRows(RowStore):
     260 bytes costs one or two blocks, not the 4 KB page (and the kernel's read-ahead) a memory
     map would fault in. Rows of one call that share a block are one transfer. A write reads
     first the blocks it only partly covers (their other rows' bytes are kept) and then writes
-    whole blocks. Where ``O_DIRECT`` is refused, or ``HARNESS_SSD_DIRECT=0`` (tests that check what
-    the tier computes, not how fast the drive is), rows are read and written exactly, through the
+    whole blocks. Where ``O_DIRECT`` is refused, or not ``direct_io`` (tests that check what the
+    tier computes, not how fast the drive is), rows are read and written exactly, through the
     page cache; :attr:`mode` says which, and why. Every call is one batched submission at
     ``queue_depth`` (:func:`~harness.reference.tiered.rowio.transfer`: the compiled io_uring
-    reader, or Python threads, named by :attr:`reader`).
+    reader, or Python threads, as ``reader`` chooses; named by :attr:`reader`).
 
     Calls must not overlap (the cache makes them in order, on one thread at a time: a write's
     read-modify-write of a shared block would otherwise race another's).
@@ -151,7 +152,8 @@ class SsdRows(RowStore):
     tier = Tier.SSD
 
     def __init__(self, path: Path, rows: int, cols: int, state_cols: int, *, create: bool,
-                 dtype: torch.dtype = torch.float32, queue_depth: int = 64):
+                 dtype: torch.dtype = torch.float32, queue_depth: int = 64, direct_io: bool = True,
+                 reader: RowReader = RowReader.AUTO):
         super().__init__(rows, cols, state_cols, dtype)
         self.path = Path(path)
         width = self.width
@@ -169,13 +171,14 @@ class SsdRows(RowStore):
             )
         self.size = expected
         self.queue_depth = int(queue_depth)
-        if os.environ.get("HARNESS_SSD_DIRECT", "1") == "0":  # the page cache's speed, not the drive's
-            align, why = None, "HARNESS_SSD_DIRECT=0"
+        if not direct_io:  # the page cache's speed, not the drive's
+            align, why = None, "direct I/O off"
         else:
             align, why = rowio.probe_direct(self.path)
         self.align = align or 4  # a transfer's granularity: the block, or (through the page cache) the word
         self.mode = f"direct (O_DIRECT, {align}-byte blocks)" if align else f"buffered ({why})"
-        self.reader = rowio.reader_name()
+        self.reader = rowio.reader_name(reader)
+        self._compiled = rowio.uses_compiled(reader)
         self._transfer = rowio.transfer
         self._aligned_empty = rowio.aligned_empty
         self._fd = os.open(self.path, os.O_RDWR | (os.O_DIRECT if align else 0))
@@ -232,8 +235,8 @@ class SsdRows(RowStore):
                 lens[i] = cut - offsets[i]
         try:
             self._transfer(self._fd, write=write, offsets=offsets[lens > 0], lens=lens[lens > 0],
-                           bufoffs=bufoffs[lens > 0], buf=buf, depth=self.queue_depth)
-            view = memoryview(buf)
+                           bufoffs=bufoffs[lens > 0], buf=buf, depth=self.queue_depth, compiled=self._compiled)
+            view = buf.data
             for at, where, size in tails:
                 part = view[where : where + size]
                 if (os.pwritev if write else os.preadv)(self._tail_fd, [part], at) != size:

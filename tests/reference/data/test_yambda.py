@@ -62,14 +62,6 @@ def every_batch(ds, world: int = 1) -> list[dict[str, torch.Tensor]]:
     return out
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _cache_in_tmp(tmp_path_factory):
-    """Runs opened by path (open_dataset, a session) keep their Yambda cache under the test's tmp."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HARNESS_DATA_CACHE", str(tmp_path_factory.mktemp("harness_data_cache")))
-        yield
-
-
 @pytest.fixture(scope="module")
 def spec():
     return spec_from_dict(tiny_raw(), what="the tiny event streams")
@@ -118,8 +110,8 @@ def test_the_export_reads_back_as_the_generator_bit_for_bit(spec, generator, exp
     assert (ds.eval_window, ds.train_samples, ds.eval_samples) == (generator.eval_window, 400, 24)
     assert np.array_equal(ds.eval_users, generator.eval_users)
     # the run's path: open_dataset on the folder, then a worker reopening it from the manifest
-    opened = open_dataset(spec, exported)
-    again = open_dataset(spec, exported, manifest=dataset_manifest(opened))
+    opened = open_dataset(spec, exported, cache_dir=cache)
+    again = open_dataset(spec, exported, manifest=dataset_manifest(opened), cache_dir=cache)
     assert same(cat(again.eval_batches(24)), cat(generator.eval_batches(24)))
 
 
@@ -130,19 +122,20 @@ def test_both_layouts_give_the_same_samples(spec, exported, cache, tmp_path):
     assert all(same(a, b) for a, b in zip(every_batch(split), every_batch(flat), strict=True))
 
 
-def test_training_on_the_export_repeats_the_generators_steps(spec, exported):
+def test_training_on_the_export_repeats_the_generators_steps(spec, exported, cache):
     from harness.reference.engine.run_config import RunConfig
     from harness.reference.engine.session import TrainingSession
 
     raw = tiny_raw()
 
     def losses(data) -> list[float]:
-        s = TrainingSession(RunConfig.offline(raw, dict(raw["reference_hyperparameters"]), 3, data=data))
+        s = TrainingSession(RunConfig.offline(raw, dict(raw["reference_hyperparameters"]), 3, data=data,
+                                             data_cache=str(cache)))
         return [float(s.step(b)) for b in s.batches(until=8)] + [s.evaluate(list(s.dataset.eval_batches(24)))]
 
     # one thread, as `harness run --threads 1`: the engine's multi-threaded reductions are not bit-reproducible
     # from one session to the next (dlrmv4_synthetic at 2 threads: apart from step 7 on, whatever the data)
-    manifest = dataset_manifest(open_dataset(spec, exported))
+    manifest = dataset_manifest(open_dataset(spec, exported, cache_dir=cache))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

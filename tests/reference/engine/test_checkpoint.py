@@ -6,7 +6,6 @@ import json
 import random
 import signal
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,6 @@ STEPS, EVERY, BATCH = 32, 8, 256
 
 
 # what the tier computes, not the drive's speed (tests/reference/conftest.py)
-pytestmark = pytest.mark.usefixtures("ssd_through_the_page_cache")
 
 
 def job(tmp: Path, name: str) -> Path:
@@ -34,10 +32,11 @@ def job(tmp: Path, name: str) -> Path:
     folder = tmp / name
     folder.mkdir()
     config = RunConfig.offline(spec, hp, 11, who="test", embedding_tier={
-        "tier": "ssd", "path": str(folder / "tables.bin"), "cache_fraction": 0.05, "policy": "lfu"})
+        "tier": "ssd", "path": str(folder / "tables.bin"), "cache_fraction": 0.05, "policy": "lfu",
+        "direct_io": False})  # what the tier computes, not the drive's speed
     path = folder / "job.json"
     path.write_text(json.dumps({
-        "run_config": asdict(config), "checkpoints": str(folder / "checkpoints"), "tables": str(folder / "tables.bin"),
+        "run_config": config.to_dict(), "checkpoints": str(folder / "checkpoints"), "tables": str(folder / "tables.bin"),
         "steps": STEPS, "every": EVERY, "result": str(folder / "result.json"),
     }))
     return path

@@ -6,10 +6,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.hw_profiles.profiles import DeviceType, bare_cpu_profile
 from harness.reference.engine.mlperf_log import parse_records
 from harness.reference.engine.session import TrainingSession
 from harness.reference.engine.trainer import RunConfig
+from harness.reference.planner.codecs import CommConfig
 from harness.reference.runs import run_from_config
+from harness.rules.specs import spec_from_dict
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "tiny_benchmark.yaml"
 
@@ -20,7 +23,8 @@ def config(tmp_path, *, target=None, seed=3, **spec_changes) -> RunConfig:
         spec["quality"]["target"] = target
     spec.update(spec_changes)
     return RunConfig(
-        benchmark=spec, hyperparameters=spec["reference_hyperparameters"], profile={}, seed=seed,
+        benchmark=spec_from_dict(spec, what="the tiny benchmark"), hyperparameters=spec["reference_hyperparameters"],
+        profile=bare_cpu_profile(), seed=seed,
         seed_source="user_chosen", submitter="acme", division="closed", status="research", platform="box",
         log_path=str(tmp_path / f"log-{seed}.txt"), fingerprint="sha256:" + "ab" * 32, config_filename="tiny.yaml",
         threads=1,
@@ -107,7 +111,7 @@ def test_interrupt_ends_the_log_aborted(tmp_path, monkeypatch):
 def test_one_gpu_run_is_deterministic(tmp_path):
     runs = []
     for name in ("a", "b"):
-        cfg = dataclasses.replace(config(tmp_path, target=0.99, seed=5), profile={"device_type": "cuda"},
+        cfg = dataclasses.replace(config(tmp_path, target=0.99, seed=5), profile=dataclasses.replace(bare_cpu_profile(), device_type=DeviceType.CUDA),
                                   log_path=str(tmp_path / f"{name}.txt"))
         runs.append(run_from_config(cfg).eval_accuracies)
     assert runs[0] == runs[1] and len(runs[0]) == 4 and runs[0][-1][1] > 0.55
@@ -130,7 +134,8 @@ def test_the_log_states_the_runs_precision(tmp_path, precision, world_size, comm
     from harness.reference.engine.mlperf_log import MLPerfLog
     from harness.reference.engine.trainer import EMBEDDING_PRECISION, Trainer
 
-    cfg = dataclasses.replace(config(tmp_path), precision=precision, world_size=world_size, comm=comm)
+    cfg = dataclasses.replace(config(tmp_path), precision=precision, world_size=world_size,
+                              comm=CommConfig.from_names(comm))
     log = MLPerfLog(Path(cfg.log_path))
     Trainer(cfg, log)._log_init_start()
     log.close()

@@ -10,7 +10,6 @@ from harness.errors import HarnessError
 from harness.reference.tiered import CachePolicy, MemoryRows, RowCache
 
 # what the tier computes, not the drive's speed (tests/reference/conftest.py)
-pytestmark = pytest.mark.usefixtures("ssd_through_the_page_cache")
 
 
 def store_with_rows(n: int, cols: int = 2, state: int = 1) -> MemoryRows:

@@ -8,38 +8,38 @@ import pytest
 import torch
 
 from harness.errors import HarnessError
+from harness.reference.planner.types import RowReader
 from harness.reference.tiered import MemoryRows, SsdRows
 
-# what the tier computes, not the drive's speed (tests/reference/conftest.py)
-pytestmark = pytest.mark.usefixtures("ssd_through_the_page_cache")
+# tests of what the tier keeps move rows through the page cache (direct_io=False): what the tier
+# computes, not the drive's speed
 
 
 def test_the_ssd_tier_is_a_file_that_keeps_what_was_written(tmp_path):
-    store = SsdRows(tmp_path / "t.bin", 100, 4, 4, create=True)
+    store = SsdRows(tmp_path / "t.bin", 100, 4, 4, create=True, direct_io=False)
     store.write(torch.tensor([3, 7]), torch.arange(16, dtype=torch.float32).view(2, 8))
     store.flush()
-    again = SsdRows(tmp_path / "t.bin", 100, 4, 4, create=False)
+    again = SsdRows(tmp_path / "t.bin", 100, 4, 4, create=False, direct_io=False)
     assert again.read(torch.tensor([7, 3, 0])).tolist() == [list(range(8, 16)), list(range(8)), [0.0] * 8]
     assert (tmp_path / "t.bin").stat().st_size == 100 * 8 * 4
     with pytest.raises(HarnessError, match="not a table file of 50 rows"):
-        SsdRows(tmp_path / "t.bin", 50, 4, 4, create=False)
+        SsdRows(tmp_path / "t.bin", 50, 4, 4, create=False, direct_io=False)
 
 
 @pytest.mark.parametrize("reader", ["compiled", "python"])
-def test_the_ssd_tier_moves_the_blocks_rows_lie_on_and_keeps_every_other_rows_bytes(tmp_path, monkeypatch, reader):
+def test_the_ssd_tier_moves_the_blocks_rows_lie_on_and_keeps_every_other_rows_bytes(tmp_path, reader):
     """Random reads and writes of 65-word rows (260 bytes: most straddle two 512-byte blocks, the
     last block is cut by the file's end) equal a store in memory bit for bit, the file itself holds
     the same rows packed, and what the drive moved is the blocks the rows lie on: never a page per
     row. Through the compiled io_uring reader and through its Python fallback."""
     from harness.reference.tiered import rowio
 
-    monkeypatch.delenv("HARNESS_SSD_DIRECT", raising=False)  # the drive itself, where O_DIRECT works
-    if reader == "python":
-        monkeypatch.setenv("HARNESS_ROWIO", "python")
     rowio.compiled_reader.cache_clear()
     try:
         rows, width = 997, 65
-        store = SsdRows(tmp_path / "t.bin", rows, width - 1, 1, create=True)
+        # the drive itself (O_DIRECT where it works), through the reader the test names
+        store = SsdRows(tmp_path / "t.bin", rows, width - 1, 1, create=True,
+                        reader=RowReader.THREADS if reader == "python" else RowReader.AUTO)
         memory = MemoryRows(rows, width - 1, 1)
         assert store.reader == rowio.COMPILED if reader == "compiled" else store.reader.startswith(rowio.FALLBACK)
         g = torch.Generator().manual_seed(0)
@@ -70,11 +70,10 @@ def test_the_ssd_tier_moves_the_blocks_rows_lie_on_and_keeps_every_other_rows_by
         rowio.compiled_reader.cache_clear()
 
 
-def test_a_row_written_twice_in_one_call_keeps_the_other_row_of_its_block(tmp_path, monkeypatch):
+def test_a_row_written_twice_in_one_call_keeps_the_other_row_of_its_block(tmp_path):
     """Two 256-byte rows to a 512-byte block: a write that names one of them twice does not
     cover the block, so the other row's bytes are read first and kept."""
-    monkeypatch.delenv("HARNESS_SSD_DIRECT", raising=False)
-    store = SsdRows(tmp_path / "t.bin", 8, 63, 1, create=True)
+    store = SsdRows(tmp_path / "t.bin", 8, 63, 1, create=True)  # O_DIRECT where the drive takes it
     first = torch.arange(8 * 64, dtype=torch.float32).view(8, 64)
     store.write_rows(0, first)
     store.write(torch.tensor([2, 2]), torch.full((2, 64), -1.0))

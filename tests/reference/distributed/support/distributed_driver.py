@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 
 from harness.hw_profiles import load_profile
+from harness.hw_profiles.profiles import bare_cpu_profile
 from harness.process import detach_forked_rank, end_process
 from harness.reference.data import synthetic
 from harness.reference.engine.run_config import RunConfig
@@ -97,8 +98,8 @@ def run_config(job: dict, world: int, plan: dict | None, comm: dict, tier: dict 
     hp = {**spec.reference_hyperparameters, "global_batch_size": job["batch"], **job.get("hyperparameters", {})}
     if hp["opt_name"] != "adagrad":
         hp = {k: v for k, v in hp.items() if not k.startswith("opt_adagrad_")}
-    profile = {"name": "test", "device_type": "cpu", "nodes": job.get("nodes", 1),
-               "accelerators_per_node": job.get("per_node", world)}
+    profile = dataclasses.replace(bare_cpu_profile("test"), nodes=job.get("nodes", 1),
+                                  accelerators_per_node=job.get("per_node", world))
     return RunConfig.offline(spec.raw, hp, job["seed"], who="test", emulated=True, world_size=world,
                              sharding_plan=Plan.from_dict(plan) if plan is not None else None, comm=comm, embedding_tier=tier, profile=profile,
                              overlap=overlap, precision=job.get("precision", "fp32"))
@@ -223,9 +224,9 @@ def run_plans(job: dict, world: int, out: Path) -> None:
         config = run_config(job, world, plan, entry.get("comm", {}), tier,
                             overlap=entry.get("overlap", job.get("overlap", True)))
         if job.get("full_build"):  # the path before per-rank materialisation: the whole tables on every rank first
-            whole = FusedEmbeddingCollection(config.benchmark["dataset"]["table_rows"],
-                                             config.benchmark["model"]["embedding_dim"],
-                                             config.benchmark["dataset"]["pooling"], optimizer=SparseOptimizerConfig())
+            whole = FusedEmbeddingCollection(config.benchmark.raw["dataset"]["table_rows"],
+                                             config.benchmark.raw["model"]["embedding_dim"],
+                                             config.benchmark.raw["dataset"]["pooling"], optimizer=SparseOptimizerConfig())
             del whole
         session = open_session(config)
         if job.get("frozen_dense"):  # the dense part never steps: every rank computes the same per-sample

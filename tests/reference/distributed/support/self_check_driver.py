@@ -38,7 +38,7 @@ def config(types: list[str], benchmark: str = "dlrm_synthetic") -> RunConfig:
         batch_size=2048, column_block=8, sharding_types=tuple((t.name, (ShardingType(types[i % len(types)]),))
                                               for i, t in enumerate(tables))))
     return RunConfig.offline(spec.raw, dict(spec.reference_hyperparameters), 7, who="test", emulated=True,
-                             world_size=4, sharding_plan=plan, profile=profile.to_dict())
+                             world_size=4, sharding_plan=plan, profile=profile)
 
 
 def broken_forward() -> None:
