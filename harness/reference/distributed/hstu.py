@@ -58,6 +58,7 @@ from harness.reference.distributed.shardings import (
     shardings_from_plan,
 )
 from harness.reference.distributed.two_stage import Hierarchy
+from harness.reference.engine.build import eval_split_bytes
 from harness.reference.engine.session import prefetch
 from harness.reference.models.hstu import HSTURanker
 from harness.reference.models.hstu_attention import batch_max_seq_len
@@ -286,7 +287,7 @@ class DistributedHSTUSession(DistributedSession):
             finally:
                 mine.close()
 
-        if self._eval_split_bytes() > distributed_session.EVAL_CACHE_BYTES * self.world_size:
+        if eval_split_bytes(self.dataset) > distributed_session.EVAL_CACHE_BYTES * self.world_size:
             return items()
         self._eval_plan = list(items())
         return self._eval_plan

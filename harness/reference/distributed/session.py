@@ -43,6 +43,7 @@ from harness.reference.distributed.shard_storage import ShardFiles, TierPlacemen
 from harness.reference.distributed.sharded import ShardedEmbeddingCollection
 from harness.reference.distributed.shardings import shardings_from_plan
 from harness.reference.distributed.two_stage import Hierarchy
+from harness.reference.engine.build import eval_split_bytes
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import (
     EVAL_CACHE_BYTES,
@@ -386,7 +387,7 @@ class DistributedSession(TrainingSession):
             finally:
                 mine.close()  # its reading thread ends with it
 
-        if self._eval_split_bytes() > EVAL_CACHE_BYTES * self.world_size:
+        if eval_split_bytes(self.dataset) > EVAL_CACHE_BYTES * self.world_size:
             return items()
         self._eval_plan = list(items())
         return self._eval_plan

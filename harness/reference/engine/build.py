@@ -13,9 +13,13 @@ import torch
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.hw_profiles.tiers import Tier
+from harness.reference.data.datasets import Dataset, Samples
+from harness.reference.data.events import EventStreams
 from harness.reference.engine.run_config import EmbeddingTier
+from harness.reference.models.dlrm import DLRM
 from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig, SparseOptimizerKind
 from harness.reference.models.from_spec import sparse_optimizer_kind
+from harness.reference.models.hstu import HSTURanker
 from harness.reference.planner.estimators import cache_rows
 from harness.reference.tiered import CachePolicy, SsdRows, TieredEmbeddingCollection, ssd_io, state_columns
 from harness.rules.specs import BenchmarkSpec
@@ -77,6 +81,15 @@ def tier_tables(full: FusedEmbeddingCollection, tier: EmbeddingTier, *, device: 
                                      memory_tables=memory, copy_rows=not in_file)
 
 
+def tier_file(tables: TieredEmbeddingCollection | None) -> Path | None:
+    """The SSD tier's file of tables :func:`tier_tables` made (None: the tables are in memory)."""
+    if tables is None:
+        return None
+    store = tables.store
+    assert isinstance(store, SsdRows), type(store)  # tier_tables' store
+    return Path(store.path)
+
+
 def tier_cache_report(tables: TieredEmbeddingCollection, tier: EmbeddingTier) -> dict[str, Any]:
     """Hit rate and bytes moved per tier of the tables' cache (training lookups), with the
     planner's placement when it planned the tiers."""
@@ -86,6 +99,26 @@ def tier_cache_report(tables: TieredEmbeddingCollection, tier: EmbeddingTier) ->
             "cache_rows": cache.free_capacity, "rows": tables.store.rows - memory_rows,
             "memory_tables": list(tables.memory_tables), "memory_rows": memory_rows,
             "read_ahead_batches": tables.read_ahead_batches, **tier.placement(), **ssd_io([tables.store])}
+
+
+def rate_holder(model: DLRM | HSTURanker) -> Any:
+    """What takes the tables' rate and step: a DLRM's fused collection, or the HSTU ranker (two
+    collections, the sequence tables and the contextual one)."""
+    return model if isinstance(model, HSTURanker) else model.sparse_arch.embeddings
+
+
+def fused_tables(model: DLRM | HSTURanker) -> list[torch.nn.Module]:
+    """The model's fused tables: a DLRM's collection, an HSTU ranker's two."""
+    return list(model.tables()) if isinstance(model, HSTURanker) else [model.sparse_arch.embeddings]
+
+
+def eval_split_bytes(dataset: Samples) -> int:
+    """About what a session's eval split holds in memory, once read (whether it is kept)."""
+    if isinstance(dataset, EventStreams):  # five int64 per event, at most max_sequence_length events
+        return dataset.eval_samples * (8 * 5 * int(dataset.max_sequence_length) + 16)
+    assert isinstance(dataset, Dataset), type(dataset)
+    per_sample = 4 * 13 + 8 * sum(dataset.pooling) + 4
+    return dataset.eval_samples * per_sample
 
 
 def held_bytes(tables: list[torch.nn.Module], tiered: TieredEmbeddingCollection | None,

@@ -47,9 +47,18 @@ from harness.hw_profiles.profiles import DeviceType
 from harness.mllog import keys
 from harness.reference.data import open_dataset
 from harness.reference.data.batches import Batch
-from harness.reference.data.datasets import Dataset, Samples, step_batches
-from harness.reference.data.events import EventStreams
-from harness.reference.engine.build import dense_optimizer, held_bytes, sparse_optimizer, tier_cache_report, tier_tables
+from harness.reference.data.datasets import Samples, step_batches
+from harness.reference.engine.build import (
+    dense_optimizer,
+    eval_split_bytes,
+    fused_tables,
+    held_bytes,
+    rate_holder,
+    sparse_optimizer,
+    tier_cache_report,
+    tier_file,
+    tier_tables,
+)
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.schedules import LearningRatePolicy, eval_samples_grid, eval_steps, step_limit
 from harness.reference.engine.trace import StepTracer, merge
@@ -58,7 +67,7 @@ from harness.reference.models.dlrm import DLRM
 from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
 from harness.reference.models.from_spec import build_model
 from harness.reference.models.hstu import HSTURanker
-from harness.reference.tiered import SsdRows, lookahead
+from harness.reference.tiered import lookahead
 from harness.reference.tiered.ledger import peak_rss_bytes, rss_now
 from harness.reference.timing import phases
 from harness.rules.auc import roc_auc
@@ -335,15 +344,10 @@ class TrainingSession:
         self._rates = rates
 
     def _embeddings(self) -> Any:
-        """What takes the tables' rate and step: a DLRM's fused collection, or the HSTU ranker (two
-        collections, the sequence tables and the contextual one)."""
-        model = self._ranker()
-        return model if isinstance(model, HSTURanker) else model.sparse_arch.embeddings
+        return rate_holder(self._ranker())
 
     def _tables(self) -> list[torch.nn.Module]:
-        """The model's fused tables."""
-        model = self._ranker()
-        return list(model.tables()) if isinstance(model, HSTURanker) else [model.sparse_arch.embeddings]
+        return fused_tables(self._ranker())
 
     def _ranker(self) -> DLRM | HSTURanker:
         """The model a one-process session trains (a distributed session's sharded model is its own)."""
@@ -402,21 +406,13 @@ class TrainingSession:
         embedding updates whose gradients were still travelling)."""
 
     # ------------------------------------------------------------------ evaluation
-    def _eval_split_bytes(self) -> int:
-        data = self.dataset
-        if isinstance(data, EventStreams):  # five int64 per event, at most max_sequence_length events
-            return data.eval_samples * (8 * 5 * int(data.max_sequence_length) + 16)
-        assert isinstance(data, Dataset), type(data)
-        per_sample = 4 * 13 + 8 * sum(data.pooling) + 4
-        return data.eval_samples * per_sample
-
     def _eval_items(self) -> Iterable[Any]:
         """The eval split, read at the first evaluation (inside the timed region, as MLPerf's
         references read it) and kept in memory after it when it is small enough."""
         if self._eval_cache is not None:
             return self._eval_cache
         items = (self._on_device(b) for b in prefetch(self.dataset.eval_batches(self.spec.eval_batch_size)))
-        if self._eval_split_bytes() > EVAL_CACHE_BYTES:
+        if eval_split_bytes(self.dataset) > EVAL_CACHE_BYTES:
             return items  # read to the end by the evaluation, which ends its thread
         self._eval_cache = list(items)
         return self._eval_cache
@@ -516,11 +512,7 @@ class TrainingSession:
     @property
     def table_file(self) -> Path | None:
         """The SSD tier's file of the tables (None when they are in memory)."""
-        if self._tiered is None:
-            return None
-        store = self._tiered.store
-        assert isinstance(store, SsdRows), type(store)  # tier_tables' store
-        return Path(store.path)
+        return tier_file(self._tiered)
 
     def state_dict(self) -> dict[str, Any]:
         """The step, the model and the dense optimizer's state; with the tables on the SSD tier,

@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.compliance.support.mutations import TOKEN, _first, _records, _rewrite
+from tests.compliance.support.mutations import TOKEN, _first, _records, _rewrite, remove_key
 
 TRAIN_SAMPLES = 2290835423
 EVAL_SAMPLES = 2058204
@@ -217,16 +217,6 @@ def _set_both_lrs(value_fn, name: str) -> Callable[[list[str]], str | None]:
     return mutate
 
 
-def _remove(key: str) -> Callable[[list[str]], str | None]:
-    def mutate(lines: list[str]) -> str | None:
-        drop = {i for i, r in _records(lines) if r["key"] == key}
-        if not drop:
-            return None
-        return "".join(line for i, line in enumerate(lines) if i not in drop)
-    mutate.__name__ = f"remove_{key}"
-    return mutate
-
-
 def _move_before(key: str, anchor: str, name: str) -> Callable[[list[str]], str | None]:
     """Move the first ``key`` record to just before the first ``anchor`` record."""
     def mutate(lines: list[str]) -> str | None:
@@ -386,7 +376,7 @@ MUTATIONS: list[Callable[[list[str]], str | None]] = [
     _eval_metadata(0, lambda md: {**md, "samples_count": str(md["samples_count"])}, "first_eval_samples_as_string"),
     _eval_metadata(1, lambda md: {**md, "samples_count": md["samples_count"] + 0.5}, "eval_samples_fractional"),
     # missing and repeated keys
-    *(_remove(k) for k in ("global_batch_size", "opt_base_learning_rate", "opt_sparse_base_learning_rate",
+    *(remove_key(k) for k in ("global_batch_size", "opt_base_learning_rate", "opt_sparse_base_learning_rate",
                            "opt_sparse_name", "eval_every_data_pct", "max_sequence_length", "train_samples",
                            "gradient_accumulation_steps", "config_filename", "tensor_parallelism",
                            "lowest_numerical_precision_in_attn", "micro_batch_size", "eval_accuracy", "run_stop",
