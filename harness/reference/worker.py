@@ -35,6 +35,7 @@ def main(argv: list[str]) -> int:
     # the first SIGINT/SIGTERM interrupts the run, later ones are ignored (a second Ctrl-C, or the
     # parent forwarding the one the terminal already sent, cannot cut run_stop short)
     stop_on_signals(signal.SIGINT, signal.SIGTERM)
+    # here, not at the top: the run set's launcher imports this module (through forked.py) and must not load torch
     from harness.reference.engine.run_config import RunConfig
     from harness.reference.runs import run_from_config
 

@@ -1,8 +1,12 @@
 """Every source of training data behind the :class:`~harness.reference.data.datasets.Samples`
-protocol (a DLRM's :class:`~harness.reference.data.datasets.Dataset`, or event streams): the synthetic generator, Criteo TSV and MLPerf npy files, users' event streams (generated,
-or Yambda's parquet), export and inspection.
+protocol (a DLRM's :class:`~harness.reference.data.datasets.Dataset`, or event streams): the
+synthetic generator, Criteo TSV and MLPerf npy files, users' event streams (generated, or Yambda's
+parquet), export and inspection.
+
 :func:`open_dataset`, at the package's level, chooses the source (no source module imports
-another's).
+another's) and imports it only when it is chosen: the run set's launcher, which opens the
+generator to validate a run's data or to compute the teacher's AUC, loads neither torch nor
+pyarrow for the sources it does not use.
 """
 
 from __future__ import annotations
