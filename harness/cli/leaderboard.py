@@ -10,7 +10,7 @@ import click
 from compliance.tree import RunSetRef
 from harness.leaderboard import write_leaderboard
 from harness.leaderboard.collect import Projector, build_leaderboard
-from harness.leaderboard.labels import runs_text
+from harness.leaderboard.labels import plural, runs_phrase
 
 
 def _projector() -> Projector:
@@ -42,13 +42,14 @@ def leaderboard(roots: tuple[Path, ...], out_dir: Path, baseline: str | None) ->
     written = write_leaderboard(board, out_dir)
     sets = sum(len(g["entries"]) for g in board["benchmarks"])
     ranked = sum(e["ranked"] for g in board["benchmarks"] for e in g["entries"])
-    click.echo(f"{sets} run sets in {len(board['benchmarks'])} benchmarks ({ranked} ranked, {sets - ranked} not ranked)")
+    click.echo(f"{plural(sets, 'run set')} in {plural(len(board['benchmarks']), 'benchmark')} "
+               f"({ranked} ranked, {sets - ranked} not ranked)")
     for group in board["benchmarks"]:
         for e in group["entries"]:
             score = f"{e['score_minutes']:.4f} min" if e["score_minutes"] is not None else "no score"
             where = f"#{e['rank']}" if e["ranked"] else "not ranked"
             click.echo(f"  {group['benchmark']:<14} {where:<10} {e['submitter']} / {e['label']}: {score}"
-                       f" ({runs_text(e)} runs)")
+                       f" ({runs_phrase(e)})")
             for reason in e["reasons"]:  # every reason, as the Markdown lists them
                 click.echo(f"  {'':<14} {'':<10}   - {reason}")
     click.echo(f"leaderboard: {written['index.html']} (also .md, .csv, .json in {out_dir})")

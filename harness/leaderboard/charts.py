@@ -1,6 +1,8 @@
 """The charts of a leaderboard page: per benchmark, the time to train of each entry, the AUC of
 every run during training, the score against the accelerator count, and the projected score
-against the measured one (:func:`charts`, one ``<div class="charts">`` of four figures).
+against the measured one (:func:`charts`, one ``<div class="charts">`` of up to four figures).
+A chart with nothing to draw (the score against accelerators of a benchmark only CPUs ran) is
+no figure, never an empty card: a note under the charts names it and says why.
 
 Each chart is an ``<svg class="chart chart-time|chart-curves|chart-scaling|chart-projection"
 data-benchmark=...>`` built from :mod:`harness.leaderboard.svg`'s primitives; every user-supplied
@@ -28,9 +30,6 @@ from harness.leaderboard.svg import (
 )
 from harness.leaderboard.svg import (
     Ticks as _Ticks,
-)
-from harness.leaderboard.svg import (
-    empty_chart as _empty_chart,
 )
 from harness.leaderboard.svg import (
     finite as _finite,
@@ -92,25 +91,34 @@ def _system_legend(entries: Iterable[Entry], colours: dict[str, str],
     return [_LegendItem(system, mark(colours[system])) for system in seen]
 
 
+Drawn = tuple[str, str] | str  # a chart's SVG and caption, or why it has nothing to draw
+
+
 def charts(bench: dict[str, Any], entries: list[Entry], colours: dict[str, str]) -> str:
-    """The four figures of a benchmark's section: time to train, AUC during training, score against
-    accelerators, and projected against measured score (each an SVG and its caption)."""
-    figures = [
-        ("Time to train", *_time_chart(bench["benchmark"], entries, colours)),
-        ("AUC during training", *_curves_chart(bench, entries, colours)),
-        ("Score vs accelerators", *_scaling_chart(bench["benchmark"], entries, colours)),
-        ("Projected vs measured", *_projection_chart(bench["benchmark"], entries, colours)),
+    """The figures of a benchmark's section that have something to draw (time to train, AUC during
+    training, score against accelerators, projected against measured score; each an SVG and its
+    caption), and a note naming those that have not, with why."""
+    made: list[tuple[str, str, Drawn]] = [
+        ("Time to train", "time to train", _time_chart(bench["benchmark"], entries, colours)),
+        ("AUC during training", "AUC during training", _curves_chart(bench, entries, colours)),
+        ("Score vs accelerators", "score vs accelerators", _scaling_chart(bench["benchmark"], entries, colours)),
+        ("Projected vs measured", "projected vs measured", _projection_chart(bench["benchmark"], entries, colours)),
     ]
-    return '<div class="charts">' + "".join(
-        f'<figure class="chart-box"><h4>{heading}</h4>{svg}<figcaption>{caption}</figcaption></figure>'
-        for heading, svg, caption in figures) + "</div>"
+    figures = "".join(
+        f'<figure class="chart-box"><h4>{heading}</h4>{drawn[0]}<figcaption>{drawn[1]}</figcaption></figure>'
+        for heading, _, drawn in made if not isinstance(drawn, str))
+    missing = [f"{name} ({why})" for _, name, why in made if isinstance(why, str)]
+    return ((f'<div class="charts">{figures}</div>' if figures else "")
+            + (f'<p class="note charts-missing">No chart of {"; ".join(missing)}.</p>' if missing else ""))
 
 
-def _time_chart(benchmark: str, entries: list[Entry], colours: dict[str, str]) -> tuple[str, str]:
+def _time_chart(benchmark: str, entries: list[Entry], colours: dict[str, str]) -> Drawn:
     """Horizontal bars: each entry's score, its runs' minutes as dots and the 95% interval; each
     bar under its entry's whole label; a log axis when the minutes span more than 10x."""
     drawn = [e for e in entries if _finite(e["score_minutes"]) is not None
              or any(_finite(m) is not None for m in e["run_minutes"])]
+    if not drawn:
+        return "no entry has a score or a run time"
     skipped = [e for e in entries if e not in drawn]
     row = 34.0
     frame = _Frame(height=max(row * len(drawn), 60), left=18)
@@ -120,8 +128,6 @@ def _time_chart(benchmark: str, entries: list[Entry], colours: dict[str, str]) -
     body = [_x_axis(x, ticks, frame, "minutes to train" + (" (log scale)" if x.log else ""))]
     for i, entry in enumerate(drawn):
         body.append(_time_row(entry, x, frame.y0 + row * (i + 0.5) + 6, frame, colours[entry["label"]]))
-    if not drawn:
-        body.append(_empty_chart(frame, "no scores or runs"))
     legend, legend_height = _legend([
         _LegendItem("score", _swatch_rect("#8c959f")),
         _LegendItem("one run", '<circle cx="8" cy="5" r="3.2" class="run-dot"/>'),
@@ -202,10 +208,12 @@ def _curve_points(curve: dict[str, Any]) -> list[tuple[float, float]]:
     return [(t, a) for t, a in points if t is not None and a is not None]
 
 
-def _curves_chart(bench: dict[str, Any], entries: list[Entry], colours: dict[str, str]) -> tuple[str, str]:
+def _curves_chart(bench: dict[str, Any], entries: list[Entry], colours: dict[str, str]) -> Drawn:
     """Every curve of every entry: AUC against minutes since run_start, with the target dashed."""
     benchmark, target = bench["benchmark"], _finite(bench["target_auc"])
     curves = [(e, c, pts) for e in entries for c in e["curves"] if (pts := _curve_points(c))]
+    if not curves:
+        return "no run logged an evaluation"
     frame = _Frame(height=230)
     times = [t for _, _, pts in curves for t, _ in pts]
     aucs = [a for _, _, pts in curves for _, a in pts] + ([target] if target is not None else [])
@@ -224,8 +232,6 @@ def _curves_chart(bench: dict[str, Any], entries: list[Entry], colours: dict[str
                     f'{_tip(f"target AUC {_auc(target)}")}</line>'
                     f'<text class="target-label" x="{_n(frame.x1 - 4)}" y="{_n(y(target) - 5)}" text-anchor="end">'
                     f"target {_auc(target)}</text>")
-    if not curves:
-        body.append(_empty_chart(frame, "no evaluation points logged"))
     items = _system_legend((e for e, _, _ in curves), colours, _swatch_line)
     if target is not None:
         items.append(_LegendItem("target AUC", '<line x1="0" y1="5" x2="16" y2="5" class="target"/>'))
@@ -255,16 +261,19 @@ def _curve_path(entry: Entry, curve: dict[str, Any], points: list[tuple[float, f
             f'fill="{colour}"{end_faded}>{end_tip}</circle>')
 
 
-def _scaling_chart(benchmark: str, entries: list[Entry], colours: dict[str, str]) -> tuple[str, str]:
+def _scaling_chart(benchmark: str, entries: list[Entry], colours: dict[str, str]) -> Drawn:
     """Score against accelerator count, one point per entry: accelerators always on a log axis
     (the same for every benchmark), the score on a log axis when it spans more than 10x; points
     of one count side by side, so none hides another."""
     drawn = [e for e in entries if e["accelerator_count"] > 0 and _finite(e["score_minutes"]) is not None]
     no_accelerators = [e for e in entries if e["accelerator_count"] <= 0]
     no_score = [e for e in entries if e["accelerator_count"] > 0 and _finite(e["score_minutes"]) is None]
+    if not drawn:
+        return ("no entry with accelerators has a score" if no_score
+                else "no entry ran on accelerators: CPUs only" if entries else "no entries")
     counts = [float(e["accelerator_count"]) for e in drawn]
     frame = _Frame(height=230)
-    x_ticks = _log_ticks(min(counts), max(counts)) if counts else _log_ticks(1.0, 8.0)
+    x_ticks = _log_ticks(min(counts), max(counts))
     y, y_ticks = _time_scale([e["score_minutes"] for e in drawn], frame.y0, frame.y1, flip=True)
     x = _Scale(x_ticks.values[0], x_ticks.values[-1], frame.x0 + 14, frame.x1 - 14, log=True)
     body = [_x_axis(x, x_ticks, frame, "accelerators (log scale)"),
@@ -276,8 +285,6 @@ def _scaling_chart(benchmark: str, entries: list[Entry], colours: dict[str, str]
         for k, entry in enumerate(group):
             dodge = (k - (len(group) - 1) / 2) * 12.0
             body.append(_scaling_point(entry, x, y, colours[entry["label"]], dodge))
-    if not drawn:
-        body.append(_empty_chart(frame, "no entry has both accelerators and a score"))
     items = _system_legend(drawn, colours, lambda c: f'<circle cx="8" cy="5" r="4.5" fill="{c}"/>')
     if any(not e["ranked"] for e in drawn):
         items.append(_LegendItem("not ranked (hollow)",
@@ -289,9 +296,9 @@ def _scaling_chart(benchmark: str, entries: list[Entry], colours: dict[str, str]
     if any(len(g) > 1 for g in by_count.values()):
         caption += " Entries with the same accelerator count are drawn side by side."
     if no_accelerators:
-        caption += f" Skipped, no accelerators (count 0): {escape(_names(no_accelerators))}."
+        caption += f" Not drawn, CPUs only (no accelerators): {escape(_names(no_accelerators))}."
     if no_score:
-        caption += f" Skipped, no score: {escape(_names(no_score))}."
+        caption += f" Not drawn, no score: {escape(_names(no_score))}."
     return svg, caption
 
 
@@ -299,13 +306,15 @@ def _projected(entry: Entry) -> float | None:
     return _finite((entry.get("projection") or {}).get("minutes"))
 
 
-def _projection_chart(benchmark: str, entries: list[Entry], colours: dict[str, str]) -> tuple[str, str]:
+def _projection_chart(benchmark: str, entries: list[Entry], colours: dict[str, str]) -> Drawn:
     """Each entry's projected score (``harness project``, from its system description) against its
     measured score, on one scale for both axes (logarithmic when they span more than 10x), with the
     diagonal where the two agree."""
     points = [(e, measured, projected) for e in entries
               if (measured := _finite(e["score_minutes"])) is not None and (projected := _projected(e)) is not None]
     drawn = [e for e, _, _ in points]
+    if not drawn:
+        return "no entry has both a score and a projection"
     skipped = [e for e in entries if e not in drawn]
     frame = _Frame(height=230)
     values = [v for _, measured, projected in points for v in (measured, projected)]
@@ -314,16 +323,14 @@ def _projection_chart(benchmark: str, entries: list[Entry], colours: dict[str, s
     scale = " (log scale)" if x.log else ""
     body = [_x_axis(x, ticks, frame, "measured score (minutes)" + scale),
             _y_axis(y, ticks, frame, "projected (minutes)" + scale),
-            f'<line class="diagonal" x1="{_n(x(x.lo))}" y1="{_n(y(x.lo))}" x2="{_n(x(x.hi))}" y2="{_n(y(x.hi))}" '
-            f'stroke="#8c959f" stroke-dasharray="4 3">{_tip("projected = measured")}</line>']
+            (f'<line class="diagonal" x1="{_n(x(x.lo))}" y1="{_n(y(x.lo))}" x2="{_n(x(x.hi))}" y2="{_n(y(x.hi))}" '
+             f'stroke="#8c959f" stroke-dasharray="4 3">{_tip("projected = measured")}</line>')]
     for entry, measured, projected in points:
         colour = colours[entry["label"]]
         paint = f'fill="{colour}"' if entry["ranked"] else f'fill="#fff" stroke="{colour}" stroke-width="2"'
         tip = f"{_who(entry)}: measured {_minutes(measured)} min, projected {_minutes(projected)} min"
         body.append(f'<circle class="point" cx="{_n(x(measured))}" cy="{_n(y(projected))}" r="5.5" {paint}>'
                     f"{_tip(tip)}</circle>")
-    if not drawn:
-        body.append(_empty_chart(frame, "no entry has both a score and a projection"))
     items = _system_legend(drawn, colours, lambda c: f'<circle cx="8" cy="5" r="4.5" fill="{c}"/>')
     items.append(_LegendItem("projected = measured",
                              '<line x1="0" y1="5" x2="16" y2="5" stroke="#8c959f" stroke-dasharray="4 3"/>'))

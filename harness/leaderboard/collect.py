@@ -31,10 +31,10 @@ from mlperf_logging.compliance_checker import mlp_compliance
 from compliance.check import accepted_non_compliant
 from compliance.engine import check_log
 from compliance.schemas import validate
-from compliance.tree import RunSetRef, find_run_sets
+from compliance.tree import RunSetRef, find_log_folders, find_run_sets
 from harness import __version__
-from harness.errors import HarnessError
-from harness.leaderboard.labels import assign_labels, resolve_baseline, system_key
+from harness.errors import ErrorCategory, HarnessError
+from harness.leaderboard.labels import assign_labels, plural, resolve_baseline, system_key
 from harness.mllog import keys
 from harness.rules.rcp import Verdict, check_convergence
 from harness.rules.results import (
@@ -84,12 +84,45 @@ def official_compliance(paths: Sequence[Path], ruleset: str) -> list[str]:
     return failed
 
 
+def host_text(desc: dict[str, Any]) -> str:
+    """The host's processors from a system description: ``2 cores, Intel(R) Xeon(R) Processor``,
+    ``112 cores, 2 x Intel(R) Xeon(R) Platinum 8480+``, ``4 nodes x 112 cores, 2 x ...``
+    (``host_processor_core_count`` is per processor, as MLPerf's system descriptions give it)."""
+    if not desc:
+        return "unknown"
+    processors = _int(desc.get("host_processors_per_node", 0))
+    model = str(desc.get("host_processor_model_name") or "unknown processor").strip()
+    cores = _int(desc.get("host_processor_core_count", 0)) * max(processors, 1)
+    nodes = max(_int(desc.get("number_of_nodes", 1)), 1)
+    processor = f"{processors} x {model}" if processors > 1 else model
+    if not cores:
+        return processor
+    return f"{f'{nodes} nodes x ' if nodes > 1 else ''}{plural(cores, 'core')}, {processor}"
+
+
+_PRECISIONS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def label_facts(logs: Sequence[RunLog]) -> dict[str, str | None]:
+    """What the logs of a run set say that tells it from another of the same system: the precision
+    its dense layers computed in (``lowest_numerical_precision_in_linear``), and the date (and
+    time, UTC) its first run started."""
+    stated = {str(v).lower() for log in logs if (v := log.values.get(keys.LOWEST_NUMERICAL_PRECISION_IN_LINEAR))}
+    precision = (_PRECISIONS.get(min(stated), min(stated)) if len(stated) == 1
+                 else "mixed precision" if stated else None)
+    starts = [log.run_start_ms for log in logs if log.run_start_ms is not None]
+    start = dt.datetime.fromtimestamp(min(starts) / 1000, dt.UTC) if starts else None
+    return {"precision": precision, "date": start.strftime("%Y-%m-%d") if start else None,
+            "started": start.strftime("%Y-%m-%d %H:%M UTC") if start else None}
+
+
 def _spec(benchmark: str) -> BenchmarkSpec | None:
     return load_benchmark(benchmark) if benchmark in benchmark_names() else None
 
 
-def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | None]:
-    """The leaderboard entry of one run set, and its benchmark's name and spec."""
+def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | None, dict[str, str | None]]:
+    """The leaderboard entry of one run set, its benchmark's name and spec, and what tells it apart
+    from another set of its system (:func:`label_facts`)."""
     paths = sorted(p for p in ref.benchmark_dir.glob(RESULT_GLOB) if p.is_file())
     logs, unreadable = [], []
     for p in paths:
@@ -135,7 +168,7 @@ def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | No
         verdict = "unchecked"
     elif len(failed) > accepted_non_compliant(ref.benchmark_dir.name):
         verdict = "fail"
-        reasons.append(f"{checker} fails {len(failed)} log(s): {', '.join(failed[:5])}")
+        reasons.append(f"{checker} fails {plural(len(failed), 'log')}: {', '.join(failed[:5])}")
     else:
         verdict = "pass"
     stats: RunSetStats = run_set_stats(logs, scaling=factor, target=target, max_dropped=max_dropped,
@@ -151,14 +184,14 @@ def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | No
         reasons.append("emulated: the profile's hardware was not present; ranks ran as CPU processes")
     required = spec.required_runs if spec else None
     if required is not None and len(logs) < required:
-        reasons.append(f"{len(logs)} runs; the benchmark requires {required}")
+        reasons.append(f"{plural(len(logs), 'run')}; the benchmark requires {required}")
     if stats.score is None:
         reasons.append(f"no score: {stats.score_error}")
 
     nodes = max(_int(desc.get("number_of_nodes", 1)), 1)
     count = nodes * _int(desc.get("accelerators_per_node", 0))
     score = stats.score.minutes if stats.score else None
-    host = f"{_int(desc.get('host_processors_per_node', 0))} x {desc.get('host_processor_model_name', 'unknown')}"
+    host = host_text(desc)
     throughputs = [log.throughput for log in logs if log.throughput is not None]
     logged_profile = logs[0].values.get(keys.HARNESS_PROFILE) if logs else None
     profile = str(logged_profile) if logged_profile else None
@@ -170,7 +203,7 @@ def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | No
         "system": str(desc.get("system_name") or ref.system),
         "round": round_name,
         "source": str(ref.benchmark_dir),
-        "accelerator_model": str(desc.get("accelerator_model_name") or "none"),
+        "accelerator_model": str(desc.get("accelerator_model_name") or ("none" if desc else "unknown")),
         "accelerator_count": count,
         "nodes": nodes,
         "host": host,
@@ -192,7 +225,7 @@ def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | No
         "speedup_vs_baseline": None,
         "curves": [_curve(lg, target) for lg in logs],
     }
-    return benchmark, entry, spec
+    return benchmark, entry, spec, label_facts(logs)
 
 
 def rcp_verdict_of(run_set_dir: Path, ruleset: str | None) -> str:
@@ -226,13 +259,17 @@ def build_leaderboard(roots: Sequence[Path], *, baseline: str | None = None,
     given by the caller because the leaderboard never imports the reference's planner."""
     groups: dict[str, dict[str, Any]] = {}
     seen: set[Path] = set()
+    facts: dict[int, dict[str, str | None]] = {}
     for root in roots:
-        for ref in find_run_sets(Path(root)):
+        refs = list(find_run_sets(Path(root)))
+        if not refs:
+            raise no_logs_error(Path(root))
+        for ref in refs:
             key = ref.benchmark_dir.resolve()
             if key in seen:
                 continue
             seen.add(key)
-            benchmark, entry, spec = build_entry(ref)
+            benchmark, entry, spec, facts[id(entry)] = build_entry(ref)
             if projector is not None:
                 entry["projection"] = projector(ref)
             group = groups.setdefault(benchmark, {
@@ -242,8 +279,9 @@ def build_leaderboard(roots: Sequence[Path], *, baseline: str | None = None,
                 "entries": [],
             })
             group["entries"].append(entry)
+    for group in groups.values():  # a label tells an entry from the others of its benchmark
+        assign_labels(group["entries"], lambda e: facts[id(e)])
     everything = [e for group in groups.values() for e in group["entries"]]
-    assign_labels(everything)
     base = resolve_baseline(everything, baseline) if baseline else None
     for group in groups.values():
         _rank(group["entries"], base)
@@ -256,6 +294,21 @@ def build_leaderboard(roots: Sequence[Path], *, baseline: str | None = None,
     }
     validate(board, "leaderboard", what="the leaderboard")
     return board
+
+
+def no_logs_error(root: Path) -> HarnessError:
+    """A root without a run set: one line naming it (exit 2), and where logs lie outside the layout,
+    the folder to give instead."""
+    message = f"{root}: no MLPerf result logs found (result_*.txt under results/<system>/<benchmark>/)"
+    found = next(find_log_folders(root), None)
+    if found is not None:
+        above = found.resolve().parent.parent
+        if above.name == "results" and (above.parent / "systems").is_dir():
+            package = above.parent if root.is_absolute() else os.path.relpath(above.parent)
+            message += f"; {found} is a run set: give {package}, the folder that holds its results/"
+        else:
+            message += f"; {found} holds logs outside that layout"
+    return HarnessError(message, ErrorCategory.NOT_FOUND)
 
 
 def _rank(entries: list[dict[str, Any]], baseline: tuple[str, str] | None) -> None:

@@ -20,8 +20,8 @@ from typing import Any
 
 from harness.leaderboard.charts import charts
 from harness.leaderboard.labels import auc_text as _auc
+from harness.leaderboard.labels import hardware_text
 from harness.leaderboard.labels import minutes_text as _minutes
-from harness.leaderboard.labels import runs_text
 from harness.leaderboard.svg import BASE_CSS, DASH, series_colour
 from harness.leaderboard.svg import finite as _finite
 
@@ -139,7 +139,8 @@ def _benchmark_section(index: int, bench: dict[str, Any], baseline: str | None,
     required = bench["required_runs"]
     facts = [
         f"target AUC <strong>{_auc(target)}</strong>" if target is not None else "no target AUC",
-        f"<strong>{required}</strong> runs required" if required is not None else "required runs not set",
+        f"<strong>{required}</strong> {'run' if required == 1 else 'runs'} required" if required is not None
+        else "required runs not set",
         _count_line(bench["entries"]),
     ]
     return "\n".join([
@@ -239,13 +240,20 @@ def _system_cell(e: Entry, baseline: str | None) -> _Cell:
 
 
 def _hardware_cell(e: Entry, _: str | None) -> _Cell:
+    """The accelerators over the host, or for a system without accelerators its CPUs."""
     badge = _badge("emulated", "emulated", "emulated: this hardware was not present") if e["emulated"] else ""
-    return _Cell(f'{e["accelerator_count"]} x {escape(e["accelerator_model"])}'
-                 f'<span class="sub">{escape(e["host"])}</span>{badge}', e["accelerator_count"])
+    main, host = hardware_text(e)
+    sub = f'<span class="sub">{escape(host)}</span>' if host else ""
+    return _Cell(f"{escape(main)}{sub}{badge}", e["accelerator_count"])
 
 
 def _runs_cell(e: Entry, _: str | None) -> _Cell:
-    return _Cell(f'<span title="converged / total runs">{escape(runs_text(e))}</span>', e["converged_runs"])
+    """``converged/total``, and under it the requirement where the set falls short (``of 10 required``)."""
+    required = e.get("required_runs")
+    short = (f' <span class="sub">of {required} required</span>'
+             if required is not None and e["runs"] < required else "")
+    return _Cell(f'<span title="converged / total runs">{e["converged_runs"]}/{e["runs"]}</span>{short}',
+                 e["converged_runs"])
 
 
 def _score_cell(e: Entry, _: str | None) -> _Cell:
@@ -287,11 +295,12 @@ _REASONS = _Column("reasons", "Why not ranked", "reasons the entry is not ranked
 _COLUMNS: tuple[_Column, ...] = (
     _Column("submitter", "Submitter", "submitter (and MLPerf round)", False, _submitter_cell, wrap=True),
     _Column("system", "System", "system name", False, _system_cell, wrap=True),
-    _Column("hardware", "Hardware", "accelerators (count x model) and host; sorts by count", True,
+    _Column("hardware", "Hardware", "accelerators (count x model) over the host, or a CPU system's cores and "
+            "processors; sorts by accelerator count", True,
             _hardware_cell, wrap=True),
-    _Column("profile", "Profile", "hardware profile", False, lambda e, _: _text_cell(e["profile"])),
+    _Column("profile", "Profile", "hardware profile", False, lambda e, _: _text_cell(e["profile"]), wrap=True),
     _Column("division", "Division", "closed or open", False, lambda e, _: _text_cell(e["division"])),
-    _Column("availability", "Availability", "available, preview or research", False,
+    _Column("availability", "Avail\u00adability", "available, preview or research", False,
             lambda e, _: _text_cell(e["availability"]), wrap=True),
     _Column("runs", "Runs", "converged / total runs", True, _runs_cell),
     _Column("score", "Score (min)", "olympic mean of the runs in minutes, with its 95% interval", True,
@@ -304,7 +313,7 @@ _COLUMNS: tuple[_Column, ...] = (
             lambda e, _: _Cell(_verdict_badge(e["rcp_verdict"]), e["rcp_verdict"]), wrap=True),
     _Column("compliance", "Compliance", "compliance check of the logs", False,
             lambda e, _: _Cell(_verdict_badge(e["compliance_verdict"]), e["compliance_verdict"])),
-    _Column("throughput", "Throughput", "training samples per second, where logged", True,
+    _Column("throughput", "Through\u00adput", "training samples per second, where logged", True,
             lambda e, _: _number_cell(e["throughput_samples_per_s"], lambda v: f"{_rate(v)}/s")),
     _Column("accelerator_minutes", "Accel-min", "accelerator-minutes: score x accelerator count", True,
             lambda e, _: _number_cell(e["accelerator_minutes"], _minutes)),
@@ -317,7 +326,8 @@ _COLUMNS: tuple[_Column, ...] = (
 # Colours: one per system across the page, the same in every chart
 
 def _system_colours(benchmarks: Iterable[dict[str, Any]]) -> dict[str, str]:
-    """One colour per entry label (one per system) across the page, in order of first appearance."""
+    """One colour per label across the page (a system keeps its colour where it keeps its label), in order
+    of first appearance."""
     colours: dict[str, str] = {}
     for bench in benchmarks:
         ranked, unranked = _split(bench["entries"])
@@ -337,11 +347,11 @@ section.benchmark h2 { font-size: 19px; margin: 0; padding-bottom: 6px; border-b
 p.facts { margin: 8px 0 12px; color: var(--muted); font-size: 13px; }
 p.facts strong { color: var(--fg); font-weight: 600; }
 .table-wrap { overflow-x: auto; border: 1px solid var(--line); border-radius: 6px; }
-table.leaderboard { border-collapse: collapse; width: 100%; font-size: 12.5px; }
-table.leaderboard th, table.leaderboard td { padding: 6px 7px; text-align: left; vertical-align: top;
+table.leaderboard { border-collapse: collapse; width: 100%; font-size: 12px; }
+table.leaderboard th, table.leaderboard td { padding: 6px 5px; text-align: left; vertical-align: top;
   border-bottom: 1px solid var(--soft); white-space: nowrap; }
 table.leaderboard tbody tr:last-child td { border-bottom: 0; }
-table.leaderboard td.wrap { white-space: normal; overflow-wrap: break-word; min-width: 72px; }
+table.leaderboard td.wrap { white-space: normal; overflow-wrap: break-word; min-width: 64px; }
 table.leaderboard .sub.interval { white-space: nowrap; }
 table.leaderboard thead th { white-space: normal; vertical-align: bottom; }
 table.leaderboard .num { text-align: right; font-variant-numeric: tabular-nums; }
@@ -360,7 +370,7 @@ table.leaderboard td strong { font-weight: 600; }
 .unranked-block { margin-top: 18px; padding: 2px 0 2px 10px; border-left: 4px solid #d4a72c; }
 .unranked-block h3 { margin: 4px 0 0; font-size: 15px; }
 table.unranked tbody tr:nth-child(even) { background: #fffcf0; }
-ul.reasons { margin: 0; padding-left: 16px; white-space: normal; min-width: 170px; max-width: 280px; color: #6e4b00; }
+ul.reasons { margin: 0; padding-left: 14px; white-space: normal; min-width: 140px; max-width: 240px; color: #6e4b00; }
 """
 
 _SORT_JS = """

@@ -47,13 +47,14 @@ def olympic_score(runs: Sequence[RunTime], *, max_dropped: int = 1, scaling_fact
     dropped = sum(1 for r in runs if not r.converged)
     if dropped > max_dropped:
         raise HarnessError(
-            f"{dropped} runs did not reach the target; at most {max_dropped} may, so the set has no score",
+            f"{_runs(dropped)} did not reach the target; at most {max_dropped} may, so the set has no score",
             ErrorCategory.RUN_FAILED,
         )
     counted = scores[max_dropped : len(scores) - (max_dropped - dropped)]
     if not counted:
         raise HarnessError(
-            f"{len(runs)} runs leave nothing to average after dropping the fastest and slowest",
+            f"{_runs(len(runs))} leave{'s' if len(runs) == 1 else ''} nothing to average after dropping the fastest "
+            "and slowest",
             ErrorCategory.RUN_FAILED,
         )
     return Score(
@@ -62,3 +63,7 @@ def olympic_score(runs: Sequence[RunTime], *, max_dropped: int = 1, scaling_fact
         converged_runs=len(scores),
         non_converged_runs=dropped,
     )
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"

@@ -18,13 +18,16 @@ import pytest
 
 from compliance.schemas import validate
 from harness.leaderboard.charts import _log_ticks, _nice_ticks
+from harness.leaderboard.collect import build_leaderboard
 from harness.leaderboard.html import render_html
+from harness.leaderboard.tables import render_markdown
 from tests.leaderboard.support.board_fixture import (
     BASELINE_SYSTEM,
     SCRIPT_SUBMITTER,
     TRICKY_SYSTEM,
     sample_board,
 )
+from tests.leaderboard.support.cpu_tree import PROCESSOR, cpu_tree
 
 VOID = {"meta", "link", "br", "hr", "img", "input", "source", "wbr", "col", "area", "base", "embed", "track"}
 NUMERIC_KEYS = {"rank", "hardware", "runs", "score", "projected", "cv", "throughput", "accelerator_minutes", "speedup"}
@@ -179,7 +182,7 @@ def test_the_hooks_are_literal(page: str) -> None:
     assert '<table class="leaderboard unranked" data-benchmark="dlrm_dcnv2">' in page
     assert page.count('<tr class="entry">') == 9
     for kind in ("time", "curves", "scaling", "projection"):
-        assert f'<svg class="chart chart-{kind}" data-benchmark="synthetic_small"' in page
+        assert f'<svg class="chart chart-{kind}" data-benchmark="dlrm_dcnv2"' in page
 
 
 def test_unranked_rows_give_their_reasons(doc: Node, board: dict[str, Any]) -> None:
@@ -248,12 +251,15 @@ def test_verdicts_are_badges_with_their_detail(doc: Node) -> None:
 
 # --- charts ------------------------------------------------------------------------------
 
-def test_four_charts_per_benchmark(doc: Node, board: dict[str, Any]) -> None:
-    for bench in board["benchmarks"]:
-        for kind in ("time", "curves", "scaling", "projection"):
-            svg = chart(doc, kind, bench["benchmark"])
+def test_every_chart_with_something_to_draw(doc: Node) -> None:
+    drawn = {"dlrm_dcnv2": ("time", "curves", "scaling", "projection"),
+             "synthetic_small": ("time", "curves", "scaling")}  # no entry of synthetic_small was projected
+    for bench, kinds in drawn.items():
+        for kind in kinds:
+            svg = chart(doc, kind, bench)
             assert svg.find("text", "axis-title") and svg.find("g", "legend")
             assert svg.find("title"), "an accessible title"
+    assert len(doc.find("svg", "chart")) == 7 and not doc.find("text", "no-data")
 
 
 def test_time_chart_draws_each_score_and_each_run(doc: Node, board: dict[str, Any]) -> None:
@@ -283,7 +289,7 @@ def test_scaling_chart_uses_log_x_over_a_wide_span_and_names_what_it_skips(doc: 
     narrow = chart(doc, "scaling", "synthetic_small")
     assert narrow.attrs["data-x-scale"] == "log"  # 1 to 8: the same axis for every benchmark
     assert len(drawn(narrow, "circle", "point")) == 3
-    assert "Skipped" not in caption(doc, narrow)
+    assert "Not drawn" not in caption(doc, narrow)
 
 
 def test_one_colour_per_system_across_charts(doc: Node) -> None:
@@ -327,7 +333,7 @@ def test_no_user_value_becomes_markup_anywhere(board: dict[str, Any], payload: s
     assert not doc.find("img") and not doc.find("iframe") and len(doc.find("script")) == 1
     assert len(doc.find("style")) == 1
     assert all(not name.startswith("on") for node in doc.walk() for name in node.attrs)
-    assert len(doc.find("svg")) == 8
+    assert len(doc.find("svg")) == 7
     assert len(doc.find("tr", "entry")) == 9
 
 
@@ -353,7 +359,7 @@ def test_an_empty_board_renders() -> None:
     assert not doc.find("table") and "No benchmarks" in doc.text()
 
 
-def test_a_benchmark_without_entries_or_data_still_renders_its_charts(board: dict[str, Any]) -> None:
+def test_a_benchmark_without_entries_or_data_has_no_empty_chart_cards_but_says_why(board: dict[str, Any]) -> None:
     empty = {"benchmark": "empty", "target_auc": 0.8, "required_runs": 5, "entries": []}
     bare = copy.deepcopy(board["benchmarks"][1])
     for entry in bare["entries"]:
@@ -361,10 +367,51 @@ def test_a_benchmark_without_entries_or_data_still_renders_its_charts(board: dic
     bare["benchmark"] = "bare"
     doc = parse(render_html({**board, "benchmarks": [empty, bare]}))
     assert "No ranked entries" in doc.text()
-    for name in ("empty", "bare"):
-        for kind in ("time", "curves", "scaling", "projection"):
-            assert chart(doc, kind, name).find("text", "no-data")
+    assert not doc.find("svg") and not doc.find("figure") and not doc.find("div", "charts")
+    notes = [p.text() for p in doc.find("p", "charts-missing")]
+    assert len(notes) == 2 and all(n.startswith("No chart of time to train (no entry has a score or a run time)")
+                                   for n in notes), notes
+    assert "score vs accelerators (no entry with accelerators has a score)" in notes[1]
     assert len(table(doc, "unranked", "bare").find("tr", "entry")) == 3
+
+
+# --- our own runs of a CPU machine -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cpu_board(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = cpu_tree(tmp_path_factory.mktemp("cpu"))
+    return build_leaderboard([root / "results-bf16", root / "results-fp32"])
+
+
+def test_cpu_systems_read_as_cpus(cpu_board: dict[str, Any]) -> None:
+    doc = parse(render_html(cpu_board))
+    hardware = [td.text() for td in column(doc, "hardware")]
+    assert hardware == [f"CPU: 2 cores, {PROCESSOR}"] * 3
+    markdown = render_markdown(cpu_board)
+    assert f"| CPU: 2 cores, {PROCESSOR} |" in markdown and "N/A" not in markdown
+
+
+def test_a_cpu_only_benchmark_has_no_score_vs_accelerators_card(cpu_board: dict[str, Any]) -> None:
+    doc = parse(render_html(cpu_board))
+    for bench in ("tiny_synthetic", "solo_synthetic"):
+        assert chart(doc, "time", bench) and chart(doc, "curves", bench)
+        assert not doc.find("svg", "chart-scaling", data_benchmark=bench)
+    assert not doc.find("text", "no-data")
+    assert len(doc.find("figure", "chart-box")) == 4  # time and curves, twice
+    for note in doc.find("p", "charts-missing"):
+        assert "score vs accelerators (no entry ran on accelerators: CPUs only)" in note.text()
+
+
+def test_plurals_are_right_on_the_page(board: dict[str, Any]) -> None:
+    """One run, one required run, one log: never "1 runs" (the requirement, the facts, the reasons)."""
+    single = copy.deepcopy(board)
+    bench = single["benchmarks"][1]
+    bench["required_runs"] = 1
+    for entry in bench["entries"]:
+        entry.update(runs=1, converged_runs=1, required_runs=1, run_minutes=entry["run_minutes"][:1])
+    text = parse(render_html(single)).text()
+    assert "1 run required" in text
+    assert not re.search(r"\b1 (runs|logs|benchmarks|run sets|cores|entries)\b", text)
 
 
 def test_non_finite_numbers_do_not_break_the_page(board: dict[str, Any]) -> None:

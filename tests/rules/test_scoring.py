@@ -29,6 +29,13 @@ def test_two_non_converged_runs_invalidate_the_set():
         olympic_score(runs([1, 2, 3, 4, 5], [True, True, True, False, False]))
 
 
+def test_one_run_is_counted_in_the_singular():
+    with pytest.raises(HarnessError, match="^1 run leaves nothing to average"):
+        olympic_score(runs([1]))
+    with pytest.raises(HarnessError, match="^1 run did not reach the target; at most 0 may"):
+        olympic_score(runs([1, 2], [True, False]), max_dropped=0)
+
+
 def test_scaling_factor_multiplies():
     assert olympic_score(runs([1, 2, 3]), scaling_factor=1.5).minutes == pytest.approx(3.0)
 

@@ -123,7 +123,7 @@ def _synthetic_small() -> dict[str, Any]:
 
 def sample_board() -> dict[str, Any]:
     """A fresh, schema-valid leaderboard with two benchmarks (6 + 3 entries), labelled as
-    :func:`harness.leaderboard.collect.build_leaderboard` labels its entries."""
+    :func:`harness.leaderboard.collect.build_leaderboard` labels its entries (per benchmark)."""
     board = {
         "generated_at": "2025-01-15T12:00:00+00:00",
         "harness_version": "0.1.0",
@@ -134,5 +134,6 @@ def sample_board() -> dict[str, Any]:
     for bench in board["benchmarks"]:
         for e in bench["entries"]:
             e["required_runs"] = bench["required_runs"]
-    assign_labels(e for bench in board["benchmarks"] for e in bench["entries"])
+    for bench in board["benchmarks"]:
+        assign_labels(bench["entries"])
     return board
