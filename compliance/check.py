@@ -11,7 +11,8 @@
 The rule set comes from ``--ruleset``, else from a round folder in the path (``.../v4.1/...``
 is MLPerf Training 4.1.0), else from the benchmark each log names (its spec's rule set). An
 input the checker cannot use at all (no such path, nothing to check, no rule set it can
-tell) raises :class:`HarnessError`; anything else, however broken, becomes findings.
+tell, a file or a run set with no MLLOG line: no MLPerf log) raises :class:`HarnessError`;
+anything else, however broken, becomes findings.
 
 ``harness check LOG`` imports only what one log's check needs (docs/performance.md, "Startup"):
 the modules that import PyYAML, jsonschema or scipy are imported in the functions that need them.
@@ -93,6 +94,15 @@ def choose_ruleset(path: Path, logs: list[ParsedLog], explicit: str | None) -> s
         f"{path}: cannot tell which rule set applies (no vNN.N round folder in the path, no benchmark the harness "
         "knows in the logs); give --ruleset", ErrorCategory.BAD_INPUT,
     )
+
+
+def no_mllog_lines(log: ParsedLog) -> bool:
+    """Whether ``log`` is no MLPerf log at all: read, and not one MLLOG line in it (an empty file, a
+    binary file, any other text). A log with MLLOG lines that do not parse is a log, and broken."""
+    return log.unreadable is None and not log.records and not log.problems
+
+
+NOT_A_LOG = "no MLLOG lines (not an MLPerf log)"
 
 
 def _mlperf_version(ruleset: str) -> str | None:
@@ -251,6 +261,8 @@ def check_path(path: Path, *, ruleset: str | None = None, lenders: list[Path] | 
         raise HarnessError(f"{path} does not exist", ErrorCategory.NOT_FOUND)
     if is_file:
         log = parse_log(path)
+        if no_mllog_lines(log):
+            raise HarnessError(f"{path}: {NOT_A_LOG}", ErrorCategory.BAD_INPUT)
         name = choose_ruleset(path, [log], ruleset)
         return Report(path, name, runs=[CheckedLog(path, check_parsed(log, name))])
     if _is_package(path):
@@ -327,6 +339,10 @@ def check_run_set(run_dir: Path, *, ruleset: str | None = None, lenders: list[Pa
         except OSError as err:
             findings.append(Finding("run_set.unreadable", Severity.ERROR, f"{entry.name}: {err.strerror}", entry))
     logs = [parse_log(p) for p in files]
+    if logs and all(no_mllog_lines(log) for log in logs):  # nothing here is a log: one line, no rule set chosen
+        raise HarnessError(f"{files[0]}: {NOT_A_LOG}" if len(files) == 1 else
+                           f"{run_dir}: no MLLOG lines in any of its {len(files)} result_*.txt files (not MLPerf "
+                           "logs)", ErrorCategory.BAD_INPUT)
     name = choose_ruleset(run_dir, logs, ruleset)
     runs = [CheckedLog(p, check_parsed(log, name)) for p, log in zip(files, logs)]
     report = RunSetCheck(run_dir, name, runs, findings)

@@ -573,6 +573,9 @@ def check_parsed(log: ParsedLog, ruleset: str) -> LogCheck:
     if log.unreadable:
         findings.append(Finding(f"{ruleset}/read", Severity.ERROR, f"cannot read the log: {log.unreadable}", log.path))
         return LogCheck(log.path, ruleset, findings, [], log)
+    if not log.records and not log.problems:  # not a log at all: said once, not as every rule's absent key
+        findings.append(Finding(f"{ruleset}/parse", Severity.ERROR, "no MLLOG lines (not an MLPerf log)", log.path))
+        return LogCheck(log.path, ruleset, findings, [], log)
     for p in log.problems:
         findings.append(Finding(f"{ruleset}/parse", Severity.ERROR, f"malformed MLLOG line: {p.message}", log.path, p.lineno))
     if not log.records:

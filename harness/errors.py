@@ -7,8 +7,10 @@ and a non-zero exit code. How a process stops (signals) and ends (its exit code)
 
 from __future__ import annotations
 
+import difflib
 import enum
 import errno
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -70,3 +72,18 @@ def io_fault(err: OSError, path: str | Path | None = None, doing: str = "", then
     advice = _IO_ADVICE.get(err.errno or 0, "check the device and the folder")
     text = f"{where}: {what}" + (f" while {doing}" if doing else "") + f"; {advice}" + (f", then {then}" if then else "")
     return HarnessError(text, ErrorCategory.IO_FAULT)
+
+
+def closest(name: str, known: Iterable[str]) -> str | None:
+    """The known name closest to ``name`` (:func:`difflib.get_close_matches`), or None when none is close."""
+    matches = difflib.get_close_matches(name, list(known), n=1)
+    return matches[0] if matches else None
+
+
+def unknown_name(what: str, name: str, known: Iterable[str], *, listed: str = "known", hint: str = "") -> HarnessError:
+    """``unknown <what> 'nme' (did you mean 'name'?); <listed>: a, b, c<hint>``: one line (exit 2)
+    naming the closest known name, where one is close, and every known name."""
+    names = list(known)
+    near = closest(name, names)
+    guess = f" (did you mean {near!r}?)" if near is not None else ""
+    return HarnessError(f"unknown {what} {name!r}{guess}; {listed}: {', '.join(names)}{hint}", ErrorCategory.NOT_FOUND)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import importlib
 import signal
+import sys
 from collections.abc import Mapping
 from typing import Any
 
 import click
 
-from harness.errors import ErrorCategory, HarnessError, io_fault
+from harness.errors import ErrorCategory, HarnessError, closest, io_fault
 from harness.process import exit_now, interrupt_reason, signal_of, stop_on_signals
 
 #: name -> ("module:attribute" of the click command, the one-line help ``harness --help`` shows)
@@ -98,6 +99,68 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
+def _param_name(err: click.BadParameter) -> str | None:
+    """The option (its long name) or argument (``PATH``) a bad-parameter error is about."""
+    hint = err.param_hint
+    if hint is not None:
+        names = [hint] if isinstance(hint, str) else list(hint)
+        return " / ".join(n.strip("'\"") for n in names)
+    param = err.param
+    if isinstance(param, click.Option) and param.opts:
+        return max(param.opts, key=len)
+    return param.human_readable_name if param is not None else None
+
+
+def _sentence(text: str) -> str:
+    """Click's message as a clause of one line: whitespace (its newlines and tabs) collapsed, the
+    first letter in lower case (unless a word in capitals starts it), no full stop at the end."""
+    text = " ".join(text.split()).rstrip(".")
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
+
+
+def _command_path(argv: list[str]) -> str:
+    """``harness`` and the (sub)commands ``argv`` names, for an error click raised without its
+    context (a parser error: an option without its value, a flag given one)."""
+    command: click.Command = cli
+    names = ["harness"]
+    for word in argv:
+        if word.startswith("-") or not isinstance(command, click.Group):
+            break
+        try:
+            found = command.get_command(click.Context(command), word)
+        except HarnessError:  # its module is not there: named, as the command was
+            found = None
+        if found is None:
+            break
+        command = found
+        names.append(word)
+    return " ".join(names)
+
+
+def click_error_line(err: click.ClickException, argv: list[str]) -> str:
+    """A click usage error (or other click exception) in the harness's one-line style, without the
+    ``harness: error:`` prefix: ``run: --runs: 0 is not in the range x>=1 (harness run --help)``.
+
+    The command (its path below ``harness``), the option or argument, what is wrong, and the
+    command's ``--help`` to read; an unknown command or option names the closest ones."""
+    ctx = err.ctx if isinstance(err, click.UsageError) else None
+    path = ctx.command_path if ctx is not None else _command_path(argv)
+    where = path.split(" ", 1)[1] + ": " if " " in path else ""
+    if isinstance(err, click.BadParameter) and not isinstance(err, click.MissingParameter):
+        name = _param_name(err)
+        what = f"{name}: {_sentence(err.message)}" if name else _sentence(err.message)
+    elif isinstance(err, (click.NoSuchOption, click.exceptions.NoSuchCommand)):
+        possibilities = err.possibilities or []
+        if isinstance(err, click.exceptions.NoSuchCommand) and ctx is not None and isinstance(ctx.command, click.Group):
+            near = closest(err.command_name, ctx.command.list_commands(ctx))  # the lazy ones too
+            possibilities = [near] if near else []
+        guess = " or ".join(repr(p) for p in possibilities)
+        what = _sentence(err.message) + (f"; did you mean {guess}?" if guess else "")
+    else:
+        what = _sentence(err.format_message())
+    return f"{where}{what}" + (f" ({path} --help)" if path else "")
+
+
 @click.group(cls=LazyGroup, lazy_commands=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dlrm-harness")
 def cli() -> None:
@@ -120,8 +183,11 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"harness: {interrupt_reason(cause) if isinstance(cause, KeyboardInterrupt) else 'interrupted'}",
                    err=True)
         return 128 + signum
-    except click.ClickException as err:
+    except click.exceptions.NoArgsIsHelpError as err:  # a group called bare: its help, as click shows it
         err.show()
+        return err.exit_code
+    except click.ClickException as err:  # a usage error (exit 2) or click's own failure: one line, as ours
+        click.echo(f"harness: error: {click_error_line(err, sys.argv[1:] if argv is None else argv)}", err=True)
         return err.exit_code
     except KeyboardInterrupt as err:
         click.echo(f"harness: {interrupt_reason(err)}", err=True)

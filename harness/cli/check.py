@@ -65,7 +65,8 @@ def check(path: Path, ruleset: str | None, lenders: tuple[Path, ...], as_json: b
     """Check a result log, a results/<system>/<benchmark> run set, a package (systems/ + results/),
     or every package in or below a folder (a round folder, a tree of rounds: one line each).
 
-    Exit status: 0 pass, 1 fail (any package), 2 unusable input.
+    Exit status: 0 pass, 1 fail (any package), 2 unusable input (no such path, nothing to check,
+    no MLLOG line: not an MLPerf log).
     """
     report = check_path(path, ruleset=ruleset, lenders=list(lenders))
     if as_json:

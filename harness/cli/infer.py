@@ -37,7 +37,8 @@ SCENARIOS = {"offline": (Scenario.OFFLINE,), "server": (Scenario.SERVER,), "both
               help="LoadGen scenario(s) to run, each for every variant (a performance and an accuracy run).")
 @click.option("--quick", is_flag=True,
               help="Short LoadGen runs instead of mlperf.conf's minimum duration and query count: "
-                   "every output says 'not a valid MLPerf result'.")
+                   "every output says 'not a valid MLPerf result'; VALID (and so the exit status) is LoadGen's "
+                   "verdict on the short runs.")
 @click.option("--results", "results", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_RESULTS,
               show_default=True, help="Results tree: <DIR>/<system>/<model>/<scenario>/{performance/run_1,accuracy}.")
 @click.option("--storage-latency-us", type=click.FloatRange(0.0), default=DEFAULT_STORAGE_LATENCY_US,
@@ -94,7 +95,11 @@ def infer(
     variant_kinds: tuple[str, ...], warm_cache: bool, high_accuracy: bool, buffered: bool, row_reader: str, seed: int, train_steps: int | None, model_dir: Path | None,
     max_batch: int, threads: int, precision: str, as_json: bool,
 ) -> None:
-    """Serve a trained model from memory and from the SSD tier as MLPerf Inference runs it."""
+    """Serve a trained model from memory and from the SSD tier as MLPerf Inference runs it.
+
+    Exit status: 0 every LoadGen run VALID and accurate; 1 one was INVALID (or missed the accuracy
+    target): one line names them and LoadGen's reason, after the report and the results are written.
+    """
     config = InferConfig(
         benchmark=benchmark, scenarios=SCENARIOS[scenario], cache_fraction=cache_fraction,
         cache_policy=CachePolicy(cache_policy), storage_latency_us=storage_latency_us,
@@ -118,6 +123,9 @@ def infer(
         click.echo(json.dumps(report.to_dict(), indent=1))
     else:
         click.echo(render(report))
+    failure = report.failure()
+    if failure is not None:  # everything is written and printed: a CI gates on the exit status
+        raise HarnessError(failure, ErrorCategory.RUN_FAILED)
 
 
 def _ms(x: float) -> str:

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, unknown_name
 from harness.hw_profiles import load_profile
 from harness.hw_profiles.profiles import Profile, format_bytes
 from harness.projection.constants import load_constants
@@ -24,20 +24,25 @@ from harness.reference.planner import (
 )
 from harness.reference.planner.models import (
     load_model,
+    model_names,
     sequence_events,
     tables_for_benchmark,
 )
 from harness.reference.planner.types import TIERS
-from harness.rules.specs import load_benchmark
+from harness.rules.specs import benchmark_names, load_benchmark
 
+DEFAULT_BENCHMARK = "dlrm_synthetic"  # as `harness run`
 DEFAULT_BATCH_SIZE = 65536
 DEFAULT_CACHE_FRACTION = 0.05  # as `harness run --cache-fraction`: the plan shown is the plan a run executes
 
 
 @click.command()
 @click.option("--profile", "profile_name", required=True, help="Hardware profile name, or a profile .yaml path.")
-@click.option("--benchmark", "benchmark", default=None, help="Plan the tables of this benchmark spec.")
-@click.option("--model", "model", default=None, help="Plan the tables of this model (e.g. dlrm-12t).")
+@click.option("--benchmark", "benchmark", default=None,
+              help=f"Plan the tables of this benchmark spec [default: {DEFAULT_BENCHMARK}, as harness run, "
+                   "unless --model is given].")
+@click.option("--model", "model", default=None,
+              help="Plan the tables of this model (e.g. dlrm-12t, or a model .yaml file) instead of a benchmark's.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=None,
               help="Global batch size (default: the benchmark's global batch size, else 65536).")
 @click.option("--comm-precision", type=click.Choice([p.value for p in CommPrecision]), default="fp32",
@@ -51,8 +56,13 @@ def plan(
     as_json: bool, cache_fraction: float,
 ) -> None:
     """Plan the sharding of embedding tables over a profile's ranks and memory tiers."""
-    if (benchmark is None) == (model is None):
-        raise HarnessError("give exactly one of --benchmark and --model")
+    if benchmark is not None and model is not None:
+        raise HarnessError(f"give one of --benchmark ({', '.join(benchmark_names())}) and --model "
+                           f"({', '.join(model_names())}, or a model .yaml file), not both")
+    if model is None:
+        benchmark = benchmark or DEFAULT_BENCHMARK
+    elif not model.endswith((".yaml", ".yml")) and model not in model_names():
+        raise unknown_name("model", model, model_names(), hint=" (or give the path of a model .yaml file)")
     tables, default_batch, notes = _tables(benchmark=benchmark, model=model)
     config = PlannerConfig(batch_size=batch_size or default_batch, comm_precision=CommPrecision(comm_precision),
                            ddr_cache_fraction=cache_fraction, ssd_cache_fraction=cache_fraction)

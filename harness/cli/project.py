@@ -11,7 +11,7 @@ import click
 from harness.errors import ErrorCategory, HarnessError
 from harness.hw_profiles import load_profile
 from harness.hw_profiles.from_system import profile_from_system_file
-from harness.hw_profiles.profiles import DEFAULT_PROFILE, LOCAL
+from harness.hw_profiles.profiles import DEFAULT_PROFILE, LOCAL, profile_names
 from harness.projection.against import Comparison, ThisMachine, compare_tree, summarize
 from harness.projection.constants import load_constants
 from harness.projection.render import render_comparisons, render_projection
@@ -48,7 +48,8 @@ def project(benchmark: str | None, profile_name: str | None, system_path: Path |
         _against(against, as_json=as_json)
         return
     if profile_name and system_path:
-        raise HarnessError("give --profile or --system, not both")
+        raise HarnessError(f"give one of --profile ({', '.join(profile_names())}, or a profile .yaml file) and "
+                           "--system (an MLPerf systems/<system>.json), not both")
     if system_path is not None:
         profile = profile_from_system_file(system_path)
     else:

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from compliance.schemas import schema_errors
-from harness.errors import ErrorCategory, HarnessError
+from harness.errors import ErrorCategory, HarnessError, unknown_name
 from harness.hw_profiles.detection import (
     CudaDevice,
     DetectedHardware,
@@ -208,11 +208,8 @@ def load_profile(name: str, *, detected: DetectedHardware | None = None) -> Prof
         return profile_from_file(Path(name))
     files = _shipped_files()
     if name not in files:
-        raise HarnessError(
-            f"unknown profile {name!r}; known profiles: {', '.join(profile_names())} "
-            "(or give the path of a profile .yaml file)",
-            ErrorCategory.NOT_FOUND,
-        )
+        raise unknown_name("profile", name, profile_names(), listed="known profiles",
+                           hint=" (or give the path of a profile .yaml file)")
     return _load_shipped(name)
 
 

@@ -38,9 +38,24 @@ class LoadgenSummary:
     valid: bool
     constraints: dict[str, str]  # "Min duration satisfied": "Yes", ...
     path: Path
+    recommendations: tuple[str, ...] = ()  # LoadGen's, under "Recommendations:" ("Reduce target QPS to ...")
+
+    @property
+    def invalid_reason(self) -> str:
+        """Why LoadGen called the run INVALID, in its words: the constraints it found not satisfied
+        and its recommendations (``performance constraints and early stopping not satisfied; reduce
+        target QPS to improve latency``); empty for a VALID run."""
+        if self.valid:
+            return ""
+        failed = [k.removesuffix(" satisfied").lower() for k, v in self.constraints.items() if v.lower() != "yes"]
+        said = f"{', '.join(failed[:-1])} and {failed[-1]}" if len(failed) > 1 else "".join(failed)
+        parts = [f"{said} not satisfied"] if failed else []
+        parts += [r[:1].lower() + r[1:].rstrip(".") for r in self.recommendations]
+        return "; ".join(parts) or "LoadGen gave no reason in its summary"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "scenario": self.scenario.value, "path": str(self.path)}
+        return {**asdict(self), "scenario": self.scenario.value, "path": str(self.path),
+                "recommendations": list(self.recommendations)}
 
 
 def parse_summary(path: Path, scenario: Scenario) -> LoadgenSummary:
@@ -49,7 +64,13 @@ def parse_summary(path: Path, scenario: Scenario) -> LoadgenSummary:
     if not path.is_file():
         raise HarnessError(f"LoadGen wrote no summary at {path}", ErrorCategory.RUN_FAILED)
     fields: dict[str, str] = {}
+    recommendations: list[str] = []
+    section = ""
     for line in path.read_text().splitlines():
+        if line.rstrip().endswith(":") and not line.startswith(" "):  # "Recommendations:", "Early Stopping Result:"
+            section = line.rstrip()[:-1]
+        elif section == "Recommendations" and line.startswith(" * "):
+            recommendations.append(line[3:].strip())
         m = _LINE.match(line)
         if m and m.group(1) not in fields:
             fields[m.group(1)] = m.group(2)
@@ -65,6 +86,7 @@ def parse_summary(path: Path, scenario: Scenario) -> LoadgenSummary:
             valid=fields["Result is"] == "VALID",
             constraints={k: v for k, v in fields.items() if k.endswith("satisfied")},
             path=path,
+            recommendations=tuple(recommendations),
         )
     except (KeyError, ValueError) as err:
         raise HarnessError(f"{path}: not a LoadGen summary of a {scenario.value} run (missing or bad {err})",
@@ -204,6 +226,30 @@ class InferReport:
     @property
     def accuracy_passed(self) -> bool:
         return all(r.accuracy.passed for r in self.results)
+
+    def failure(self) -> str | None:
+        """What makes the command fail (exit 1), in one line, once everything is written: the runs
+        LoadGen called INVALID, each with LoadGen's reason, and the runs whose accuracy missed the
+        target; None when every run is VALID and accurate. With ``--quick``, VALID is LoadGen's
+        verdict on the quick settings (the shortened minimum duration and query count)."""
+        invalid = [r for r in self.results if not r.summary.valid]
+        inaccurate = [r for r in self.results if not r.accuracy.passed]
+        if not invalid and not inaccurate:
+            return None
+        n = len(self.results)
+        parts = []
+        if invalid:
+            settings = " (LoadGen's verdict on the --quick settings)" if self.config.quick else ""
+            by_reason: dict[str, list[str]] = {}  # runs of the same reason named together, in the report's order
+            for r in invalid:
+                by_reason.setdefault(r.summary.invalid_reason, []).append(f"{r.variant.system} {r.scenario.value}")
+            runs = "; ".join(f"{', '.join(names)} ({reason})" for reason, names in by_reason.items())
+            parts.append(f"{len(invalid)} of {n} LoadGen runs INVALID{settings}: {runs}")
+        if inaccurate:
+            runs = ", ".join(f"{r.variant.system} {r.scenario.value} (AUC {r.accuracy.auc:.5f} < "
+                             f"{r.accuracy.required_auc:.5f})" for r in inaccurate)
+            parts.append(f"{len(inaccurate)} of {n} runs missed the accuracy target: {runs}")
+        return "; ".join(parts) + f"; the results are written under {self.config.results}"
 
     def to_dict(self) -> dict[str, Any]:
         c = self.config

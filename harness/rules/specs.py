@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from compliance.schemas import validate
-from harness.errors import ErrorCategory, HarnessError
+from harness.errors import ErrorCategory, HarnessError, unknown_name
 from harness.rules.hyperparameters import check_hyperparameters
 
 _DIR = resources.files("harness.rules").joinpath("benchmarks")
@@ -253,9 +253,7 @@ def load_benchmark(name: str) -> BenchmarkSpec:
         return _load_file(Path(name))
     path = _DIR.joinpath(f"{name}.yaml")
     if not path.is_file():
-        raise HarnessError(
-            f"unknown benchmark {name!r}; known: {', '.join(benchmark_names())}", ErrorCategory.NOT_FOUND
-        )
+        raise unknown_name("benchmark", name, benchmark_names(), hint=" (or give the path of a benchmark .yaml file)")
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:

@@ -43,3 +43,32 @@ def test_harness_run_log_passes_harness_check_and_the_official_checker(tmp_path)
                    "--config", str(tmp_path / "exported" / "common.yaml"), str(lowered), cwd=tmp_path)
     ours = run("-m", "harness", "check", str(lowered), "--ruleset", "harness_1.0.0", cwd=tmp_path)
     assert official.returncode == 1 and ours.returncode == 1
+
+
+@pytest.mark.parametrize("ruleset", [(), ("--ruleset", "6.0.0")])
+def test_a_file_that_is_no_mlperf_log_is_one_line_and_exit_2(tmp_path, ruleset):
+    """Empty, binary, any other text: no MLLOG line, said so, with or without --ruleset (not "cannot
+    tell which rule set applies", not the rule set's every key "appears 0 times")."""
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "binary.bin").write_bytes(bytes(range(256)) * 8)
+    for name in ("empty.txt", "binary.bin"):
+        proc = run("-m", "harness", "check", name, *ruleset, cwd=tmp_path)
+        assert (proc.returncode, proc.stdout) == (2, "")
+        assert proc.stderr == f"harness: error: {name}: no MLLOG lines (not an MLPerf log)\n"
+
+
+def test_a_run_set_of_no_mlperf_logs_is_one_line_and_one_such_log_is_one_finding(tmp_path):
+    run_set = tmp_path / "results" / "sys" / "dlrm_synthetic"
+    run_set.mkdir(parents=True)
+    for i in range(2):
+        (run_set / f"result_{i}.txt").write_text("not a log\n")
+    proc = run("-m", "harness", "check", str(run_set), "--ruleset", "harness_1.0.0", cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (f"harness: error: {run_set}: no MLLOG lines in any of its 2 result_*.txt files "
+                           "(not MLPerf logs)\n")
+    reference = Path(__file__).resolve().parents[2] / "harness/rules/reference_runs/dlrm_synthetic/result_0.txt"
+    (run_set / "result_1.txt").write_bytes(reference.read_bytes())
+    proc = run("-m", "harness", "check", str(run_set), "--ruleset", "harness_1.0.0", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    findings = [line.strip() for line in proc.stdout.splitlines() if "/result_0.txt: " in line]
+    assert findings == [f"{run_set}/result_0.txt: error: no MLLOG lines (not an MLPerf log) [harness_1.0.0/parse]"]

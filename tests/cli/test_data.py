@@ -150,7 +150,7 @@ def test_errors_are_one_line_with_exit_code_2(tmp_path: Path, capsys) -> None:
     code, _, stderr = run(capsys, "data", "export", "-b", "dlrm", "--format", "criteo-tsv", str(tmp_path / "o"))
     assert code == 2 and stderr.count("\n") == 1 and "only a synthetic benchmark" in stderr
     code, _, stderr = run(capsys, "data", "export", "-b", FIXTURE, "--format", "csv", str(tmp_path / "o"))
-    assert code == 2 and "Invalid value for '--format'" in stderr
+    assert code == 2 and "data export: --format: 'csv' is not one of 'criteo-tsv', 'mlperf-npy', 'yambda-parquet'" in stderr
     assert not (tmp_path / "o").exists()
 
 

@@ -82,6 +82,13 @@ def test_unknown_name_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str])
     assert all(name in err for name in profile_names())
 
 
+def test_a_misspelt_name_suggests_the_closest(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _main(["show", "dgx-h100"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("harness: error: unknown profile 'dgx-h100' (did you mean 'dgx-h100-8gpu'?); known profiles: "
+                          f"{', '.join(profile_names())} (or give the path of a profile .yaml file)"), err
+
+
 def test_invalid_profile_file_is_one_line_naming_the_field(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

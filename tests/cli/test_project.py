@@ -49,9 +49,14 @@ def test_against_the_shared_logs_ends_with_the_summary(capsys, shared_logs):
 @pytest.mark.parametrize("argv, code, words", [
     (["--benchmark", "dlrmv4", "--profile", "dgx-h100-8gpu"], 4, "not implemented"),
     (["--benchmark", "nope", "--profile", "dgx-h100-8gpu"], 2, "unknown benchmark"),
+    (["--benchmark", "dlrm_dcnv", "--profile", "dgx-h100-8gpu"], 2,
+     "unknown benchmark 'dlrm_dcnv' (did you mean 'dlrm_dcnv2'?); known: dlrm, dlrm_dcnv2, "),
+    (["--profile", "dgx-h100"], 2,
+     "unknown profile 'dgx-h100' (did you mean 'dgx-h100-8gpu'?); known profiles: local, "),
     (["--against", "no/such/tree"], 2, "does not exist"),
     (["--against", ".", "--benchmark", "dlrm"], 2, "give it alone"),
-    (["--profile", "dgx-h100-8gpu", "--system", "x.json"], 2, "not both"),
+    (["--profile", "dgx-h100-8gpu", "--system", "x.json"], 2,
+     "give one of --profile (local, bigbasin-8gpu, dgx-a100-8gpu, dgx-h100-8gpu, "),
     (["--system", "no-such-system.json", "--benchmark", "dlrm"], 2, "does not exist"),
 ])
 def test_errors_are_one_line_and_an_exit_code(capsys, argv, code, words):

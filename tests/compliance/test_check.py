@@ -109,7 +109,7 @@ def _write(path: Path, data: bytes) -> Path:
 @pytest.mark.parametrize("make, code, says", [
     (lambda p: p / "missing", 2, "does not exist"),
     (lambda p: (p / "empty").mkdir() or p / "empty", 2, "nothing to check"),
-    (lambda p: _write(p / "garbage.txt", os.urandom(5000)), 2, "give --ruleset"),
+    (lambda p: _write(p / "garbage.txt", os.urandom(5000)), 2, "no MLLOG lines (not an MLPerf log)"),
     (lambda p: os.symlink(p / "b", p / "a") or os.symlink(p / "a", p / "b") or p / "a", 2, "cannot read"),
 ])
 def test_unusable_input_is_one_line_and_exit_2(tmp_path, make, code, says):
