@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import click
 from tqdm import tqdm
@@ -43,39 +44,75 @@ CODECS = [c.value for c in Codec]
 
 
 class TerminalReporter(Reporter):
-    """A progress bar per run (samples, samples/s, last AUC), then a line per finished run."""
+    """What a run set shows while it works, then a line per finished run.
 
-    def __init__(self) -> None:
+    On a terminal (stdout and stderr both): a progress bar per run over the samples of its epoch
+    limit, with training samples/s and the last AUC against the target; a run ends at the first
+    evaluation that reaches the target, and its bar ends there at 100%, "reached the target at
+    0.25 epoch". Elsewhere (a file, a pipe): plain lines, no carriage returns: one as a run starts
+    and one per evaluation (docs/run.md, "Progress")."""
+
+    def __init__(self, target_auc: float, max_epochs: float = 1.0, *, plain: bool | None = None,
+                 bar_file: TextIO | None = None) -> None:
+        self._target = target_auc
+        self._max_epochs = max_epochs
+        self._plain = not (_is_terminal(sys.stdout) and _is_terminal(sys.stderr)) if plain is None else plain
+        self._bar_file = bar_file  # where the bar is drawn (None: tqdm's stderr)
         self._bar: tqdm | None = None
         self._postfix: dict[str, str] = {}
+        self._run = 0  # the run shown (its index)
+        self._evals = 0  # its evaluations so far
 
     def run_started(self, index: int, total: int, seed: Seed, train_samples: int) -> None:
         chosen = " (chosen)" if seed.source is SeedSource.USER else ""
+        what = f"run {index + 1} of {total} (result_{index}.txt), seed {seed.value}{chosen}"
+        self._run, self._evals, self._postfix = index, 0, {}
+        if self._plain:
+            click.echo(f"{what}: training to AUC {self._target}, at most {self._max_epochs:g} epoch of "
+                       f"{train_samples:,} samples")
+            return
         # one rate, labelled: the trainer's training samples/s (tqdm's own would count eval time too)
         self._bar = tqdm(
-            total=train_samples, desc=f"run {index + 1} of {total} (result_{index}.txt), seed {seed.value}{chosen}",
+            total=max(1, round(train_samples * self._max_epochs)), desc=what, file=self._bar_file,
             unit="sample", unit_scale=True, leave=False, dynamic_ncols=True, mininterval=0.5,
             bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} samples [{elapsed}<{remaining}]{postfix}",
         )
-        self._postfix = {}
 
     def progress(self, index: int, event: dict[str, Any]) -> None:
+        if "samples_per_s" in event:
+            self._postfix["training"] = f"{event['samples_per_s']:,.0f} samples/s"
+        if "cache_hit_rate" in event:
+            self._postfix["cache hit"] = f"{event['cache_hit_rate']:.3f}"
+        if "auc" in event:
+            self._evals += 1
+            reached = event["auc"] >= self._target
+            self._postfix["AUC"] = f"{event['auc']:.4f} (target {self._target})"
+            if self._plain:
+                self._eval_line(event, reached)
         if self._bar is None:
             return
         self._bar.update(max(0, int(event.get("samples", 0)) - self._bar.n))
-        if "samples_per_s" in event:
-            self._postfix["training"] = f"{event['samples_per_s']:,.0f} samples/s"
-        if "auc" in event:
-            self._postfix["AUC"] = f"{event['auc']:.4f}"
-        if "cache_hit_rate" in event:
-            self._postfix["cache hit"] = f"{event['cache_hit_rate']:.3f}"
+        if "auc" in event and event["auc"] >= self._target:  # the run ends here: so does its bar
+            self._bar.total = max(self._bar.n, 1)
+            self._bar.set_postfix_str(f"reached the target at {_epoch(event)} epoch", refresh=True)
+            return
         self._bar.set_postfix(self._postfix, refresh=False)
 
+    def _eval_line(self, event: dict[str, Any], reached: bool) -> None:
+        """One plain line per evaluation."""
+        at = f"at {_epoch(event)} epoch ({int(event.get('samples', 0)):,} samples)"
+        verdict = ">= target {}: reached, the run ends here" if reached else "< target {}"
+        rest = "".join(f"; {k} {v}" for k, v in self._postfix.items() if k != "AUC")
+        click.echo(f"  {run_name(self._run)}, evaluation {self._evals} {at}: AUC {event['auc']:.5f} "
+                   f"{verdict.format(self._target)}{rest}")
+
     def run_finished(self, outcome: RunOutcome) -> None:
-        if self._bar is not None:
-            self._bar.close()
-            self._bar = None
-        verdict = "reached the target" if outcome.converged else "did NOT reach the target"
+        self.close()
+        if outcome.converged:
+            at = f" at {outcome.reached_at_epoch:.3g} epoch" if outcome.reached_at_epoch is not None else ""
+            verdict = f"reached the target{at}"
+        else:
+            verdict = "did NOT reach the target"
         auc = f", final AUC {outcome.final_auc:.5f}" if outcome.final_auc is not None else ""
         click.echo(f"{run_name(outcome.index)}: {outcome.minutes * 60:8.2f} s  {verdict}{auc}  ({outcome.log_path})")
 
@@ -88,16 +125,31 @@ class TerminalReporter(Reporter):
             self._bar = None
 
 
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no such method, or a closed stream
+        return False
+
+
+def _epoch(event: dict[str, Any]) -> str:
+    """The evaluation's fraction of the epoch, as a run's log has it (``epoch_num``): ``0.25``."""
+    return f"{float(event['epoch_num']):.3g}" if "epoch_num" in event else "?"
+
+
 @click.command()
 @click.option("--benchmark", "-b", default=DEFAULT_BENCHMARK, show_default=True, help="Benchmark spec name.")
 @click.option("--profile", "-p", default=DEFAULT_PROFILE, show_default=True, help="Hardware profile name.")
 @click.option("--submitter", "-s", default=DEFAULT_SUBMITTER, show_default=True, help="Submitting organisation.")
 @click.option("--runs", "-n", type=click.IntRange(min=1), default=None, help="Runs in the set [default: the spec's].")
 @click.option("--results", "results_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
-              show_default=True, help="Root of the results tree.")
+              show_default=True,
+              help="Root of the results tree; where it holds a complete set of this system and benchmark, a new set "
+                   "goes to the next free root beside it (DIR-2, DIR-3, ...).")
 @click.option("--seed", "seeds", type=click.IntRange(min=0), multiple=True,
               help="Choose seeds (repeat per run, or once for seed, seed+1, ...); recorded as user-chosen.")
-@click.option("--resume", is_flag=True, help="Complete an interrupted run set.")
+@click.option("--resume", is_flag=True,
+              help="Complete an interrupted run set (a complete one: show its score and check again).")
 @click.option("--division", type=click.Choice(["closed", "open"]), default="closed", show_default=True)
 @click.option("--status", type=click.Choice(["Available on-premise", "Available cloud",
               "Research, Development, or Internal (RDI)", "Preview"]), default=DEFAULT_STATUS, show_default=True,
@@ -197,7 +249,7 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
     if plan.tier_plan is not None or (plan.sharding_plan is not None
                                       and plan.request.embedding_tier is not EmbeddingTierChoice.MEMORY):
         _describe_tiers(plan)
-    reporter = TerminalReporter()
+    reporter = TerminalReporter(plan.spec.target_auc, plan.spec.max_epochs)
     if nodes.multi and nodes.rank != 0:
         try:
             followed = follow_run_set(plan, reporter)
@@ -216,7 +268,7 @@ def run(benchmark: str, profile: str, submitter: str, runs: int | None, results_
     compliance = _compliance(outcome.results_dir, short_by_request=short_by_request(plan))
     fails = run_set_fails(outcome, compliance)
     hint = (f"report:      harness report {outcome.results_dir} -o report   (then open report/index.html)\n"
-            f"leaderboard: harness leaderboard {results_dir} -o site   (then open site/index.html)")
+            f"leaderboard: harness leaderboard {outcome.results_root} -o site   (then open site/index.html)")
     if outcome.score is None:
         click.echo(f"score: none ({outcome.score_error})")
         click.echo(hint)

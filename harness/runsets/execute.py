@@ -24,19 +24,18 @@ from harness.reference.forked import start_server
 from harness.rules.seeds import Seed, seeds_for_runs
 from harness.rules.specs import BenchmarkSpec
 from harness.runsets.launch import NodeGroup
+from harness.runsets.location import Placement, place_run_set
 from harness.runsets.manifest import (
     RESUME,
     begin_manifest,
-    pending_indices,
     record_run,
     write_resumable,
 )
 from harness.runsets.plan import RunSetPlan
 from harness.runsets.reporter import Reporter, run_name
 from harness.runsets.score import (
-    RunOutcome,
     RunSetOutcome,
-    run_time_from_log,
+    run_outcome,
     score_results,
 )
 from harness.runsets.workers import (
@@ -86,8 +85,10 @@ def teacher_best_auc(spec: BenchmarkSpec) -> float | None:
 
 
 def _execute(plan: RunSetPlan, reporter: Reporter, group: NodeGroup | None) -> RunSetOutcome:
-    """Admit the followers with the runs' configs, write the set's files, run what is pending, score."""
-    pending, seeds, best_auc = _pending_runs(plan, group)
+    """Place the set (:mod:`harness.runsets.location`), admit the followers with the runs' configs,
+    write the set's files, run what is pending, score."""
+    placement, seeds, best_auc = _pending_runs(plan, group)
+    plan, pending = placement.plan, placement.pending  # the plan of the results root the set goes to
     if pending and plan.world_size == 1:  # the workers' fork server imports torch while the set is prepared
         start_server()
     configs = {index: worker_config(plan, index, seeds[index], _staged_log(plan, index), best_auc)
@@ -95,25 +96,27 @@ def _execute(plan: RunSetPlan, reporter: Reporter, group: NodeGroup | None) -> R
     if group is not None:  # every follower planned this same set; they train exactly these runs
         group.admit(plan.fingerprint, [{"index": i, "config": configs[i].to_json()} for i in pending])
     manifest = begin_manifest(plan)
-    _write_set_files(plan)
-    _announce(plan, reporter, pending, best_auc)
+    if pending:  # a complete set, reported again, is left as it is
+        _write_set_files(plan)
+    _announce(plan, reporter, placement, best_auc)
     _run_pending(plan, reporter, group, configs, seeds, manifest)
     if group is not None:
         group.wait_done()
     return score_results(plan, manifest)
 
 
-def _pending_runs(plan: RunSetPlan, group: NodeGroup | None) -> tuple[list[int], dict[int, Seed], float | None]:
-    """The runs still to do, their seeds, and the teacher's AUC; a refusal is told to the followers too."""
+def _pending_runs(plan: RunSetPlan, group: NodeGroup | None) -> tuple[Placement, dict[int, Seed], float | None]:
+    """Where the set goes and its runs still to do, their seeds, and the teacher's AUC; a refusal
+    is told to the followers too."""
     try:
-        pending = pending_indices(plan)
-        seeds = seeds_for_runs(pending, plan.request.seeds)
-        best_auc = teacher_best_auc(plan.spec) if pending else None
+        placement = place_run_set(plan)
+        seeds = seeds_for_runs(placement.pending, plan.request.seeds)
+        best_auc = teacher_best_auc(plan.spec) if placement.pending else None
     except HarnessError as err:
         if group is not None:
             group.admit(plan.fingerprint, None, refusal=str(err))
         raise
-    return pending, seeds, best_auc
+    return placement, seeds, best_auc
 
 
 def _staged_log(plan: RunSetPlan, index: int) -> Path:
@@ -143,15 +146,16 @@ def _write_set_files(plan: RunSetPlan) -> None:
                         json.dumps(plan.tier_plan.to_dict(), indent=1, sort_keys=True))
 
 
-def _announce(plan: RunSetPlan, reporter: Reporter, pending: list[int], best_auc: float | None) -> None:
-    """What the user learns before the first run: the best AUC to expect, or that nothing is left."""
+def _announce(plan: RunSetPlan, reporter: Reporter, placement: Placement, best_auc: float | None) -> None:
+    """What the user learns before the first run: where the set goes (a new set, the next free
+    root beside a complete one, a resume and what is left of it, or a complete set reported
+    again), then the best AUC to expect."""
+    reporter.message(placement.said)
     if best_auc is not None:
         reporter.message(
             f"the planted teacher's AUC on the eval split is {best_auc:.5f}: the best any model can expect; "
             f"the target is {plan.spec.target_auc}"
         )
-    if not pending:
-        reporter.message(f"all {plan.runs} runs of the set are already in {plan.results_dir}")
 
 
 def _run_pending(plan: RunSetPlan, reporter: Reporter, group: NodeGroup | None, configs: dict[int, RunConfig],
@@ -167,8 +171,7 @@ def _run_pending(plan: RunSetPlan, reporter: Reporter, group: NodeGroup | None, 
             if group is not None:
                 group.report(job, True)
             record_run(plan, manifest, index, seed)
-            run_time, auc = run_time_from_log(final, plan.spec.target_auc)
-            reporter.run_finished(RunOutcome(index, seed, final, run_time.minutes, run_time.converged, auc))
+            reporter.run_finished(run_outcome(index, seed, final, plan.spec.target_auc))
             if plan.embedding_tier:
                 _report_cache(final, reporter)
     except (HarnessError, KeyboardInterrupt) as err:
@@ -192,12 +195,16 @@ def _run_one(plan: RunSetPlan, index: int, config: RunConfig, reporter: Reporter
     write_resumable(config_path, config.to_json())
     stamp = time.strftime("%Y%m%dT%H%M%S")
     faults: list[str] = []  # an I/O fault the worker reported on its pipe (its stderr file may be on a full disk)
+    unheard: list[OSError] = []  # the reporter's output is gone (a closed pipe): the run goes on, unreported
 
     def on_progress(event: dict) -> None:
         if "io_fault" in event:
             faults.append(str(event["io_fault"]))
-        else:
-            reporter.progress(index, event)
+        elif not unheard:
+            try:
+                reporter.progress(index, event)
+            except OSError as err:
+                unheard.append(err)
 
     try:
         code = run_worker(config_path, plan, job, stderr_path, on_progress)

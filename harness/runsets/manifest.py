@@ -1,6 +1,7 @@
-"""A run set's manifest (``runset.json`` in its staging folder) and resuming from it: which runs
-are still to do, the settings every run of the set must share (a ``--resume`` that changes one
-is refused, naming it), and the seed of each finished run."""
+"""A run set's manifest (``runset.json`` in its staging folder) and resuming from it: the settings
+every run of the set must share (a ``--resume`` that changes one is refused, naming it), and the
+seed of each finished run. Which set a command runs or resumes, and its runs still to do:
+:mod:`harness.runsets.location`."""
 
 from __future__ import annotations
 
@@ -48,29 +49,21 @@ def record_run(plan: RunSetPlan, manifest: dict[str, Any], index: int, seed: See
     write_resumable(plan.manifest_path, json.dumps(manifest, indent=1, sort_keys=True))
 
 
-def pending_indices(plan: RunSetPlan) -> list[int]:
-    """The run indices still to do; refuses to mix with or overwrite results already there."""
-    existing = sorted(plan.results_dir.glob("result_*.txt")) if plan.results_dir.is_dir() else []
+def check_resumable(plan: RunSetPlan, *, existing: bool) -> None:
+    """Refuse to resume the set at ``plan``'s results root (``existing``: its folder holds results)
+    unless its manifest is there and agrees: the same settings (named when one differs), then the
+    same fingerprint. Which set a command resumes: :mod:`harness.runsets.location`."""
     manifest = read_manifest(plan)
-    if not plan.request.resume:
-        if existing:
-            raise HarnessError(
-                f"{plan.results_dir} already holds {len(existing)} result file(s); use --resume to complete "
-                "that set, or another --results directory (nothing was changed)"
-            )
-        return list(range(plan.runs))
     if manifest is None:
         if existing:
             raise HarnessError(f"{plan.results_dir} has results but no run-set manifest to resume from")
-        return list(range(plan.runs))
+        return
     check_resume_settings(manifest.get("settings"), set_settings(plan))  # first: it names the setting
     if manifest.get("fingerprint") != plan.fingerprint:
         raise HarnessError(
             "--resume: the benchmark, hyperparameters, profile, plan or data changed since the set began "
             f"(fingerprint {manifest.get('fingerprint')} -> {plan.fingerprint}); start a new set instead"
         )
-    done = {i for i in range(plan.runs) if plan.result_path(i).is_file()}
-    return [i for i in range(plan.runs) if i not in done]
 
 
 def set_settings(plan: RunSetPlan) -> dict[str, Any]:

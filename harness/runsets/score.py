@@ -8,15 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.rules.results import RunSetStats, read_run_log, run_set_stats
-from harness.rules.scoring import RunTime, Score
+from harness.rules.results import RunLog, RunSetStats, read_run_log, run_set_stats
+from harness.rules.scoring import Score
 from harness.rules.seeds import Seed, SeedSource
 from harness.runsets.plan import RunSetPlan
 
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """One finished run: its index in the set, its seed, its log, its time and final AUC."""
+    """One finished run: its index in the set, its seed, its log, its time and final AUC, and the
+    fraction of the epoch at whose evaluation it reached the target (None: it did not)."""
 
     index: int
     seed: Seed
@@ -24,6 +25,7 @@ class RunOutcome:
     minutes: float
     converged: bool
     final_auc: float | None
+    reached_at_epoch: float | None = None
 
 
 @dataclass(frozen=True)
@@ -35,16 +37,22 @@ class RunSetOutcome:
     score_error: str | None = None
     stats: RunSetStats | None = None
     system_json: Path | None = None
-    results_dir: Path | None = None
+    results_dir: Path | None = None  # the set's folder
+    results_root: Path | None = None  # the results tree it is in (``--results``, or the next free root beside it)
 
 
-def run_time_from_log(path: Path, target_auc: float) -> tuple[RunTime, float | None]:
-    """The run's clock and convergence from its log, as the result summarizer reads them."""
-    log = read_run_log(path)
-    if log.run_start_ms is None or log.run_stop_ms is None:
-        raise HarnessError(f"{path}: the log lacks run_start or run_stop")
+def run_outcome(index: int, seed: Seed, log: Path | RunLog, target_auc: float) -> RunOutcome:
+    """Run ``index``'s outcome, read from its log: a run just finished (its path; a log without
+    run_start or run_stop is refused), or one of a set being scored (the log as read)."""
+    if isinstance(log, Path):
+        log = read_run_log(log)
+        if log.run_start_ms is None or log.run_stop_ms is None:
+            raise HarnessError(f"{log.path}: the log lacks run_start or run_stop")
+    run_time = log.run_time(target_auc)
     final = log.eval_accuracies[-1][1] if log.eval_accuracies else None
-    return log.run_time(target_auc), final
+    reached = (next((epoch for epoch, auc in log.eval_accuracies if auc >= target_auc), None)
+               if run_time.converged else None)
+    return RunOutcome(index, seed, log.path, run_time.minutes, run_time.converged, final, reached)
 
 
 def score_results(plan: RunSetPlan, manifest: dict[str, Any]) -> RunSetOutcome:
@@ -54,9 +62,8 @@ def score_results(plan: RunSetPlan, manifest: dict[str, Any]) -> RunSetOutcome:
     for index, log in enumerate(logs):
         info = manifest["runs"].get(str(index), {})
         seed = Seed(int(info.get("seed", -1)), SeedSource(info.get("seed_source", SeedSource.OS.value)))
-        run_time = log.run_time(plan.spec.target_auc)
-        final = log.eval_accuracies[-1][1] if log.eval_accuracies else None
-        runs.append(RunOutcome(index, seed, log.path, run_time.minutes, run_time.converged, final))
+        runs.append(run_outcome(index, seed, log, plan.spec.target_auc))
     stats = run_set_stats(logs, target=plan.spec.target_auc, max_dropped=plan.spec.max_non_converged_runs)
     return RunSetOutcome(runs=runs, score=stats.score, score_error=stats.score_error, stats=stats,
-                         system_json=plan.system_json, results_dir=plan.results_dir)
+                         system_json=plan.system_json, results_dir=plan.results_dir,
+                         results_root=plan.request.results_dir)
