@@ -24,7 +24,8 @@ def report(path: Path, out_dir: Path | None) -> None:
     planner's projection, memory per tier, cache hit rates and what the runs were; the terminal gets a
     summary. PATH is a run set (results/<submitter>/results/<system>/<benchmark>/) or a folder above run
     sets; a log without the harness's records (a real MLPerf log) shows what it has and names what it
-    lacks. Exit 2 when PATH holds no result logs."""
+    lacks; a result_*.txt without an MLLOG line is not a log, named in one line and left out. Exit 2 when
+    PATH holds no result logs (nothing is written)."""
     collected = collect_report(path)
     index = write_report(collected, out_dir if out_dir is not None else Path("report"))
     for line in summary_lines(collected):

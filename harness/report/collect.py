@@ -7,7 +7,9 @@ Hidden folders (the harness's staging, ``.harness/``) and symlinks are not enter
 Every log is read through :func:`harness.mllog.reader.read_records`, the one MLLOG reader, and
 every key is named by :mod:`harness.mllog.keys`. What a log does not have is kept as ``None`` (or
 an empty tuple) and named in :attr:`RunReport.missing`; a log that cannot be read is named in
-:attr:`RunSetReport.problems` and the others are still reported. Torch-free.
+:attr:`RunSetReport.problems` and the others are still reported. A ``result_*.txt`` without a single
+MLLOG line is not a log (:class:`NotALog`): it is named in :attr:`RunSetReport.not_logs`, and a
+folder holding nothing else is no run set (:attr:`Report.not_logs`). Torch-free.
 """
 
 from __future__ import annotations
@@ -185,6 +187,7 @@ class RunSetReport:
     system_facts: Mapping[str, str]  # from systems/<system>.json
     runs: tuple[RunReport, ...]
     problems: tuple[str, ...] = ()  # logs that could not be read, and why
+    not_logs: tuple[Path, ...] = ()  # result_*.txt files without a single MLLOG line, left out
 
     def first_with(self, what: str) -> RunReport | None:
         """The first run whose ``what`` (an attribute of :class:`RunReport`) is not empty."""
@@ -195,12 +198,25 @@ class RunSetReport:
 class Report:
     root: Path
     run_sets: tuple[RunSetReport, ...] = field(default=())
+    not_logs: tuple[Path, ...] = ()  # the result_*.txt files of folders that hold no log, left out
+
+
+NOT_A_LOG_MARK = ":::MLLOG"
+
+
+class NotALog(HarnessError):
+    """A ``result_*.txt`` file without a single MLLOG line: not an MLPerf result log."""
+
+    def __init__(self, path: Path):
+        super().__init__(f"{path}: not an MLPerf result log (no {NOT_A_LOG_MARK} line)", ErrorCategory.BAD_INPUT)
+        self.path = path
 
 
 def collect_report(root: Path) -> Report:
     """The report over the run set at ``root``, or every run set below it.
 
-    A ``root`` that is not a folder, or holds no result logs, is one HarnessError naming it (exit 2).
+    A ``root`` that is not a folder, or holds no result logs (no ``result_*.txt``, or none with an
+    MLLOG line), is one HarnessError naming it (exit 2).
     """
     root = Path(root)
     if not root.exists():
@@ -208,12 +224,29 @@ def collect_report(root: Path) -> Report:
     if not root.is_dir():
         raise HarnessError(f"{root} is not a folder: give a run set (results/<submitter>/results/<system>/"
                            "<benchmark>/) or a folder above run sets", ErrorCategory.BAD_INPUT)
-    run_sets = tuple(read_run_set(d) for d in find_log_folders(root))
-    if not run_sets:
-        raise HarnessError(f"{root}: no {RESULT_GLOB} logs in it or below it: give a run set "
-                           "(results/<submitter>/results/<system>/<benchmark>/) or a results tree",
+    read = [read_run_set(d) for d in find_log_folders(root)]
+    run_sets = tuple(rs for rs in read if rs.runs or rs.problems)
+    not_logs = tuple(p for rs in read if not (rs.runs or rs.problems) for p in rs.not_logs)
+    give = "give a run set (results/<submitter>/results/<system>/<benchmark>/) or a results tree"
+    if not run_sets and not_logs:
+        raise HarnessError(f"{root}: no MLPerf result logs in it or below it: {name_files(not_logs, root)} "
+                           f"{'has' if len(not_logs) == 1 else 'have'} no {NOT_A_LOG_MARK} line; {give}",
                            ErrorCategory.NOT_FOUND)
-    return Report(root, run_sets)
+    if not run_sets:
+        raise HarnessError(f"{root}: no {RESULT_GLOB} logs in it or below it: {give}", ErrorCategory.NOT_FOUND)
+    return Report(root, run_sets, not_logs)
+
+
+def name_files(paths: tuple[Path, ...], root: Path, most: int = 4) -> str:
+    """``a, b, c and 5 more``: the files' paths below ``root``."""
+    shown = []
+    for path in paths[:most]:
+        try:
+            shown.append(str(path.relative_to(root)))
+        except ValueError:
+            shown.append(str(path))
+    more = len(paths) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more else "")
 
 
 # ---------------------------------------------------------------------------------------
@@ -221,10 +254,12 @@ def collect_report(root: Path) -> Report:
 
 def read_run_set(folder: Path) -> RunSetReport:
     paths = sorted((p for p in folder.glob(RESULT_GLOB) if p.is_file()), key=_log_order)
-    runs, problems = [], []
+    runs, problems, not_logs = [], [], []
     for path in paths:
         try:
             runs.append(read_run(path))
+        except NotALog:
+            not_logs.append(path)
         except HarnessError as err:
             problems.append(str(err))
     benchmark = next((r.benchmark for r in runs if r.benchmark), None) or folder.name
@@ -232,7 +267,7 @@ def read_run_set(folder: Path) -> RunSetReport:
     package = folder.parent.parent.parent if folder.parent.parent.name == "results" else None
     facts, submitter = _system_facts(package, folder.parent.name) if package else ({}, None)
     return RunSetReport(folder, folder.parent.name, submitter, benchmark, target, source, facts, tuple(runs),
-                        tuple(problems))
+                        tuple(problems), tuple(not_logs))
 
 
 def _log_order(path: Path) -> tuple[int, str]:
@@ -280,6 +315,7 @@ def _system_facts(package: Path, system: str) -> tuple[dict[str, str], str | Non
 class _Pass:
     """Everything one pass over a log's records keeps."""
 
+    records: int = 0
     first_ms: float | None = None
     values: dict[str, Any] = field(default_factory=dict)  # the first value of each key
     starts: dict[str, float] = field(default_factory=dict)  # init_start / run_start time_ms
@@ -294,6 +330,7 @@ class _Pass:
 def _scan(path: Path) -> _Pass:
     seen = _Pass()
     for _, record in read_records(path, what="MLLOG record"):
+        seen.records += 1
         key, value = record["key"], record.get("value")
         meta = _dict(record.get("metadata"))
         t = _number(record.get("time_ms"))
@@ -319,8 +356,11 @@ def _scan(path: Path) -> _Pass:
 
 
 def read_run(path: Path) -> RunReport:
-    """One result log; a malformed MLLOG line is one HarnessError naming file and line."""
+    """One result log; a malformed MLLOG line is one HarnessError naming file and line, a file
+    without any MLLOG line a :class:`NotALog`."""
     seen = _scan(path)
+    if not seen.records:
+        raise NotALog(path)
     v = seen.values
     start = seen.starts.get(keys.RUN_START)
     stop = seen.stops.get(keys.RUN_STOP)
@@ -488,7 +528,7 @@ def _link_bytes(value: Any) -> dict[str, float]:
 
 
 def _collectives(stats: Any, projection: Any) -> tuple[CollectiveBytes, ...]:
-    """Bytes per step per collective kind: the busiest rank's measured ones (the record's
+    """Bytes per step per collective kind, every rank's summed: the measured ones (the record's
     ``per_step``) beside the planner's projection (its ``per_step``)."""
     measured = _dict(stats.get("per_step")) if isinstance(stats, dict) else {}
     projected = _dict(projection.get("per_step")) if isinstance(projection, dict) else {}

@@ -9,15 +9,24 @@ Hooks for tests and tools: each run set is ``<section class="runset" data-runset
 ``step-time``, ``phases``, ``comm``, ``memory`` (``data-tier``), ``cache``, ``blocks`` and
 ``throughput``; their marks carry ``data-run``, ``data-rank``, ``data-phase``, ``data-kind``,
 ``data-link``, ``data-measure`` and the value drawn (``data-seconds``, ``data-bytes``, ...);
-the target AUC is ``line.target-line[data-target]``; what a log lacks is ``ul.missing > li``.
+the target AUC is ``line.target-line[data-target]``; what a log lacks is ``ul.missing > li``;
+the files that are not logs are ``p.not-logs``.
+
+The figures of a run set (``figure.chart-box[data-block]``, each named by its block) fill the
+page's width: from 1,230 px in three columns (``div.figures > div.column``), each figure placed
+in the shortest; narrower, in one grid in their order. A legend swatch is painted by the function
+that paints its bars (:func:`_paint`), and an axis of time says the unit its ticks are in.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
+from pathlib import Path
 
 from harness import __version__
 from harness.hw_profiles.profiles import format_bytes
@@ -35,16 +44,15 @@ from harness.leaderboard.svg import (
     series_colour,
     svg,
     swatch_line,
-    swatch_rect,
     tip,
     x_axis,
     y_axis,
 )
 from harness.mllog import keys
-from harness.report.collect import TIERS, Report, RunReport, RunSetReport
+from harness.report.collect import NOT_A_LOG_MARK, TIERS, Report, RunReport, RunSetReport, name_files
 
 _DOT = " \u00b7 "
-_FAINT = ' fill-opacity="0.35"'
+_FAINT_OPACITY = 0.35  # the run blocks, under the init and eval blocks they hold
 _MEASURES = (("planned", "#8c959f"), ("held", "#0067a5"), ("peak", "#be0032"))
 
 
@@ -56,14 +64,22 @@ def render_html(report: Report, *, generated_at: str | None = None) -> str:
         "<!doctype html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         "<title>Run set report</title>", f"<style>{_CSS}</style>", "</head>", "<body>",
-        '<header class="page"><div class="inner"><h1>Run set report</h1>'
-        '<p class="lede">Where the time, the bytes and the memory of each run went, from its logs.</p><dl>'
-        f'<div><dt>Generated</dt><dd class="generated-at">{escape(when)}</dd></div>'
-        f"<div><dt>Harness</dt><dd>{escape(__version__)}</dd></div>"
-        f"<div><dt>Logs from</dt><dd><code>{escape(str(report.root))}</code></dd></div>"
-        f"<div><dt>Run sets</dt><dd>{len(report.run_sets)}</dd></div></dl></div></header>",
-        "<main>", _contents(report), sections, "</main>", "</body>", "</html>", "",
+        ('<header class="page"><div class="inner"><h1>Run set report</h1>'
+         '<p class="lede">Where the time, the bytes and the memory of each run went, from its logs.</p><dl>'
+         f'<div><dt>Generated</dt><dd class="generated-at">{escape(when)}</dd></div>'
+         f"<div><dt>Harness</dt><dd>{escape(__version__)}</dd></div>"
+         f"<div><dt>Logs from</dt><dd><code>{escape(str(report.root))}</code></dd></div>"
+         f"<div><dt>Run sets</dt><dd>{len(report.run_sets)}</dd></div></dl></div></header>"),
+        "<main>", _contents(report), _not_logs(report.not_logs, report.root), sections, "</main>", "</body>",
+        "</html>", "",
     ])
+
+
+def _not_logs(paths: Sequence[Path], root: Path) -> str:
+    if not paths:
+        return ""
+    return (f'<p class="note not-logs">Not logs (no {escape(NOT_A_LOG_MARK)} line in them), left out: '
+            f"<code>{escape(name_files(tuple(paths), root))}</code></p>")
 
 
 def _contents(report: Report) -> str:
@@ -84,17 +100,18 @@ def _run_set_section(index: int, rs: RunSetReport) -> str:
     facts = [f"<code>{escape(str(rs.path))}</code>", f"{len(rs.runs)} runs, {converged} reached the target", target]
     problems = "".join(f"<li>{escape(p)}</li>" for p in rs.problems)
     parts = [
-        f'<section class="runset" id="runset-{index}" data-runset="{index}" data-system="{escape(rs.system)}" '
-        f'data-benchmark="{escape(rs.benchmark)}">',
+        (f'<section class="runset" id="runset-{index}" data-runset="{index}" data-system="{escape(rs.system)}" '
+         f'data-benchmark="{escape(rs.benchmark)}">'),
         f"<h2>{escape(rs.system)} <span class=\"muted\">/ {escape(rs.benchmark)}</span></h2>",
         f'<p class="facts">{_DOT.join(facts)}</p>',
         f'<ul class="problems">{problems}</ul>' if problems else "",
+        _not_logs(rs.not_logs, rs.path),
         _setup_block(rs),
         _runs_table(rs),
-        _block("Quality", [_auc_chart(index, rs, by_samples=True), _auc_chart(index, rs, by_samples=False)]),
-        _block("Time", _time_figures(index, rs)),
-        _block("Bytes on the wire", [_comm_chart(index, rs)]),
-        _block("Memory", _memory_figures(index, rs)),
+        _figures([("Quality", [_auc_chart(index, rs, by_samples=True), _auc_chart(index, rs, by_samples=False)]),
+                  ("Time", _time_figures(index, rs)),
+                  ("Bytes on the wire", [_comm_chart(index, rs)]),
+                  ("Memory", _memory_figures(index, rs))]),
         _missing_block(rs),
         "</section>",
     ]
@@ -108,11 +125,42 @@ class _Figure:
     caption: str  # already escaped
 
 
-def _block(title: str, figures: Sequence[_Figure]) -> str:
-    boxes = "".join(
-        f'<figure class="chart-box"><h4>{escape(f.heading)}</h4>{f.svg}<figcaption>{f.caption}</figcaption></figure>'
-        for f in figures)
-    return f'<h3>{escape(title)}</h3><div class="charts">{boxes}</div>'
+COLUMNS = 3  # figures side by side on a wide page (3 x 380 px and the gaps: from 1,230 px)
+_COLUMN_PX = 407.0  # a figure's inner width at 1,400 px, in CSS pixels
+_GAP_PX = 16.0
+
+
+def _figures(blocks: Sequence[tuple[str, Sequence[_Figure]]]) -> str:
+    """Every figure of a run set, each named by its block (quality, time, bytes, memory), in
+    :data:`COLUMNS` columns that fill the page's width: each figure in turn goes to the column
+    that is shortest so far (by :func:`_height`), so no column is left empty while another
+    runs on. On a narrower page the columns dissolve into one grid of the figures in their
+    order (their CSS ``order``)."""
+    columns: list[list[str]] = [[] for _ in range(COLUMNS)]
+    heights = [0.0] * COLUMNS
+    figures = [(block, f) for block, fs in blocks for f in fs]
+    for order, (block, f) in enumerate(figures):
+        shortest = min(range(COLUMNS), key=lambda c: heights[c])
+        columns[shortest].append(
+            f'<figure class="chart-box" data-block="{escape(block)}" style="order: {order}">'
+            f'<h4><span class="block-name">{escape(block)}</span>{escape(f.heading)}</h4>{f.svg}'
+            f"<figcaption>{f.caption}</figcaption></figure>")
+        heights[shortest] += _height(f) + _GAP_PX
+    return ('<div class="figures">' + "".join(f'<div class="column">{"".join(c)}</div>' for c in columns)
+            + "</div>")
+
+
+def _height(f: _Figure) -> float:
+    """About how tall ``f`` is drawn in a column at 1,400 px (CSS pixels): its box, headings, chart
+    (its viewBox scaled to the column), table rows and caption lines (12 px text, 6.2 px a
+    character). An estimate that only balances the columns."""
+    height = 26.0 + 43.0  # the box's padding and border; the block's name and the heading
+    box = re.search(r'viewBox="0 0 ([\d.]+) ([\d.]+)"', f.svg)
+    if box:
+        height += float(box.group(2)) * _COLUMN_PX / float(box.group(1))
+    height += 28.0 * f.svg.count("<tr")
+    text = re.sub(r"<[^>]+>", "", f.caption)
+    return height + 6.0 + 17.0 * max(1, math.ceil(len(text) * 6.2 / _COLUMN_PX))
 
 
 def _setup_block(rs: RunSetReport) -> str:
@@ -137,7 +185,8 @@ def _runs_table(rs: RunSetReport) -> str:
         slowest = max(phases.ranks, key=lambda k: k.step_s.p50) if phases else None
         cells = [
             escape(r.name), escape(str(r.seed)) if r.seed is not None else DASH,
-            escape(r.status or DASH) + ("" if r.converged(rs.target_auc) else ' <span class="badge bad">no target</span>'),
+            escape(r.status or DASH)
+            + ("" if r.converged(rs.target_auc) else ' <span class="badge bad">no target</span>'),
             _num(r.run_seconds, "{:,.2f}"), _num(last, "{:.5f}"), _num(r.samples_per_s, "{:,.0f}"),
             *(_num(getattr(slowest.step_s, p) * 1000 if slowest else None, "{:.2f}") for p in ("p50", "p90", "p99")),
         ]
@@ -195,6 +244,19 @@ def _words_figure(heading: str, text: str) -> _Figure:
     return _Figure(heading, "", escape(text))
 
 
+def _paint(colour: str, *, hollow: bool = False, faint: bool = False) -> str:
+    """The fill and stroke of a bar, and of the legend swatch that names it: solid, faint (see
+    through to what it holds) or hollow (dashed: a projection, not a measure)."""
+    if hollow:
+        return f'fill="#fff" stroke="{colour}" stroke-width="1.5" stroke-dasharray="3 2"'
+    return f'fill="{colour}"' + (f' fill-opacity="{_FAINT_OPACITY}"' if faint else "")
+
+
+def _swatch(colour: str, *, hollow: bool = False, faint: bool = False) -> str:
+    """A legend's 16 x 10 swatch, painted as its bars."""
+    return f'<rect x="0" y="0" width="16" height="10" rx="2" {_paint(colour, hollow=hollow, faint=faint)}/>'
+
+
 @dataclass(frozen=True)
 class _Bar:
     value: float
@@ -216,9 +278,14 @@ class _Row:
 MIN_WIDTH_PX = 0.1  # px() writes coordinates to a tenth of a pixel
 
 
-def _bar_chart(kind: str, index: int, title: str, rows: Sequence[_Row], x_title: str, show: Callable[[float], str],
-               items: Sequence[LegendItem], **data: object) -> str:
-    """Horizontal bars under each row's label: stacked (a breakdown) or side by side (a comparison)."""
+def _bar_chart(kind: str, index: int, title: str, rows: Sequence[_Row], x_title: str | Callable[[Ticks], str],
+               show: Callable[[float], str], items: Sequence[LegendItem], *,
+               tick_show: Callable[[float, Ticks], str] | None = None, **data: object) -> str:
+    """Horizontal bars under each row's label: stacked (a breakdown) or side by side (a comparison).
+
+    ``show`` writes a value (a tick's label, a stacked row's total); ``tick_show``, where given,
+    writes the ticks instead, and ``x_title`` may be made from the ticks (an axis whose unit
+    follows its range)."""
     lane = 9.0
     heights = [18 + (lane + 2 if row.stacked else (lane + 1) * len(row.bars)) + 6 for row in rows]
     frame = Frame(height=max(sum(heights), 60), left=18)
@@ -226,7 +293,9 @@ def _bar_chart(kind: str, index: int, title: str, rows: Sequence[_Row], x_title:
               for row in rows]
     ticks = nice_ticks(0.0, max(totals, default=1.0) or 1.0)
     x = Scale(ticks.values[0], ticks.values[-1], frame.x0, frame.x1)
-    body = [x_axis(x, Ticks(ticks.values, [show(v) for v in ticks.values]), frame, x_title)]
+    labels = [tick_show(v, ticks) if tick_show else show(v) for v in ticks.values]
+    title_text = x_title(ticks) if callable(x_title) else x_title
+    body = [x_axis(x, Ticks(ticks.values, labels), frame, title_text)]
     y = frame.y0
     for row, height in zip(rows, heights):
         parts = [f'<text class="row-label" x="{px(frame.x0)}" y="{px(y + 12)}">{escape(row.label)}</text>']
@@ -236,10 +305,9 @@ def _bar_chart(kind: str, index: int, title: str, rows: Sequence[_Row], x_title:
             # a bar of any time is drawn at least as wide as the coordinates' precision (0.1 px): a phase
             # of a few microseconds beside a step of milliseconds would otherwise round to nothing
             width = max(x(start + bar.value) - x(start), MIN_WIDTH_PX if bar.value > 0 else 0.0)
-            paint = (f'fill="#fff" stroke="{bar.colour}" stroke-width="1.5" stroke-dasharray="3 2"' if bar.hollow
-                     else f'fill="{bar.colour}"')
             parts.append(f'<rect class="bar {bar.cls}"{bar.attrs} x="{px(x(start))}" y="{px(lane_y)}" '
-                         f'width="{px(width)}" height="{px(lane)}" {paint}>{tip(bar.tip)}</rect>')
+                         f'width="{px(width)}" height="{px(lane)}" {_paint(bar.colour, hollow=bar.hollow)}>'
+                         f"{tip(bar.tip)}</rect>")
             if row.stacked:
                 at += bar.value
             else:
@@ -259,6 +327,24 @@ def _seconds(value: float) -> str:
     if value >= 1:
         return f"{value:.2f} s"
     return f"{value * 1000:.3g} ms"
+
+
+_TIME_UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "\u00b5s"))
+
+
+def _time_unit(ticks: Ticks) -> tuple[float, str]:
+    """The unit an axis of seconds is read in: the largest in which its last tick is at least 1."""
+    top = ticks.values[-1]
+    return next(((size, unit) for size, unit in _TIME_UNITS if top >= size), _TIME_UNITS[-1])
+
+
+def _time_tick(value: float, ticks: Ticks) -> str:
+    """A tick of an axis of seconds, as a number in the axis's unit (:func:`_time_unit`), to the
+    decimals its step needs."""
+    size, _ = _time_unit(ticks)
+    step = (ticks.values[1] - ticks.values[0]) / size if len(ticks.values) > 1 else 1.0
+    decimals = next((d for d in range(10) if abs(round(step, d) - step) < 1e-9 * step), 9)
+    return f"{value / size:,.{decimals}f}"
 
 
 def _samples(value: float) -> str:
@@ -293,8 +379,9 @@ def _auc_chart(index: int, rs: RunSetReport, *, by_samples: bool) -> _Figure:
         body.append(f'<path class="curve"{_attrs(run=run.name, points=len(pts))} d="{d}" stroke="{colours[run.name]}"'
                     f'{faded}>{tip(f"{run.name}: {len(pts)} evaluations, last AUC {pts[-1][1]:.5f}")}</path>')
         body.extend(f'<circle class="eval-point"{_attrs(run=run.name)} cx="{px(x(a))}" cy="{px(y(b))}" r="2.2" '
-                    f'fill="{colours[run.name]}">{tip(f"{run.name}: AUC {b:.5f} at {_samples(a) if by_samples else _seconds(a)}")}'
-                    "</circle>" for a, b in pts)
+                    f'fill="{colours[run.name]}">'
+                    f'{tip(f"{run.name}: AUC {b:.5f} at {_samples(a) if by_samples else _seconds(a)}")}</circle>'
+                    for a, b in pts)
     items = [LegendItem(r.name, swatch_line(colours[r.name])) for r, _ in curves]
     if rs.target_auc is not None:
         ty = px(y(rs.target_auc))
@@ -379,14 +466,16 @@ def _phase_chart(index: int, run: RunReport) -> _Figure:
     straggler = phases.straggler
     rows = []
     for r in phases.ranks:
-        bars = tuple(_Bar(r.phase_s[name].mean, colours[name], "phase", _attrs(phase=name, seconds=r.phase_s[name].mean),
+        bars = tuple(_Bar(r.phase_s[name].mean, colours[name], "phase",
+                          _attrs(phase=name, seconds=r.phase_s[name].mean),
                           f"rank {r.rank}, {name}: mean {_seconds(r.phase_s[name].mean)}") for name in phases.phases)
         label = f"rank {r.rank}" + ("  (straggler)" if r.rank == straggler else "")
         rows.append(_Row(label, bars, _attrs(rank=r.rank, step_mean=r.step_s.mean, straggler=r.rank == straggler),
                          stacked=True))
-    items = [LegendItem(name, swatch_rect(colours[name])) for name in phases.phases]
-    svg_text = _bar_chart("phases", index, "Step time by phase, per rank", rows, "mean seconds per step", _seconds,
-                          items, run=run.name).replace('<g class="row"', '<g class="row phase-bar"')
+    items = [LegendItem(name, _swatch(colours[name])) for name in phases.phases]
+    svg_text = _bar_chart("phases", index, "Step time by phase, per rank", rows,
+                          lambda ticks: f"mean time per step ({_time_unit(ticks)[1]})", _seconds, items,
+                          tick_show=_time_tick, run=run.name).replace('<g class="row"', '<g class="row phase-bar"')
     sums = [abs(r.phase_mean_total_s - r.step_s.mean) / r.step_s.mean for r in phases.ranks if r.step_s.mean > 0]
     caption = (f"{run.name}: one bar per rank, the mean time of each phase stacked in the record's order. "
                + (f"Rank {straggler} is the straggler (its mean step is over 10% above the median rank's). "
@@ -427,11 +516,11 @@ def _blocks_chart(index: int, rs: RunSetReport) -> _Figure:
             top, height = (y + 4, 10) if b.kind == "eval" else (y, 18)
             body.append(f'<rect class="block"{_attrs(run=r.name, block=b.kind, seconds=b.stop_s - b.start_s)} '
                         f'x="{px(x(b.start_s))}" y="{px(top)}" width="{px(max(x(b.stop_s) - x(b.start_s), 1.0))}" '
-                        f'height="{height}" fill="{colours[b.kind]}"{_FAINT if b.kind == "run" else ""}>'
+                        f'height="{height}" {_paint(colours[b.kind], faint=b.kind == "run")}>'
                         f"{tip(f'{r.name}, {b.kind}: {_seconds(b.stop_s - b.start_s)}')}</rect>")
     if not runs:
         body.append(empty_chart(frame, "no init, run or eval blocks logged"))
-    items = [LegendItem(k, swatch_rect(c)) for k, c in colours.items()]
+    items = [LegendItem(k, _swatch(c, faint=k == "run")) for k, c in colours.items()]
     totals = []
     for kind in ("init", "eval"):
         seconds = [sum(b.stop_s - b.start_s for b in r.blocks if b.kind == kind) for r in runs]
@@ -470,12 +559,12 @@ def _comm_chart(index: int, rs: RunSetReport) -> _Figure:
     if not rows:
         return _words_figure("Bytes per collective", f"{run.name}: no collective moved a byte over any link "
                              f"({run.world_size} rank{'s' if run.world_size > 1 else ''}), as measured and as planned.")
-    items = [LegendItem("measured", swatch_rect("#0067a5")),
-             LegendItem("planner's projection", swatch_rect("#fff", ' stroke="#f38400" stroke-dasharray="3 2"'))]
+    items = [LegendItem("measured", _swatch("#0067a5")),
+             LegendItem("planner's projection", _swatch("#f38400", hollow=True))]
     svg_text = _bar_chart("comm", index, "Bytes per step per collective and link class", rows, "bytes per step",
                           format_bytes, items, run=run.name)
-    caption = (f"{run.name}: the busiest rank's bytes per training step for each collective and link class, "
-               "measured beside the planner's projection (dashed).")
+    caption = (f"{run.name}: the bytes every rank sent per training step, summed, for each collective and link "
+               "class, measured beside the planner's projection (dashed).")
     return _Figure("Bytes per collective and link class", svg_text, escape(caption))
 
 
@@ -494,7 +583,7 @@ def _memory_figures(index: int, rs: RunSetReport) -> list[_Figure]:
                      f"rank {m.rank}, {tier.upper()} {measure}: {format_bytes(getattr(m, measure).get(tier, 0))}")
                 for measure, colour in _MEASURES if tier in getattr(m, measure)), _attrs(rank=m.rank))
                 for m in run.memory]
-            items = [LegendItem(measure, swatch_rect(colour)) for measure, colour in _MEASURES]
+            items = [LegendItem(measure, _swatch(colour)) for measure, colour in _MEASURES]
             capacity = {held for m in run.memory if (held := m.capacity.get(tier))}
             caption = (f"{run.name}: each rank's {tier.upper()} bytes: what the plan gave it, what it held at the end "
                        "and the peak." + (f" Capacity per rank: {format_bytes(max(capacity))}." if capacity else ""))
@@ -529,7 +618,16 @@ def _cache_figure(index: int, rs: RunSetReport) -> _Figure:
 
 
 _CSS = BASE_CSS + """
-.charts { grid-template-columns: repeat(auto-fill, minmax(380px, 1fr)); }
+.figures { display: grid; grid-template-columns: repeat(auto-fill, minmax(380px, 1fr)); gap: 16px; margin-top: 22px;
+  align-items: start; }
+.figures > .column { display: contents; }
+@media (min-width: 1230px) {
+  .figures { grid-template-columns: repeat(3, minmax(0, 1fr)); }
+  .figures > .column { display: flex; flex-direction: column; gap: 16px; min-width: 0; }
+}
+figure.chart-box h4 .block-name { display: block; margin-bottom: 2px; color: var(--muted); font-size: 10.5px;
+  font-weight: 600; letter-spacing: 0.06em; text-transform: uppercase; }
+p.not-logs { color: var(--bad); overflow-wrap: anywhere; }
 nav.contents ul { list-style: none; display: flex; flex-wrap: wrap; gap: 6px 24px; padding: 0; margin: 18px 0 0; }
 nav.contents a { color: var(--accent); text-decoration: none; font-weight: 600; }
 section.runset { margin-top: 30px; }

@@ -4,11 +4,13 @@ what the logs lack, in a few lines each."""
 from __future__ import annotations
 
 from harness.hw_profiles.profiles import format_bytes
-from harness.report.collect import TIERS, Report, RunSetReport
+from harness.report.collect import NOT_A_LOG_MARK, TIERS, Report, RunSetReport, name_files
 
 
 def summary_lines(report: Report) -> list[str]:
     lines = [f"{len(report.run_sets)} run set(s) under {report.root}"]
+    if report.not_logs:
+        lines.append(f"not logs (no {NOT_A_LOG_MARK} line), left out: {name_files(report.not_logs, report.root)}")
     for rs in report.run_sets:
         lines += _run_set_lines(rs)
     return lines
@@ -19,6 +21,8 @@ def _run_set_lines(rs: RunSetReport) -> list[str]:
     converged = sum(r.converged(rs.target_auc) for r in rs.runs)
     lines = [f"{rs.system} / {rs.benchmark}: {len(rs.runs)} runs, {converged} reached the target ({target}); {rs.path}"]
     lines += [f"  unreadable: {p}" for p in rs.problems]
+    if rs.not_logs:
+        lines.append(f"  not logs (no {NOT_A_LOG_MARK} line), left out: {name_files(rs.not_logs, rs.path)}")
     for r in rs.runs:
         auc = f"final AUC {r.evals[-1].auc:.5f}" if r.evals else "no evaluations"
         seconds = f"{r.run_seconds:.2f} s" if r.run_seconds is not None else "no run_stop"
@@ -34,7 +38,7 @@ def _run_set_lines(rs: RunSetReport) -> list[str]:
         measured = sum(sum(c.measured.values()) for c in run.collectives)
         projected = [sum((c.projected or {}).values()) for c in run.collectives if c.projected is not None]
         beside = f" (planner's projection {format_bytes(sum(projected))})" if projected else ""
-        lines.append(f"  collectives: {format_bytes(measured)} per step on the busiest rank{beside}")
+        lines.append(f"  collectives: {format_bytes(measured)} per step, all ranks' sent{beside}")
     run = rs.first_with("memory")
     if run is not None:
         peaks = [f"{t.upper()} {format_bytes(max(m.peak.get(t, 0) for m in run.memory))}" for t in TIERS

@@ -26,7 +26,7 @@ def test_the_report_of_a_tree_is_one_page_and_a_summary(tree: Tree, tmp_path: Pa
     assert out.splitlines()[0] == f"3 run set(s) under {tree.root}"
     assert re.search(r"step, rank 3: P50 [\d.]+ ms, P90 [\d.]+ ms, P99 [\d.]+ ms", out)
     assert f"profiler trace: {tree.root / '.harness'}" in out
-    assert re.search(r"collectives: [\d.]+ [KM]?B per step on the busiest rank \(planner's projection", out)
+    assert re.search(r"collectives: [\d.]+ [KM]?B per step, all ranks' sent \(planner's projection", out)
     assert re.search(r"cache over SSD: hit rate \d+\.\d%", out)
     assert "lacks: per-step timing and its breakdown by phase (the log has no harness_step_phases record)" in out
     assert out.splitlines()[-1] == f"report: {tmp_path / 'site' / 'index.html'}"
@@ -64,3 +64,39 @@ def test_a_path_with_no_logs_is_exit_2_in_one_line_naming_it(tmp_path: Path, mak
     assert proc.returncode == 2
     err = proc.stderr.strip()
     assert err.startswith("harness: error: ") and str(path) in err and "\n" not in err and "Traceback" not in err
+
+
+GARBAGE = {"result_0.txt": "hello\nthis is not a log\n", "result_1.txt": ""}
+MLPERF_LOG = "v4.1/Dell/results/XE9680x8H200-SXM-141GB/dlrm_dcnv2/result_0.txt"
+
+
+def test_a_folder_of_files_that_are_not_logs_is_exit_2_naming_them_and_writes_nothing(tmp_path: Path) -> None:
+    """It was exit 0 and a page of "2 runs, 0 reached the target"."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    for name, text in GARBAGE.items():
+        (folder / name).write_text(text)
+    proc = report(str(folder), "-o", str(tmp_path / "site"), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout
+    err = proc.stderr.strip()
+    assert err.startswith(f"harness: error: {folder}: no MLPerf result logs") and "\n" not in err, err
+    assert "result_0.txt, result_1.txt have no :::MLLOG line" in err and "Traceback" not in err
+    assert proc.stdout == "" and not (tmp_path / "site").exists() and not (tmp_path / "report").exists()
+
+
+def test_files_that_are_not_logs_are_named_in_one_line_and_left_out(tmp_path: Path, shared_logs: Path) -> None:
+    """Beside a real log (and in a folder of their own) they are no runs: one line names them all."""
+    root = tmp_path / "results"
+    for folder in ("set", "junk"):
+        (root / folder).mkdir(parents=True)
+    (root / "set" / "result_0.txt").write_bytes((shared_logs / MLPERF_LOG).read_bytes())
+    (root / "set" / "result_1.txt").write_text("not a log\n")
+    (root / "junk" / "result_0.txt").write_text("")
+    proc = report(str(root), "-o", str(tmp_path / "site"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:2] == [f"1 run set(s) under {root}", "not logs (no :::MLLOG line), left out: junk/result_0.txt"]
+    assert lines[2].startswith("results / dlrm_dcnv2: 1 runs, 1 reached the target")
+    assert "  not logs (no :::MLLOG line), left out: result_1.txt" in lines
+    page = (tmp_path / "site" / "index.html").read_text()
+    assert page.count('class="note not-logs"') == 2 and "1 runs, 1 reached the target" in page

@@ -25,7 +25,8 @@ VIEWPORT = 1500
 
 
 @pytest.fixture(scope="module")
-def loaded(browser: Any, tree: Tree, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, PageLog]]:  # noqa: F811
+def loaded(browser: Any, tree: Tree,  # noqa: F811
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, PageLog]]:
     index = write_report(collect_report(tree.root), tmp_path_factory.mktemp("report"))
     page = browser.new_page(viewport={"width": VIEWPORT, "height": 900})
     log = PageLog()
@@ -143,3 +144,102 @@ def test_user_text_is_escaped_and_no_script_ran(loaded: tuple[Any, PageLog]) -> 
     assert any(h.startswith(SCRIPT_FOLDER) for h in headings)
     assert SCRIPT_SYSTEM in page.locator("dl.setup").last.inner_text()
     assert log.console_errors == [] and log.page_errors == [] and log.dialogs == []
+
+
+def _unit_seconds(unit: str) -> float:
+    return {"s": 1.0, "seconds": 1.0, "ms": 1e-3, "milliseconds": 1e-3, "µs": 1e-6, "microseconds": 1e-6}[unit]
+
+
+@pytest.mark.slow
+def test_the_phase_axis_says_the_unit_of_its_ticks(loaded: tuple[Any, PageLog], tree: Tree) -> None:
+    """The axis said "mean seconds per step" over ticks in ms. Its title's unit must be its ticks'
+    (a tick may repeat it, not name another), and a bar read against the ticks in that unit must be
+    the rank's measured time."""
+    import re
+
+    page, _ = loaded
+    chart = f"svg.chart-phases{runset(page, tree.sharded.parent.name)}"
+    title = page.locator(f"{chart} text.axis-title").first.text_content()
+    units = re.findall(r"\b(µs|ms|s|seconds|milliseconds|microseconds)\b", title)
+    assert len(units) == 1, title
+    unit = _unit_seconds(units[0])
+    ticks = page.eval_on_selector_all(f'{chart} > text[text-anchor="middle"]:not(.axis-title)',  # the x ticks
+                                      "ts => ts.map(t => [t.textContent, "
+                                      "t.getBoundingClientRect().x + t.getBoundingClientRect().width / 2])")
+    assert len(ticks) >= 2, ticks
+    for label, _ in ticks:
+        _, tick_unit = re.fullmatch(r"([\d.,]+)\s*(\S*)", label).groups()
+        assert tick_unit in ("", units[0]), (title, label)
+    (first, x0), (last, x1) = ticks[0], ticks[-1]
+    per_px = (float(last.split()[0].replace(",", "")) - float(first.split()[0].replace(",", ""))) * unit / (x1 - x0)
+    record = read_run(tree.sharded / "result_0.txt").step_phases
+    widths = page.eval_on_selector_all(f"{chart} g.phase-bar", "gs => gs.map(g => Array.from("
+                                       "g.querySelectorAll('rect.phase')).reduce((s, r) => s + "
+                                       "r.getBoundingClientRect().width, 0))")
+    for w, r in zip(widths, record.ranks, strict=True):
+        assert w * per_px == pytest.approx(r.phase_mean_total_s, rel=0.02), (title, ticks)
+
+
+LEGEND_PAINT = ("e => { const s = getComputedStyle(e); "
+                "return [s.fill, s.fillOpacity, s.stroke, s.strokeWidth, s.strokeDasharray]; }")
+
+
+@pytest.mark.slow
+def test_every_legend_swatch_is_painted_as_its_bars(loaded: tuple[Any, PageLog], tree: Tree) -> None:
+    """The blocks chart's "run" bars are faint, its legend swatch was not: each legend item of the
+    bar charts must be painted (fill, opacity, stroke, dashes) as the bars it names."""
+    page, _ = loaded
+    charts = {  # chart, its bars of one legend label
+        f"svg.chart-blocks{runset(page, SCRIPT_FOLDER)}": lambda label: f'rect[data-block="{label}"]',
+        f"svg.chart-blocks{runset(page, tree.sharded.parent.name)}": lambda label: f'rect[data-block="{label}"]',
+        f"svg.chart-phases{runset(page, tree.sharded.parent.name)}": lambda label: f'rect[data-phase="{label}"]',
+        f"svg.chart-comm{runset(page, tree.sharded.parent.name)}":
+            lambda label: "rect.projected" if label == "planner's projection" else f"rect.{label}",
+        f'svg.chart-memory[data-tier="hbm"]{runset(page, tree.sharded.parent.name)}': lambda label: f"rect.{label}",
+    }
+    checked = 0
+    for chart, bars_of in charts.items():
+        labels = page.locator(f"{chart} g.legend-item text").all_text_contents()
+        assert labels, chart
+        for i, label in enumerate(labels):
+            swatch = page.locator(f"{chart} g.legend-item").nth(i).locator("rect, line").first.evaluate(LEGEND_PAINT)
+            bars = page.locator(f"{chart} {bars_of(label)}")
+            assert bars.count() > 0, (chart, label)
+            for paint in {tuple(p) for p in bars.evaluate_all(f"bs => bs.map({LEGEND_PAINT})")}:
+                assert list(paint) == swatch, (chart, label, paint, swatch)
+            checked += 1
+    assert checked >= 3 + 3 + 11 + 2 + 3
+
+
+WIDE = 1400
+
+
+@pytest.mark.slow
+def test_the_figures_fill_the_page_width_at_1400_px(browser: Any, tree: Tree,  # noqa: F811
+                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Half of the page was empty at 1,400 px (one or two 480 px figures a row, the rest blank): in
+    every run set the figures reach both edges of the section and cover most of the area they span."""
+    index = write_report(collect_report(tree.root), tmp_path_factory.mktemp("report-wide"))
+    page = browser.new_page(viewport={"width": WIDE, "height": 900})
+    try:
+        page.goto(index.as_uri())
+        page.wait_for_load_state("load")
+        sections = page.eval_on_selector_all("section.runset", """ss => ss.map(s => {
+            const r = s.getBoundingClientRect();
+            const boxes = Array.from(s.querySelectorAll('figure.chart-box')).map(f => f.getBoundingClientRect())
+            return {system: s.dataset.system, left: r.left, right: r.right,
+                    boxes: boxes.map(b => [b.left, b.top, b.right, b.bottom])};
+        })""")
+        assert len(sections) == 3
+        for s in sections:
+            boxes = s["boxes"]
+            left, right = min(b[0] for b in boxes), max(b[2] for b in boxes)
+            top, bottom = min(b[1] for b in boxes), max(b[3] for b in boxes)
+            width = s["right"] - s["left"]
+            assert width > 0.9 * (WIDE - 80), s["system"]
+            assert left - s["left"] < 2 and s["right"] - right < 2, (s["system"], left, right, s["left"], s["right"])
+            covered = sum((b[2] - b[0]) * (b[3] - b[1]) for b in boxes) / (width * (bottom - top))
+            assert covered >= 0.7, (s["system"], f"the figures cover {covered:.0%} of the area they span")
+            assert page.evaluate("document.documentElement.scrollWidth") <= WIDE
+    finally:
+        page.close()

@@ -46,7 +46,8 @@ def test_a_sharded_run_gives_phases_bytes_beside_the_projection_memory_and_what_
             if kind == "dense_all_reduce":  # overlapped (the default): DDP waits for it inside dense_backward
                 assert r.phase_s[kind].mean == 0, r
                 continue
-            assert (r.phase_s[kind].mean > 0) == (sent[kind]["intra_node_bytes"] + sent[kind]["inter_node_bytes"] > 0), (kind, r)
+            moved = sent[kind]["intra_node_bytes"] + sent[kind]["inter_node_bytes"]
+            assert (r.phase_s[kind].mean > 0) == (moved > 0), (kind, r)
         assert r.step_s.p50 <= r.step_s.p90 <= r.step_s.p99 and len(r.series_step) == len(r.series_step_s) > 0
     assert phases.eval_count == len(run.evals)
     assert run.setup["profiler trace"].startswith(str(tree.root / ".harness"))

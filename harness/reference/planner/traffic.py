@@ -25,13 +25,22 @@ of table-row-wise and table-column-wise tables over several nodes), every sequen
 whose shards hold every row, the lengths of the input
 distribution, the ids of tables whose shards all hold every row (table-wise, column-wise,
 table-column-wise) or whose row shards all lie in one node (table-row-wise: every id of a
-remote sample crosses, once), and the sums over the ranks of the dense and data-parallel
+remote sample crosses, once), the sums over the ranks of the dense and data-parallel
 all-reduces with fp32, fp16 or bf16 (their chunks are whole values, so DDP's buckets do not
-change the total) are exact for batches whose samples all have the tables' pooling (a sequence
-table's: whose samples of each rank have, on average, ``pooling`` events). The ids and the
+change the total) and the gathered replicas of 16-bit tables are exact for batches whose samples
+all have the tables' pooling (a sequence table's: whose samples of each rank have, on average,
+``pooling`` events; its gathered replicas are an expectation). The ids and the
 sequence vectors of row-wise shards spread over ranks, and the fp8/int8 all-reduce's padding to whole rows of
 256 values in each of DDP's buckets, are expectations (uniform ids; one bucket); ``exact``
-says which kinds' inter-node figures are exact for the plan. Torch-free.
+says which kinds' inter-node figures are exact for the plan.
+
+Data-parallel replicas move what :mod:`harness.reference.distributed.replicas` moves: fp32 tables
+all-reduce their gradients (a dense tensor of every replica's values, in the all-reduce codec);
+tables stored in fewer bytes (bf16, fp16: ``table_bytes`` under 4, by default the plan's
+``param_bytes_per_element``) are gathered instead, so that every rank sums the global batch's
+gradients in one process's order: each rank sends every other rank its samples' ids (int64, each
+table's ``pooling`` a sample) and their pooled gradients (one row per sample and dimension, a
+vector per table, in the backward codec), per group of tables of one dimension. Torch-free.
 """
 
 from __future__ import annotations
@@ -41,7 +50,7 @@ from typing import Any
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference.planner.codecs import ROW_OVERHEAD, Codec, CommConfig, wire_bytes  # noqa: F401  (re-exported)
-from harness.reference.planner.types import Plan, Shard, ShardingType
+from harness.reference.planner.types import Plan, Shard, ShardingType, TableSpec
 
 INPUT, FORWARD, BACKWARD, DENSE, REPLICA = (
     "input_all_to_all", "forward_all_to_all", "backward_all_to_all", "dense_all_reduce", "replica_all_reduce")
@@ -54,12 +63,14 @@ TWO_STAGE = (ShardingType.TABLE_ROW_WISE, ShardingType.TABLE_COLUMN_WISE)
 
 def project_traffic(plan: Plan, *, ranks_per_node: int, codecs: CommConfig,
                     dense_values: int, intra_bw_bytes_per_s: float = 0.0,
-                    scale_out_bw_bytes_per_s: float = 0.0) -> dict[str, Any]:
+                    scale_out_bw_bytes_per_s: float = 0.0, table_bytes: int | None = None) -> dict[str, Any]:
     """Bytes per link class and kind of one training step of ``plan`` (the planner's
     :class:`~harness.reference.planner.types.Plan`), over every rank, and the seconds of the
     busiest rank at the given one-way link bandwidths; ``codecs``: what each collective sends.
 
     ``dense_values``: the dense part's parameter count (DDP all-reduces their gradients).
+    ``table_bytes``: the bytes of a stored table value (4: fp32; 2: bf16 or fp16, whose replicas
+    are gathered, not all-reduced); None: the plan's (:func:`table_value_bytes`).
     """
     if not isinstance(plan, Plan):
         raise HarnessError(f"project_traffic takes the planner's Plan (Plan.from_dict reads its JSON), "
@@ -94,11 +105,13 @@ def project_traffic(plan: Plan, *, ranks_per_node: int, codecs: CommConfig,
     by_name = {table.name: table for table in tables}
     node_tables: list[list[int]] = [[] for _ in range(nodes)]
     replica_values = 0
+    replicas: dict[tuple[int, bool], list[TableSpec]] = {}  # (dim, sequence) -> data-parallel tables
     shards_of = plan.table_shards()
     exact_ids = exact_vectors = True
     for t, (table, sharding, shards) in enumerate(zip(tables, plan.sharding_types, plan.table_shards())):
         if sharding is ShardingType.DATA_PARALLEL:
             replica_values += int(table.rows) * int(table.dim)
+            replicas.setdefault((int(table.dim), table.sequence), []).append(table)
             continue
         two_stage = two_stage_on and sharding in TWO_STAGE
         partial_nodes = set()
@@ -146,9 +159,15 @@ def project_traffic(plan: Plan, *, ranks_per_node: int, codecs: CommConfig,
                 send(FORWARD, src, dst, sum(stage_two(fwd, t) for t in node_tables[node(src)]))
                 send(BACKWARD, src, dst, sum(stage_two(bwd, t) for t in node_tables[node(dst)]))
 
+    gathered = (table_value_bytes(plan) if table_bytes is None else table_bytes) < 4
+    if gathered:  # 16-bit replicas: every rank's ids and pooled gradients to every other rank
+        message = sum(_gathered_bytes(group, b, bwd) for group in replicas.values())
+        for src in range(w):
+            for dst in range(w):
+                send(REPLICA, src, dst, message)
     # the all-reduces: reduce-scatter then all-gather of chunks; over the ranks, each chunk goes
     # to every other rank once in each stage
-    for kind, values in ((DENSE, dense_values), (REPLICA, replica_values)):
+    for kind, values in ((DENSE, dense_values), (REPLICA, 0 if gathered else replica_values)):
         if not values or w == 1:
             continue
         width = ALL_REDUCE_ROW if red in ROW_OVERHEAD else 1
@@ -169,10 +188,31 @@ def project_traffic(plan: Plan, *, ranks_per_node: int, codecs: CommConfig,
         "per_step": {kind: {f"{INTRA}_bytes": round(v[INTRA], 3), f"{INTER}_bytes": round(v[INTER], 3)}
                      for kind, v in sent.items()},
         "exact_inter_node": {INPUT: exact_ids, FORWARD: exact_vectors, BACKWARD: exact_vectors,
-                             DENSE: red not in ROW_OVERHEAD, REPLICA: red not in ROW_OVERHEAD},
+                             DENSE: red not in ROW_OVERHEAD,
+                             REPLICA: not any(seq for _, seq in replicas) if gathered else red not in ROW_OVERHEAD},
         "seconds_per_step": round(seconds(busiest), 9), "busiest_rank": busiest,
         "link_bytes_per_s": {INTRA: intra_bw_bytes_per_s, INTER: scale_out_bw_bytes_per_s},
     }
+
+
+def table_value_bytes(plan: Plan) -> int:
+    """The bytes of one stored table value the plan was made for: its planner config's
+    ``param_bytes_per_element`` (a run plans with its precision's), else fp32's 4."""
+    value = plan.config.get("param_bytes_per_element", 4)
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 4
+
+
+def _gathered_bytes(group: Sequence[TableSpec], batch: int, codec: Codec) -> float:
+    """What a rank sends each other rank for one group of 16-bit replicas of one dimension
+    (``Replicas._gathered``): per row, the group's ids (int64) and its pooled gradients as one
+    codec row (a vector per table). A row is a sample (pooling ids of each table), or a sequence
+    table's event (one id of each; ``pooling`` events a sample, on average)."""
+    dim = int(group[0].dim)
+    if group[0].sequence:
+        rows, width = batch * max(float(t.pooling) for t in group), float(len(group))
+    else:
+        rows, width = float(batch), sum(float(t.pooling) for t in group)
+    return rows * width * ID_BYTES + wire_bytes(codec, rows, len(group) * dim)
 
 
 def measured_per_step(total: Mapping[str, Mapping[str, float]], steps: int, input_batches: int, ranks: int,

@@ -2,11 +2,12 @@
 through a lock): real run sets written by ``harness run`` on the smallest settings, and a copy of a
 real MLPerf log.
 
-- ``sharded``: the tiny benchmark on an emulated 2 nodes x 2 GPUs profile (4 gloo ranks): comm
-  stats with both link classes beside the planner's projection, memory per rank, plan, codecs,
-  every rank's step phases, and a profiler trace (``--trace``) of its 4 ranks.
-- ``cached``: the tiny benchmark on this machine's profile (one rank), two runs, two tables on the SSD tier behind an LRU
-  cache: cache hit rates, SSD bytes; ``--no-step-phases``: no step phases (the page must say so).
+- ``sharded``: the tiny benchmark on an emulated 2 nodes x 2 GPUs profile (4 gloo ranks; bf16, whatever
+  this CPU computes natively, so that 16-bit tables' replicas are gathered): comm stats with both link
+  classes beside the planner's projection, memory per rank, plan, codecs, every rank's step phases, and a
+  profiler trace (``--trace``) of its 4 ranks.
+- ``cached``: the tiny benchmark on this machine's profile (one rank), two runs, two tables on the SSD tier
+  behind an LRU cache: cache hit rates, SSD bytes; ``--no-step-phases``: no step phases (the page must say so).
 - ``mlperf``: a copy of a real MLPerf v4.1 dlrm_dcnv2 log under a system folder and name full of
   HTML metacharacters.
 """
@@ -58,7 +59,8 @@ def make_tree(base: Path, shared_logs: Path) -> Tree:
         return Tree(results, sharded, _local(package), mlperf)
     base.mkdir(parents=True, exist_ok=True)
     proc = harness("run", "--benchmark", str(TINY), "--profile", str(TWO_NODES), "--emulate", "--runs", "1",
-                   "--seed", "3", "--threads", "1", "--trace", "--results", str(results), cwd=base)
+                   "--seed", "3", "--threads", "1", "--trace", "--precision", "bf16", "--results", str(results),
+                   cwd=base)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     (base / "sharded.stdout").write_text(proc.stdout)
     proc = harness("run", "--benchmark", str(TINY), "--runs", "2", "--seed", "5", "--threads", "1", "--no-step-phases",
