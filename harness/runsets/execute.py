@@ -74,10 +74,11 @@ class _Generator(Protocol):
     def best_auc(self) -> float: ...
 
 
-def teacher_best_auc(spec: BenchmarkSpec) -> float | None:
+def teacher_best_auc(spec: BenchmarkSpec, *, files: bool = False) -> float | None:
     """The synthetic data's best achievable eval AUC (samples or event streams), computed here,
-    outside any timed run."""
-    if spec.dataset["kind"] not in ("synthetic", "event_streams"):
+    outside any timed run; None where it is not known: a benchmark without a generator, or a run on
+    ``files`` (``--data``: whoever made them, the generator's teacher says nothing of them)."""
+    if files or spec.dataset["kind"] not in ("synthetic", "event_streams"):
         return None
     generator = open_dataset(spec, None)  # the benchmark's generator, whichever kind
     assert isinstance(generator, _Generator), type(generator).__name__
@@ -111,7 +112,7 @@ def _pending_runs(plan: RunSetPlan, group: NodeGroup | None) -> tuple[Placement,
     try:
         placement = place_run_set(plan)
         seeds = seeds_for_runs(placement.pending, plan.request.seeds)
-        best_auc = teacher_best_auc(plan.spec) if placement.pending else None
+        best_auc = teacher_best_auc(plan.spec, files=plan.data is not None) if placement.pending else None
     except HarnessError as err:
         if group is not None:
             group.admit(plan.fingerprint, None, refusal=str(err))

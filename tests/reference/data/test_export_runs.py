@@ -38,6 +38,8 @@ def generator_run(tmp_path_factory, exported_spec) -> list[float]:
     cwd = tmp_path_factory.mktemp("generator")
     proc = harness("run", "--benchmark", str(exported_spec), "--runs", "1", "--seed", "7", "--results", "r", cwd=cwd)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    [log] = (cwd / "r").glob("reference/results/*/tiny_synthetic/result_0.txt")
+    assert [r["key"] for r in records(log)].count("harness_teacher_best_auc") == 1  # the generator's teacher: known
     return eval_accuracies(cwd / "r", "tiny_synthetic")
 
 
@@ -54,3 +56,6 @@ def test_an_exported_copy_trains_exactly_as_the_generator(generator_run, exporte
     [log] = (tmp_path / "r").glob("reference/results/*/tiny_synthetic/result_0.txt")
     [dataset] = [r["value"] for r in records(log) if r["key"] == "harness_dataset"]
     assert dataset["format"] == fmt and dataset["train_samples"] == 32768 and dataset["days"] == 24
+    # files given with --data: the generator's teacher says nothing of them, and nothing is claimed
+    assert "harness_teacher_best_auc" not in {r["key"] for r in records(log)}
+    assert "teacher" not in proc.stdout
