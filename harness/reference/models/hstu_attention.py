@@ -27,8 +27,9 @@ caps the rank at the history's end ``m = L - s - T`` (so all candidates share ra
 ``rank_j < m``. Padding is never seen.
 
 Two paths compute it. :func:`plain_attention` is the math written out on the padded
-``[B, H, n, n]`` form, in the inputs' type, with the mask built from the rules above; it is the test
-oracle, and like the reference's plain path it loses precision in bf16 on long sequences (it sums
+``[B, H, n, n]`` form, in the inputs' type, with the mask built from the rank rule (the rules in
+words hold on the layouts the model builds; the rank rule, the reference's own, on every layout,
+also those with fewer positions than contextual tokens and candidates); it is the test oracle, and like the reference's plain path it loses precision in bf16 on long sequences (it sums
 ``n`` bf16 terms). :func:`jagged_attention` is the fast path: users sorted by length and grouped
 into buckets, each bucket padded only to its own longest user, rows taken a block at a time; a row
 block that holds no contextual token needs only the columns before its end (everything later is in
@@ -75,19 +76,20 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offsets: torch.Ten
     return lengths
 
 
-def _rule_mask(lengths: torch.Tensor, num_candidates: torch.Tensor, contextual: int, n: int) -> torch.Tensor:
-    """bool ``[B, n, n]``: the mask of the rules in the module's docstring, position by position."""
+def _rank_mask(lengths: torch.Tensor, num_candidates: torch.Tensor, contextual: int, n: int) -> torch.Tensor:
+    """bool ``[B, n, n]``: the reference's rank rule (the module's docstring) position by position,
+    padding never seen. On every layout a user can have, also those with fewer positions than
+    contextual tokens and candidates, where the rules in words stop describing it."""
     i = torch.arange(n).view(1, n, 1)
     j = torch.arange(n).view(1, 1, n)
     length = lengths.view(-1, 1, 1)
-    history_end = (lengths - num_candidates).view(-1, 1, 1)  # contextual tokens + history
-    real = (i < length) & (j < length)
-    j_not_candidate = j < history_end
-    row_candidate = (i >= history_end) & (i < length)
-    row_contextual = (i < contextual) & ~row_candidate
-    row_history = ~row_candidate & ~row_contextual
-    sees = (row_history & (j <= i)) | (row_candidate & (j_not_candidate | (j == i))) | (row_contextual & j_not_candidate)
-    return real & sees
+    candidates = num_candidates.view(-1, 1, 1)
+    rank_i, m = _ranks(i, length, candidates, contextual)
+    rank_j, _ = _ranks(j, length, candidates, contextual)
+    sees = (rank_i > rank_j) | (i == j)
+    if contextual > 0:
+        sees = sees | ((rank_i == 0) & (rank_j < m))
+    return (i < length) & (j < length) & sees
 
 
 def _pad(x: torch.Tensor, offsets: torch.Tensor, n: int) -> torch.Tensor:
@@ -122,7 +124,7 @@ def plain_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offsets: 
     n = max_seq_len
     qp, kp, vp = _pad(q, offsets, n), _pad(k, offsets, n), _pad(v, offsets, n)  # [B, H, n, *]
     scores = F.silu(torch.einsum("bhid,bhjd->bhij", qp, kp) * alpha) / n
-    scores = scores * _rule_mask(lengths, num_candidates, contextual, n).unsqueeze(1).to(scores.dtype)
+    scores = scores * _rank_mask(lengths, num_candidates, contextual, n).unsqueeze(1).to(scores.dtype)
     out = torch.einsum("bhij,bhjd->bhid", scores, vp).transpose(1, 2)  # [B, n, H, V]
     valid = torch.arange(n).view(1, n) < lengths.view(-1, 1)
     return out[valid]

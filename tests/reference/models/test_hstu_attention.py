@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from harness.reference.models.hstu_attention import batch_max_seq_len, jagged_attention, plain_attention
+from harness.reference.models.hstu_attention import _rank_mask, batch_max_seq_len, jagged_attention, plain_attention
 
 SILU_0, SILU_1, SILU_2 = 0.0, 0.7310585786300049, 1.7615941559557649  # x * sigmoid(x)
 
@@ -114,3 +114,42 @@ def test_contextual_tokens_see_and_are_seen_by_every_position():
     assert _changed_rows(2, 1) == set(range(9))  # a contextual token is seen by all, itself included
     assert _changed_rows(2, 5) == {0, 1, 5, 6, 7, 8}  # the last history event: contextual tokens see it
     assert _changed_rows(2, 7) == {7}  # a candidate is seen by no one else
+
+
+def _reference_mask(n: int, lengths: torch.Tensor, candidates: torch.Tensor, contextual: int) -> torch.Tensor:
+    """The reference's mask, restated here on its own from ``_get_valid_attn_mask`` (mlcommons/training
+    PR #889, ``recommendation_v4/generative_recommenders/ops/pytorch/pt_hstu_attention.py``, causal,
+    with targets and contextual tokens, no ``max_attn_len``), padding cut off: what the reference's
+    zero-padded q, k and v make of it."""
+    ids = torch.arange(n).view(1, n)
+    max_ids = lengths.view(-1, 1, 1)
+    if contextual > 0:
+        ids = torch.clamp(ids - contextual + 1, min=0)
+        max_ids = max_ids - contextual + 1
+    max_ids = max_ids - candidates.view(-1, 1, 1)
+    ids = torch.minimum(ids.view(1, 1, n), max_ids)  # torch.clamp(ids, max=max_ids), per user
+    row, col = ids.view(-1, n, 1).expand(-1, n, n), ids.view(-1, 1, n).expand(-1, n, n)
+    mask = torch.eye(n, dtype=torch.bool).view(1, n, n) | (row - col > 0)
+    if contextual > 0:
+        mask = mask | ((row == 0) & (col < max_ids))
+    real = torch.arange(n).view(1, n, 1) < lengths.view(-1, 1, 1)
+    return mask & real & real.transpose(1, 2)
+
+
+@pytest.mark.parametrize("contextual", [0, 1, 2, 3])
+def test_the_oracles_mask_is_the_references_on_every_layout(contextual):
+    """Every layout of up to 7 positions and 1-4 candidates, also those with fewer positions than
+    contextual tokens plus candidates (which our model never builds): the oracle's mask is the
+    reference's, and the jagged path computes what the oracle does."""
+    layouts = [(length, c) for length in range(1, 8) for c in range(1, 5) if c <= length]
+    lengths = torch.tensor([length for length, _ in layouts])
+    candidates = torch.tensor([c for _, c in layouts])
+    n = int(lengths.max())
+    assert torch.equal(_rank_mask(lengths, candidates, contextual, n), _reference_mask(n, lengths, candidates, contextual))
+    g = torch.Generator().manual_seed(contextual)
+    q, k, v = (torch.randn(int(lengths.sum()), 2, 4, generator=g) for _ in range(3))
+    offsets = _offsets(lengths)
+    plain = plain_attention(q, k, v, offsets, candidates, n, contextual=contextual)
+    jagged = jagged_attention(q, k, v, offsets, candidates, n, contextual=contextual, row_block=3)
+    torch.testing.assert_close(jagged, plain, atol=1e-6, rtol=0)
+
