@@ -86,33 +86,40 @@ def export(out_dir: Path, benchmark: str, fmt: str | None, days: int, gz: bool) 
               envvar="HARNESS_DATA_CACHE", show_envvar=True,
               help="With --benchmark: where the Yambda columns the run reads are cached [default: "
                    "~/.cache/harness/yambda].")
-def inspect(path: Path, as_json: bool, benchmark: str | None, data_cache: Path | None) -> None:
+@click.option("--scale", type=click.Choice(["50m", "500m", "5b"], case_sensitive=False), default=None,
+              help="A Yambda dataset root only: the scale to read (flat/<scale>/, sequential/<scale>/ or "
+                   "raw/<scale>/) [default: the benchmark's dataset.scale, else the only one there].")
+def inspect(path: Path, as_json: bool, benchmark: str | None, data_cache: Path | None, scale: str | None) -> None:
     """Read a dataset once and report on it: Criteo (TSV days or train.txt, plain or gzip; MLPerf npy):
     its days, splits, label rates, distinct values and pooling per feature; a Yambda folder
     (multi_event.parquet or listens.parquet, ..., and the mappings): its events per type, users, items,
     time span and the reference's split into windows. Either way its first malformed record.
 
-    Exit status: 0 well-formed, 2 a malformed record (after the report) or nothing found at PATH.
+    Exit status: 0 well-formed (and, with --benchmark, the data can serve that benchmark), 2 a malformed
+    record or data the benchmark cannot be served from (after the report, the reason in one line) or
+    nothing found at PATH.
     """
     # the reference's data stack (it loads torch): only when the command runs, as each import below
-    from harness.reference.data.yambda_store import EVENT_FILES, FLAT_FILE
+    from harness.reference.data.yambda_store import is_yambda_folder
 
     log = None if as_json else (lambda line: click.echo(f"  read {line}", err=True))
-    if path.is_dir() and ((path / FLAT_FILE).is_file() or (path / EVENT_FILES["listen"]).is_file()):
+    if is_yambda_folder(path):
         from harness.reference.data.yambda_inspect import (
             format_yambda_report,
             inspect_yambda,
         )
 
         dataset = load_benchmark(benchmark).dataset if benchmark else None
-        yambda = inspect_yambda(path, dataset=dataset, cache_dir=data_cache, progress=log)
+        yambda = inspect_yambda(path, dataset=dataset, scale=scale, cache_dir=data_cache, progress=log)
         click.echo(json.dumps(yambda.as_json(), indent=1) if as_json else format_yambda_report(yambda))
+        if yambda.problem is not None:  # malformed, or the benchmark cannot be served: the reason, exit 2
+            raise HarnessError(yambda.problem, ErrorCategory.BAD_INPUT)
         well_formed = yambda.well_formed
     else:
         from harness.reference.data.inspect import format_report, inspect_dataset
 
-        if benchmark:
-            raise HarnessError("--benchmark applies to a Yambda folder only")
+        if benchmark or scale:
+            raise HarnessError(f"{'--benchmark' if benchmark else '--scale'} applies to a Yambda folder only")
         report = inspect_dataset(path, progress=log)
         click.echo(json.dumps(report.as_json(), indent=1) if as_json else format_report(report))
         well_formed = report.well_formed

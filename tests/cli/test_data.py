@@ -150,7 +150,8 @@ def test_errors_are_one_line_with_exit_code_2(tmp_path: Path, capsys) -> None:
     code, _, stderr = run(capsys, "data", "export", "-b", "dlrm", "--format", "criteo-tsv", str(tmp_path / "o"))
     assert code == 2 and stderr.count("\n") == 1 and "only a synthetic benchmark" in stderr
     code, _, stderr = run(capsys, "data", "export", "-b", FIXTURE, "--format", "csv", str(tmp_path / "o"))
-    assert code == 2 and "data export: --format: 'csv' is not one of 'criteo-tsv', 'mlperf-npy', 'yambda-parquet'" in stderr
+    assert code == 2
+    assert "data export: --format: 'csv' is not one of 'criteo-tsv', 'mlperf-npy', 'yambda-parquet'" in stderr
     assert not (tmp_path / "o").exists()
 
 
@@ -256,3 +257,22 @@ def test_an_export_or_a_leaderboard_into_a_full_disk_is_one_line_and_leaves_noth
         assert board.returncode == 5, board.stderr[-2000:]
         assert board.stderr.strip().splitlines()[-1].startswith("harness: error: ") and "Traceback" not in board.stderr
         assert not [p for p in disk.rglob("*") if ".tmp" in p.name]
+
+
+def test_inspect_is_a_gate_for_the_benchmark_named(capsys, tmp_path, monkeypatch):
+    """Yambda's published layout at the reference's largest ids: without --benchmark a report and exit 0;
+    with --benchmark dlrmv4 the report, then the one reason it cannot serve the benchmark, exit 2; a
+    dataset root is read at --scale."""
+    from tests.reference.data.test_yambda_layouts import write_published
+
+    monkeypatch.setenv("HARNESS_DATA_CACHE", str(tmp_path / "cache"))
+    folder = write_published(tmp_path / "yambda")
+    code, out, _ = run(capsys, "data", "inspect", str(folder))
+    assert code == 0 and "(flat layout, scale 50m), well-formed" in out
+    code, out, err = run(capsys, "data", "inspect", str(folder), "--benchmark", "dlrmv4")
+    assert code == 2 and out.splitlines()[-1].startswith("the benchmark cannot be served from it: ")
+    error = err.splitlines()[-1]  # after the files' progress lines
+    assert error.startswith("harness: error: ") and err.count("harness: error") == 1
+    assert "train_samples" in error and "give a larger Yambda scale" in error
+    code, out, err = run(capsys, "data", "inspect", str(tmp_path / "yambda"), "--scale", "50m", "--benchmark", "dlrmv4")
+    assert code == 2 and "(flat layout, scale 50m)" in out and "train_samples" in err

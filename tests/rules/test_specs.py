@@ -133,3 +133,35 @@ def test_dlrmv4_equals_the_official_rules_of_6_1_0():
     s = dict(state)
     exec(rules["global_batch_size"]["POST"], {"s": s, "v": {"value": 8192}, "math": math})  # noqa: S102
     assert s["lr_min"] <= hp["opt_base_learning_rate"] <= s["lr_max"]
+
+
+# The reference's Yambda-5B tables, cross features and candidates, copied from mlcommons/training PR #889 (commit
+# a67b8459467c551c08f8566d68a8e4e1659e6bd7), recommendation_v4/generative_recommenders/dlrm_v4/configs.py:
+REFERENCE_TABLES = {
+    "item_rows": 9_390_624,  # configs.py:765, get_embedding_table_config("yambda-5b"): item_id num_embeddings
+    "artist_rows": 1_293_395,  # configs.py:772, artist_id
+    "album_rows": 3_367_692,  # configs.py:779, album_id
+    "users": 1_000_001,  # configs.py:786, uid
+}
+REFERENCE_CANDIDATES = 1  # configs.py:360, get_hstu_configs("yambda-5b"): hstu_config.max_num_candidates = 1
+REFERENCE_CROSSES = [  # configs.py:44-52, YAMBDA_5B_CROSS_SPECS: (name, keys, num_embeddings, salt)
+    ("user_x_artist", ("uid", "artist_id"), 100_000_000, 0),
+    ("user_x_album", ("uid", "album_id"), 40_000_000, 0),
+    ("user_x_hour", ("uid", "hour_of_day"), 24_000_000, 0),
+    ("item_x_hour", ("item_id", "hour_of_day"), 40_000_000, 0),
+    ("artist_x_hour", ("artist_id", "hour_of_day"), 32_000_000, 0),
+    ("user_x_is_organic", ("uid", "is_organic"), 2_000_000, 0),
+    ("user_x_artist_x_hour", ("uid", "artist_id", "hour_of_day"), 40_000_000, 0),
+]
+
+
+def test_dlrmv4_tables_crosses_and_candidates_equal_the_references():
+    """The exact table sizes (Yambda's ids are one-based: the largest uid 1,000,000, item_id 9,390,623,
+    artist_id 1,293,394, album_id 3,367,691 each fit, the table one row more), the 7 crosses (a spec
+    without a salt means the reference's 0) and one candidate a sample; read at the 5b scale."""
+    dataset = load_benchmark("dlrmv4").dataset
+    assert {key: dataset[key] for key in REFERENCE_TABLES} == REFERENCE_TABLES
+    assert dataset.get("candidates") == REFERENCE_CANDIDATES
+    crosses = [(c["name"], tuple(c["keys"]), c["rows"], c.get("salt", 0)) for c in dataset["cross_features"]]
+    assert crosses == REFERENCE_CROSSES
+    assert dataset["scale"] == "5b" and dataset["kind"] == "yambda"

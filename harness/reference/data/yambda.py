@@ -1,5 +1,7 @@
-"""Yambda's events as published (Hugging Face ``yandex/yambda``, ``flat/<scale>/``), read through pyarrow
-and cut into samples exactly as :mod:`harness.reference.data.events` cuts the generator's streams.
+"""Yambda's events as published (Hugging Face ``yandex/yambda``: ``flat/<scale>/`` or
+``sequential/<scale>/`` and the mappings at the dataset's root; the reference's ``raw/<size>/`` and
+``shared_metadata/``; or one folder of everything), read through pyarrow and cut into samples exactly as
+:mod:`harness.reference.data.events` cuts the generator's streams.
 
 The files themselves (their layout, the one pass that checks them and the memory-mapped
 columns it writes) are :mod:`harness.reference.data.yambda_store`'s.
@@ -56,7 +58,7 @@ from harness.reference.data.events import (
     held_out_users,
 )
 
-__all__ = ["YambdaEventStreams", "YambdaSpec", "open_yambda"]
+__all__ = ["YambdaEventStreams", "YambdaSpec", "bounds_of", "open_yambda", "spec_of"]
 
 from harness.reference.data.yambda_store import (
     DEFAULT_MEMORY_BUDGET,
@@ -84,6 +86,7 @@ class YambdaSpec:
     eval_samples: int
     max_sequence_length: int
     candidates: int = 1
+    scale: str | None = None  # the Yambda scale a dataset root is read at (50m, 500m, 5b)
     seed: int = 0
     eval_user_fraction: float = 0.1
     window_seconds: int = 86400
@@ -248,8 +251,8 @@ class YambdaEventStreams(EventStreams):
         t, m = self.timeline, self.store.meta
         return {
             "format": self.format.value, "path": m["root"], "layout": m["layout"], "events": m["counts"],
-            "users": self.users, "users_seen": m["users_seen"], "train_users": int(len(self.train_users)),
-            "eval_users": int(len(self.eval_users)), "train_samples": self.train_samples,
+            "users": self.users, "users_seen": m["users_seen"], "train_users": len(self.train_users),
+            "eval_users": len(self.eval_users), "train_samples": self.train_samples,
             "eval_samples": self.eval_samples, "train_samples_available": int(self._train.first[-1]),
             "eval_samples_available": int(self._eval.first[-1]), "window_seconds": t.window_seconds,
             "origin": t.origin, "train_windows": [self._train.windows[0], self.eval_window - 1],
@@ -280,22 +283,37 @@ def _timeline_of(spec: EventStreamSpec | YambdaSpec, store: YambdaStore) -> Time
                     range(spec.warmup_windows, min(windows, spec.warmup_windows + spec.train_windows)), end)
 
 
+def spec_of(dataset: Mapping[str, Any]) -> EventStreamSpec | YambdaSpec:
+    """A ``dataset`` section as the reader takes it: ``kind: event_streams`` (an export of the generator)
+    or ``kind: yambda`` (Yambda itself; another kind is refused in one line)."""
+    if dataset.get("kind") == EventStreamSpec.KIND:
+        return EventStreamSpec.from_section(dataset)
+    return YambdaSpec.from_section(dataset)
+
+
+def bounds_of(spec: EventStreamSpec | YambdaSpec) -> Bounds:
+    """The spec's tables: every id read must lie below them."""
+    return Bounds(spec.users, spec.item_rows, spec.artist_rows, spec.album_rows)
+
+
 def open_yambda(dataset: Mapping[str, Any], path: Path | str, *, manifest: Mapping[str, Any] | None = None,
                 cache_dir: Path | str | None = None, memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
-                progress: Callable[[str], None] | None = None) -> YambdaEventStreams:
+                progress: Callable[[str], None] | None = None, scale: str | None = None) -> YambdaEventStreams:
     """The Yambda files at ``path`` as the data set a benchmark's ``dataset`` section (``kind:
     event_streams`` for an export of the generator, ``kind: yambda`` for Yambda itself) describes,
-    validated against it. With ``manifest``, the files must be the ones it names (same sizes)."""
-    spec: EventStreamSpec | YambdaSpec = (EventStreamSpec.from_section(dataset) if dataset.get("kind") ==
-                                          EventStreamSpec.KIND else YambdaSpec.from_section(dataset))
-    layout = find_layout(path)
+    validated against it. ``path`` is a folder of events or a dataset's root, read at ``scale`` (None:
+    the spec's ``scale``; see :func:`~harness.reference.data.yambda_store.find_layout`). With
+    ``manifest``, the files must be the ones it names (same sizes)."""
+    spec = spec_of(dataset)
+    layout = find_layout(path, scale=scale if scale is not None else getattr(spec, "scale", None))
     if manifest is not None:
         now = {e["name"]: e["bytes"] for e in layout.entries()}
+        where = {p.name: p for p in layout.files()}  # a mapping may lie above the events
         for entry in manifest["files"]:
             if now.get(entry["name"]) != entry["bytes"]:
-                raise bad_input(f"{layout.root / entry['name']}: changed since it was validated (was {entry['bytes']} "
-                           f"bytes, now {now.get(entry['name'], 'missing')})")
-    bounds = Bounds(spec.users, spec.item_rows, spec.artist_rows, spec.album_rows)
+                raise bad_input(f"{where.get(entry['name'], layout.root / entry['name'])}: changed since it was "
+                                f"validated (was {entry['bytes']} bytes, now {now.get(entry['name'], 'missing')})")
+    bounds = bounds_of(spec)
     store = build_store(layout, bounds, cache_dir=cache_dir, memory_budget_bytes=memory_budget_bytes,
                         progress=progress)
     return YambdaEventStreams(
