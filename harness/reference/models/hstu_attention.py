@@ -29,7 +29,8 @@ caps the rank at the history's end ``m = L - s - T`` (so all candidates share ra
 Two paths compute it. :func:`plain_attention` is the math written out on the padded
 ``[B, H, n, n]`` form, in the inputs' type, with the mask built from the rank rule (the rules in
 words hold on the layouts the model builds; the rank rule, the reference's own, on every layout,
-also those with fewer positions than contextual tokens and candidates); it is the test oracle, and like the reference's plain path it loses precision in bf16 on long sequences (it sums
+also those with fewer positions than contextual tokens and candidates); it is the test oracle,
+and like the reference's plain path it loses precision in bf16 on long sequences (it sums
 ``n`` bf16 terms). :func:`jagged_attention` is the fast path: users sorted by length and grouped
 into buckets, each bucket padded only to its own longest user, rows taken a block at a time; a row
 block that holds no contextual token needs only the columns before its end (everything later is in
