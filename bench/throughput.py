@@ -5,6 +5,7 @@
     python bench/throughput.py                                  # everything in fp32 (--precision fp32)
     python bench/throughput.py --device cuda --precision fp16   # on a GPU: fp16 with loss scaling
     python bench/throughput.py --profile-step                   # first, where a step's time goes, phase by phase
+    python bench/step_breakdown.py --precision bf16             # ours' step op by op (torch.profiler) vs the roofline
 
 Three models are timed, on the identical architecture, batches and (in-memory) data; a step is
 forward + backward + optimizer:
