@@ -159,21 +159,33 @@ class HSTUConfig:
         return cls(**values)
 
 
+class FP32LayerNorm(nn.LayerNorm):
+    """A LayerNorm computed in fp32 whatever its input's type, the result in the input's type: the
+    reference's ``pytorch_layer_norm`` (``ops/pytorch/pt_layer_norm.py``). In fp32, ``nn.LayerNorm``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(x.device.type, enabled=False):
+            return F.layer_norm(x.float(), self.normalized_shape, self.weight.float(), self.bias.float(),
+                                self.eps).to(x.dtype)
+
+
 class SwishLayerNorm(nn.Module):
-    """``x * sigmoid(LayerNorm(x))``."""
+    """``x * sigmoid(LayerNorm(x))``, in fp32 whatever the input's type (the reference's
+    ``pytorch_swish_layer_norm``), the result in the input's type."""
 
     def __init__(self, dim: int, eps: float = _MLP_LN_EPS):
         super().__init__()
-        self.norm = nn.LayerNorm(dim, eps=eps)
+        self.norm = FP32LayerNorm(dim, eps=eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.sigmoid(self.norm(x))
+        x32 = x.float()
+        return (x32 * torch.sigmoid(self.norm(x32))).to(x.dtype)
 
 
 def _projection(in_features: int, hidden: int, out_features: int) -> nn.Sequential:
     """``Linear -> SwishLayerNorm -> Linear -> LayerNorm``: the reference's embedding MLPs."""
     return nn.Sequential(nn.Linear(in_features, hidden), SwishLayerNorm(hidden), nn.Linear(hidden, out_features),
-                         nn.LayerNorm(out_features, eps=_MLP_LN_EPS))
+                         FP32LayerNorm(out_features, eps=_MLP_LN_EPS))
 
 
 class STULayer(nn.Module):
@@ -183,9 +195,9 @@ class STULayer(nn.Module):
         super().__init__()
         d, h = config.embedding_dim, config.num_heads
         self.heads, self.attention_dim, self.linear_dim = h, config.attention_dim, config.linear_dim
-        self.input_norm = nn.LayerNorm(d, eps=_LN_EPS)
+        self.input_norm = FP32LayerNorm(d, eps=_LN_EPS)
         self.uvqk = nn.Linear(d, h * (2 * config.linear_dim + 2 * config.attention_dim))
-        self.output_norm = nn.LayerNorm(h * config.linear_dim, eps=_LN_EPS)
+        self.output_norm = FP32LayerNorm(h * config.linear_dim, eps=_LN_EPS)
         self.output = nn.Linear(3 * h * config.linear_dim, d, bias=False)
         self.dropout = config.linear_dropout
         self.attention = ATTENTIONS[attention]
@@ -201,9 +213,11 @@ class STULayer(nn.Module):
         a = self.attention(q.reshape(-1, self.heads, self.attention_dim), k.reshape(-1, self.heads, self.attention_dim),
                            v.reshape(-1, self.heads, self.linear_dim), offsets, num_candidates, max_seq_len,
                            contextual=contextual).reshape(-1, hv)
-        a = a.to(u.dtype)
-        y = torch.cat([u, a, u * self.output_norm(a)], dim=1)
-        return x + self.output(F.dropout(y, self.dropout, self.training))
+        # the norm, the multiply, the concatenation and the dropout in fp32, then the activations' type
+        # (the reference's pytorch_norm_mul_dropout, ops/pytorch/pt_hstu_linear.py)
+        u32, a32 = u.float(), a.float()
+        y = torch.cat([u32, a32, u32 * self.output_norm(a32)], dim=1)
+        return x + self.output(F.dropout(y, self.dropout, self.training).to(u.dtype))
 
 
 class HSTURanker(nn.Module):
@@ -257,7 +271,7 @@ class HSTURanker(nn.Module):
         self.position_embeddings = nn.Parameter(torch.empty(c.position_buckets, d))
         self.time_embeddings = nn.Parameter(torch.empty(c.time_buckets + 1, d))
         self.layers = nn.ModuleList(STULayer(c, attention) for _ in range(c.num_layers))
-        self.output_norm = nn.LayerNorm(d, eps=_MLP_LN_EPS)
+        self.output_norm = FP32LayerNorm(d, eps=_MLP_LN_EPS)
         self.item_mlp = _projection(3 * d, c.head_hidden_dim, d)
         self.head = nn.Sequential(nn.Linear(d, c.head_hidden_dim), SwishLayerNorm(c.head_hidden_dim),
                                   nn.Linear(c.head_hidden_dim, 1))

@@ -200,3 +200,44 @@ def test_the_dense_gradients_repeat_bit_for_bit_on_two_threads():
     assert int(batch.lengths.sum()) > 4096
     for other in grads[1:]:
         assert all(torch.equal(a, b) for a, b in zip(grads[0], other))
+
+
+def _ref_layer_norm(x: torch.Tensor, norm: torch.nn.LayerNorm) -> torch.Tensor:
+    """The reference's pytorch_layer_norm (ops/pytorch/pt_layer_norm.py, PR #889): fp32 in, fp32 out."""
+    return torch.nn.functional.layer_norm(x.float(), norm.normalized_shape, norm.weight.float(), norm.bias.float(),
+                                          norm.eps)
+
+
+def test_the_norms_compute_in_fp32_under_bf16_as_the_references():
+    """Under bf16 autocast the swish LayerNorm and an STU layer's norm, multiply, concatenation and
+    dropout run in fp32 and are rounded once (the reference's pytorch_swish_layer_norm and
+    pytorch_norm_mul_dropout), bit for bit against those recipes restated here."""
+    from harness.reference.models.hstu import STULayer, SwishLayerNorm
+    from harness.reference.models.hstu_attention import batch_max_seq_len
+
+    g = torch.Generator().manual_seed(0)
+    swish = SwishLayerNorm(16)
+    torch.nn.init.normal_(swish.norm.weight, generator=g)
+    x = torch.randn(64, 16, generator=g).to(torch.bfloat16)
+    expected = (x.float() * torch.sigmoid(_ref_layer_norm(x, swish.norm))).to(torch.bfloat16)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(swish(x), expected)
+
+    config = _config()
+    layer = STULayer(config).eval()
+    lengths, candidates = torch.tensor([5, 3, 7]), torch.tensor([1, 2, 1])
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+    n = batch_max_seq_len(lengths - candidates, candidates, 0)
+    x = torch.randn(int(lengths.sum()), config.embedding_dim, generator=g)
+    hv, hq, h = layer.heads * layer.linear_dim, layer.heads * layer.attention_dim, layer.heads
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        ours = layer(x, offsets, candidates, n, 0)
+        normed = _ref_layer_norm(x, layer.input_norm).to(x.dtype)
+        u, v, q, k = torch.split(layer.uvqk(normed), [hv, hv, hq, hq], dim=1)
+        u = torch.nn.functional.silu(u)
+        a = layer.attention(q.reshape(-1, h, layer.attention_dim), k.reshape(-1, h, layer.attention_dim),
+                            v.reshape(-1, h, layer.linear_dim), offsets, candidates, n).reshape(-1, hv)
+        u32, a32 = u.float(), a.float()
+        y = torch.cat([u32, a32, u32 * _ref_layer_norm(a32, layer.output_norm)], dim=1).to(u.dtype)
+        expected = x + layer.output(y)
+    assert torch.equal(ours, expected)
