@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.reference.models.from_spec import hstu_config
 from harness.rules.specs import benchmark_names, load_benchmark, spec_from_dict
 
 RULES = Path(mlperf_logging.__file__).parent / "compliance_checker" / "training_6.0.0"
@@ -165,3 +166,30 @@ def test_dlrmv4_tables_crosses_and_candidates_equal_the_references():
     crosses = [(c["name"], tuple(c["keys"]), c["rows"], c.get("salt", 0)) for c in dataset["cross_features"]]
     assert crosses == REFERENCE_CROSSES
     assert dataset["scale"] == "5b" and dataset["kind"] == "yambda"
+
+
+# The reference's model of its Yambda-5B run (the same commit): configs.py and the training config
+# recommendation_v4/generative_recommenders/dlrm_v4/train/gin/yambda_5b.gin, and modules/dlrm_hstu.py
+REFERENCE_MODEL = {
+    "num_layers": 3,  # yambda_5b.gin:519-521, get_hstu_configs.hstu_attn_num_layers (env default 3)
+    "max_sequence_length": 4096,  # yambda_5b.gin:509-511, get_hstu_configs.max_seq_len (env default 4096)
+    "position_buckets": 8192,  # dlrm_hstu.py:209, HSTUPositionalEncoder(num_position_buckets=8192)
+    "time_buckets": 2048,  # dlrm_hstu.py:210, num_time_buckets=2048
+    "embedding_dim": 512, "num_heads": 4, "attention_dim": 128, "linear_dim": 128,  # configs.py:83-89
+    "input_dropout": 0.2, "linear_dropout": 0.1, "preprocessor_hidden_dim": 256,  # configs.py:88-92
+}
+# configs.py:385-388, contextual_feature_to_max_length: uid, then the crosses in YAMBDA_5B_CROSS_SPECS' order
+REFERENCE_CONTEXTUAL = ["uid"] + [name for name, *_ in REFERENCE_CROSSES]
+
+
+def test_dlrmv4_model_equals_the_references_run():
+    """3 STU layers and sequences of 4096 (the training config's, over configs.py's 5 and 8192), the
+    positional encoder's 8192 position and 2048 time buckets, and uid then the 7 crosses as contextual
+    tokens: the config the model is built from says the same."""
+    spec = load_benchmark("dlrmv4")
+    assert {key: spec.raw["model"][key] for key in REFERENCE_MODEL} == REFERENCE_MODEL
+    assert spec.raw["model"]["contextual"] == REFERENCE_CONTEXTUAL
+    config = hstu_config(spec)
+    assert (config.num_layers, config.position_buckets, config.time_buckets) == (3, 8192, 2048)
+    assert list(config.contextual) == REFERENCE_CONTEXTUAL
+    assert config.contextual_rows == [1_000_001] + [rows for _, _, rows, _ in REFERENCE_CROSSES]

@@ -9,7 +9,8 @@ sequences are concatenated in batch order into the per-event tensors (``item``, 
 ``offsets()[u]``. A candidate is an event the model scores: its item, artist, album and
 timestamp are known, its action is not (``action`` holds :data:`UNKNOWN_ACTION` there).
 ``labels`` and ``label_mask`` hold one value per candidate, in the same order as the candidates
-appear in the per-event tensors.
+appear in the per-event tensors. ``cross`` holds each user's ids in the dataset's hashed cross
+features (:mod:`harness.reference.data.crosses`; ``[B, 0]`` when it has none).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class EventBatch:
     timestamp: torch.Tensor  # int64 [N]: seconds, non-decreasing within a user's history
     labels: torch.Tensor  # float32 [C], C = sum(candidate_lengths): 1.0 when the candidate was listened (> 50%)
     label_mask: torch.Tensor  # bool [C]: the candidates that carry a label (the loss and the AUC use only these)
+    cross: torch.Tensor  # int64 [B, K]: each user's id in each of the dataset's K cross features (contextual)
 
     @property
     def users(self) -> int:
@@ -61,6 +63,8 @@ class EventBatch:
                            ("album", n), ("action", n), ("timestamp", n), ("labels", c), ("label_mask", c)):
             if getattr(self, name).shape != (size,):
                 raise ValueError(f"EventBatch.{name} has shape {tuple(getattr(self, name).shape)}, expected ({size},)")
+        if self.cross.dim() != 2 or self.cross.shape[0] != b:
+            raise ValueError(f"EventBatch.cross has shape {tuple(self.cross.shape)}, expected ({b}, K)")
         if b and int(self.candidate_lengths.min()) < 1:
             raise ValueError("EventBatch: every user needs at least one candidate")
         if b and int(self.history_lengths.min()) < 0:

@@ -39,14 +39,17 @@ sample, and with a holdout nothing of an eval user is either (the tests check bo
 an anchor listen labelled ``listen_plus``; the history is causal (the user's events strictly before
 the anchor, across windows), truncated to its most recent events so that history and candidates fit
 ``max_sequence_length``; fixed-length windows trained in time order; a fixed eval set of held-out
-users' anchors in the window just past training, the same set at every eval.
+users' anchors in the window just past training, the same set at every eval; each sample carries the
+spec's ``cross_features``, hashed as the reference hashes them from its (first) candidate's uid, track,
+artist, album, hour of day and ``is_organic`` (:mod:`harness.reference.data.crosses`; the generator
+draws ``is_organic`` per listen, with ``organic_prob``, and the teacher ignores it).
 
 **Where it differs.** (1) ``candidates`` may exceed one: the next listens of the same user, all
 behind the same history (the reference repeats one target). (2) Within a window the reference reads
 anchors user by user (optionally shuffled); we order them by time, which mixes users in a batch and
 keeps "forward in time" literal. (3) The reference keeps up to ``history_length / 3`` events of each
 of three pools (listen-plus, like, skip) interleaved; we keep the most recent events whatever their
-kind (the action says which), no cross features, no ``is_organic``. (4) The reference requires a
+kind (the action says which). (4) The reference requires a
 minimum number of earlier events for an anchor; here the warm-up windows give every user a history,
 and an empty one is allowed. (5) The reference deals a window's anchors to the ranks round-robin;
 we give rank ``r`` the ``r``-th slice of each global batch (the harness's rule; the same union).
@@ -89,6 +92,7 @@ import torch
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference.data import counter_rng as rng
+from harness.reference.data.crosses import CrossFeature, anchor_keys, cross_features, hash_crosses
 from harness.reference.data.datasets import eval_range, train_ranges
 from harness.reference.data.event_batch import UNKNOWN_ACTION, EventBatch
 from harness.rules.auc import roc_auc
@@ -116,7 +120,7 @@ LISTEN_PLUS_PCT = 50.0
 _S = 64 << 20
 (_S_ALBUM_OWNER, _S_ITEM_OWNER, _S_ARTIST_RANK, _S_QUALITY, _S_USER_BIAS, _S_SPLIT, _S_COUNT, _S_GAP, _S_MODE,
  _S_SLOT, _S_EXPLORE, _S_ALBUM, _S_ITEM, _S_DISTANCE, _S_PHASE, _S_FAVOURITE, _S_LABEL, _S_PLAYED,
- _S_LIKE) = (_S + i for i in range(19))
+ _S_LIKE, _S_ORGANIC) = (_S + i for i in range(20))
 
 _ORDINAL_BITS = 24  # listens per user < 2**24 (the content's counter is user << 24 | ordinal)
 _SLOT_BITS = 16  # listens per user and window < 2**16 (the time gaps' counter)
@@ -142,6 +146,7 @@ class EventTeacherSpec:
     item_quality_std: float = 0.5
     user_bias_std: float = 0.5
     like_prob: float = 0.15  # a well-played listen of a favourite is liked (a third as often otherwise)
+    organic_prob: float = 0.6  # a listen is organic (Yambda's is_organic: not from a recommendation); no effect on p
 
     def __post_init__(self) -> None:
         if self.favourites < 1 or self.recency_events < 1 or self.drift_windows <= 0:
@@ -150,9 +155,10 @@ class EventTeacherSpec:
         if not (0 <= self.repeat_prob and 0 <= self.favourite_prob and self.repeat_prob + self.favourite_prob <= 1):
             raise HarnessError("event teacher: repeat_prob and favourite_prob must be >= 0 and sum to <= 1",
                                ErrorCategory.BAD_INPUT)
-        if self.repeat_mean_distance <= 0 or self.artist_zipf <= 0 or not 0 <= self.like_prob <= 1:
-            raise HarnessError("event teacher: repeat_mean_distance and artist_zipf must be > 0, like_prob in [0, 1]",
-                               ErrorCategory.BAD_INPUT)
+        if (self.repeat_mean_distance <= 0 or self.artist_zipf <= 0 or not 0 <= self.like_prob <= 1
+                or not 0 <= self.organic_prob <= 1):
+            raise HarnessError("event teacher: repeat_mean_distance and artist_zipf must be > 0, like_prob and "
+                               "organic_prob in [0, 1]", ErrorCategory.BAD_INPUT)
 
 
 @dataclass(frozen=True)
@@ -166,7 +172,8 @@ class EventStreamSpec:
     user's samples in each window, uniform, ``candidates`` listens each); ``candidates`` per sample;
     ``max_sequence_length`` (history plus candidates); ``eval_user_fraction`` (users held out of
     training); ``train_samples`` and ``eval_samples`` (the splits' sizes); ``teacher``
-    (:class:`EventTeacherSpec`'s fields).
+    (:class:`EventTeacherSpec`'s fields); ``cross_features`` (hashed crosses each sample carries:
+    :func:`~harness.reference.data.crosses.cross_features`).
     """
 
     seed: int
@@ -185,6 +192,7 @@ class EventStreamSpec:
     eval_user_fraction: float = 0.1
     actions: int = len(Action)
     teacher: EventTeacherSpec = EventTeacherSpec()
+    cross_features: tuple[CrossFeature, ...] = ()
 
     KIND = "event_streams"
 
@@ -205,6 +213,7 @@ class EventStreamSpec:
             raise HarnessError(f"event_streams teacher: unknown keys {bad}", ErrorCategory.BAD_INPUT)
         if "user_samples_per_window" in values:
             values["user_samples_per_window"] = tuple(values["user_samples_per_window"])
+        values["cross_features"] = cross_features(dataset)
         try:
             return cls(**values, teacher=EventTeacherSpec(**teacher))
         except TypeError as err:
@@ -299,10 +308,10 @@ class UserStreams:
 
     uid: np.ndarray  # [U]
     window_first_listen: np.ndarray  # [U, windows + 1]: flat index of each window's first listen of each user
-    listen: dict[str, np.ndarray]  # item, artist, album, timestamp, played_ratio, listen_plus, probability
+    listen: dict[str, np.ndarray]  # item, artist, album, timestamp, played_ratio, listen_plus, probability, organic
     listen_event: np.ndarray  # [L]: each listen's index in ``events``
     user_first_event: np.ndarray  # [U + 1]
-    events: dict[str, np.ndarray]  # item, artist, album, action, timestamp
+    events: dict[str, np.ndarray]  # item, artist, album, action, timestamp, organic (a like: its listen's)
 
 
 # ---------------------------------------------------------------------------------- the data set
@@ -342,6 +351,7 @@ class EventStreams:
     actions: int
     candidates: int
     max_sequence_length: int
+    crosses: tuple[CrossFeature, ...] = ()  # the cross features every sample carries (EventBatch.cross)
 
     def _cut(self, *, train_users: np.ndarray, eval_users: np.ndarray, train_windows: range, train_samples: int,
              eval_samples: int) -> None:
@@ -369,6 +379,13 @@ class EventStreams:
         """The batch of the samples ``(uid, window, ordinal)``, and each candidate's probability under
         the planted teacher where the source has one (None otherwise)."""
         raise NotImplementedError
+
+    def _cross(self, uid: np.ndarray, anchor: Mapping[str, np.ndarray]) -> torch.Tensor:
+        """``EventBatch.cross`` of samples whose first candidates have the fields ``anchor`` (``item``,
+        ``artist``, ``album``, ``timestamp``, ``organic``): the reference's hash of each cross's keys."""
+        keys = anchor_keys(uid=uid, item=anchor["item"], artist=anchor["artist"], album=anchor["album"],
+                           timestamp=anchor["timestamp"], is_organic=anchor["organic"])
+        return torch.from_numpy(hash_crosses(keys, self.crosses))
 
     @property
     def tables(self) -> dict[str, int]:
@@ -448,7 +465,8 @@ class SyntheticEventStreams(EventStreams):
         self.users, self.item_rows, self.artist_rows = s.users, s.item_rows, s.artist_rows
         self.album_rows, self.actions = s.album_rows, s.actions
         self.candidates, self.max_sequence_length = s.candidates, s.max_sequence_length
-        self._keys = {stream: rng.key(s.seed, stream) for stream in range(_S, _S + 19)}
+        self.crosses = s.cross_features
+        self._keys = {stream: rng.key(s.seed, stream) for stream in range(_S, _S + 20)}
         train_users, eval_users = held_out_users(s.seed, s.users, s.eval_user_fraction)
         self._cut(train_users=train_users, eval_users=eval_users,
                   train_windows=range(s.warmup_windows, s.warmup_windows + s.train_windows),
@@ -520,7 +538,8 @@ class SyntheticEventStreams(EventStreams):
         ordinal = index - np.repeat(user_first, per_user.sum(axis=1))
         c = (_u64(uid) << np.uint64(_ORDINAL_BITS)) | _u64(ordinal)
         u = {stream: rng.uniform(self._keys[stream], c) for stream in
-             (_S_MODE, _S_SLOT, _S_EXPLORE, _S_ALBUM, _S_ITEM, _S_DISTANCE, _S_LABEL, _S_PLAYED, _S_LIKE)}
+             (_S_MODE, _S_SLOT, _S_EXPLORE, _S_ALBUM, _S_ITEM, _S_DISTANCE, _S_LABEL, _S_PLAYED, _S_LIKE,
+              _S_ORGANIC)}
 
         # the moves: repeat a recent listen, play a favourite, or explore
         favourites = self.favourite_artists(uid, ts)
@@ -556,6 +575,7 @@ class SyntheticEventStreams(EventStreams):
         played = np.where(listen_plus, LISTEN_PLUS_PCT + 0.5 + (100.0 - LISTEN_PLUS_PCT - 0.5) * u[_S_PLAYED],
                           LISTEN_PLUS_PCT * u[_S_PLAYED]).astype(np.float32)
         like = listen_plus & (u[_S_LIKE] < np.where(is_favourite, t.like_prob, t.like_prob / 3))
+        organic = (u[_S_ORGANIC] < t.organic_prob).astype(np.int64)
 
         # events: each listen, then its like if any (one second later, before the next listen)
         copies = 1 + like.astype(np.int64)
@@ -568,11 +588,12 @@ class SyntheticEventStreams(EventStreams):
             uid=uids,
             window_first_listen=window_first,
             listen={"item": item, "artist": artist, "album": album, "timestamp": ts, "played_ratio": played,
-                    "listen_plus": listen_plus, "probability": probability},
+                    "listen_plus": listen_plus, "probability": probability, "organic": organic},
             listen_event=listen_event,
             user_first_event=events_before[np.append(user_first, len(index))],
             events={"item": item[source_listen], "artist": artist[source_listen], "album": album[source_listen],
-                    "action": action.astype(np.int64), "timestamp": ts[source_listen] + is_like},
+                    "action": action.astype(np.int64), "timestamp": ts[source_listen] + is_like,
+                    "organic": organic[source_listen]},
         )
 
     # ------------------------------------------------------------------ samples
@@ -604,6 +625,7 @@ class SyntheticEventStreams(EventStreams):
             timestamp=column("timestamp", listen["timestamp"]),
             labels=torch.from_numpy(listen["listen_plus"][candidates].astype(np.float32)),
             label_mask=torch.ones(len(candidates), dtype=torch.bool),
+            cross=self._cross(uid, {k: listen[k][anchor] for k in ("item", "artist", "album", "timestamp", "organic")}),
         )
         return batch, listen["probability"][candidates]
 

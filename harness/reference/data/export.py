@@ -284,7 +284,8 @@ def _yambda_schema() -> Any:
 def _event_rows(streams: Any, uids: np.ndarray) -> dict[str, np.ndarray]:
     """One row per event of ``uids``' streams, in (uid, timestamp) order: listens with their played
     ratio in whole percents (rounded away from 50, so ``> 50`` still says ``listen_plus``), likes
-    without one. The generator has no organic flag nor track lengths: 1 and 0 stand for them."""
+    without one; the generator's organic flags (a like: its listen's). The generator has no track
+    lengths: 0 stands for them."""
     last = streams.spec.windows - 1
     st = streams.streams(uids, last)
     events = len(st.events["item"])
@@ -294,7 +295,7 @@ def _event_rows(streams: Any, uids: np.ndarray) -> dict[str, np.ndarray]:
     whole = np.where(st.listen["listen_plus"], np.ceil(played), np.floor(played)).astype(np.uint16)
     ratio = np.zeros(events, dtype=np.uint16)
     ratio[st.listen_event] = whole
-    return {"uid": uid, "timestamp": st.events["timestamp"], "is_organic": np.ones(events, np.uint8),
+    return {"uid": uid, "timestamp": st.events["timestamp"], "is_organic": st.events["organic"].astype(np.uint8),
             "item_id": st.events["item"], "like": like, "played_ratio_pct": ratio}
 
 

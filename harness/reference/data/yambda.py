@@ -34,8 +34,9 @@ used. (3) ``listen_plus`` is ``played_ratio_pct > 50`` (Yambda's definition; the
 harness's counter-based hash of ``(seed, uid)`` (the reference: a salted SplitMix64 of the uid), and
 the eval window is the one after the last the train split reaches (the reference: a fixed window,
 299). (5) An item missing from a mapping gets artist or album 0, and an item listed twice keeps its
-last row (as the reference). (6) The cross features and ``is_organic`` are read, checked and not used
-(the model has no cross features yet).
+last row (as the reference). The cross features are the reference's: each sample's ids hashed from its
+candidate's ``uid``, item, artist, album, hour of day and ``is_organic``
+(:mod:`harness.reference.data.crosses`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness.reference.data.crosses import CrossFeature, cross_features
 from harness.reference.data.event_batch import UNKNOWN_ACTION, EventBatch
 from harness.reference.data.events import (
     Action,
@@ -96,18 +98,19 @@ class YambdaSpec:
     gap_seconds: int = 1800
     test_seconds: int = 86400
     actions: int = len(Action)
+    cross_features: tuple[CrossFeature, ...] = ()
 
     KIND = "yambda"
 
     @classmethod
     def from_section(cls, dataset: Mapping[str, Any]) -> YambdaSpec:
         known = set(cls.__dataclass_fields__)
-        # the reference's hashed cross features are the model's and the planner's: the reader has no use for them
-        unknown = sorted(set(dataset) - known - {"kind", "formats", "cross_features"})
+        unknown = sorted(set(dataset) - known - {"kind", "formats"})
         if dataset.get("kind") != cls.KIND or unknown:
             raise bad_input(f"yambda data set: kind {dataset.get('kind')!r}, unknown keys {unknown} "
                        f"(known: {sorted(known)})")
         values = {k: v for k, v in dataset.items() if k in known}
+        values["cross_features"] = cross_features(dataset)
         try:
             return cls(**values)
         except TypeError as err:
@@ -135,8 +138,9 @@ class YambdaEventStreams(EventStreams):
 
     def __init__(self, store: YambdaStore, timeline: Timeline, *, bounds: Bounds, actions: int, candidates: int,
                  max_sequence_length: int, seed: int, eval_user_fraction: float, train_samples: int,
-                 eval_samples: int, memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET, kind: str = "event_streams"):
-        self.store, self.timeline, self.kind = store, timeline, kind
+                 eval_samples: int, memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET, kind: str = "event_streams",
+                 crosses: tuple[CrossFeature, ...] = ()):
+        self.store, self.timeline, self.kind, self.crosses = store, timeline, kind, crosses
         self.users, self.item_rows, self.artist_rows, self.album_rows = (
             bounds.users, bounds.item_rows, bounds.artist_rows, bounds.album_rows)
         self.actions, self.candidates, self.max_sequence_length = actions, candidates, max_sequence_length
@@ -232,6 +236,7 @@ class YambdaEventStreams(EventStreams):
         action = np.asarray(st.action[position]).astype(np.int64)
         labels = action[is_candidate] == Action.LISTEN_PLUS
         action[is_candidate] = UNKNOWN_ACTION
+        target = np.asarray(st.item[anchor]).astype(np.int64)  # each sample's first candidate: its crosses' keys
         batch = EventBatch(
             uid=torch.from_numpy(uid.astype(np.int64)),
             history_lengths=torch.from_numpy(history.astype(np.int64)),
@@ -243,6 +248,9 @@ class YambdaEventStreams(EventStreams):
             timestamp=torch.from_numpy(np.asarray(st.timestamp[position]).astype(np.int64)),
             labels=torch.from_numpy(labels.astype(np.float32)),
             label_mask=torch.ones(len(labels), dtype=torch.bool),
+            cross=self._cross(uid, {"item": target, "artist": st.item_artist[target], "album": st.item_album[target],
+                                    "timestamp": np.asarray(st.timestamp[anchor]),
+                                    "organic": np.asarray(st.organic[anchor])}),
         )
         return batch, None
 
@@ -320,4 +328,4 @@ def open_yambda(dataset: Mapping[str, Any], path: Path | str, *, manifest: Mappi
         store, _timeline_of(spec, store), bounds=bounds, actions=spec.actions, candidates=spec.candidates,
         max_sequence_length=spec.max_sequence_length, seed=spec.seed, eval_user_fraction=spec.eval_user_fraction,
         train_samples=spec.train_samples, eval_samples=spec.eval_samples, memory_budget_bytes=memory_budget_bytes,
-        kind=str(dataset.get("kind")))
+        kind=str(dataset.get("kind")), crosses=spec.cross_features)

@@ -25,8 +25,8 @@ same way.
 bounded number of rows (``memory_budget_bytes`` sets it: :func:`batch_rows`; a sequential file is read
 whole users at a time, as many as hold that many events on average), row group by row group, checks
 every batch (columns and types, ids inside the spec's tables, the order, the event types), and appends
-the events a sample can hold to flat binary columns in a cache folder: ``uid``, ``item``, ``timestamp``
-and the ``action`` (:class:`~harness.reference.data.events.Action`), in ``(uid, timestamp)`` order (the
+the events a sample can hold to flat binary columns in a cache folder: ``uid``, ``item``, ``timestamp``,
+``organic`` (``is_organic``, a cross feature's key) and the ``action`` (:class:`~harness.reference.data.events.Action`), in ``(uid, timestamp)`` order (the
 per-type files are merged a range of users at a time). Samples then read those columns through memory
 maps: the events are never in memory as a whole, and never as Python objects. The cache is keyed by the
 files' names, sizes and modification times, so a second run (or a run set's worker) opens it without
@@ -76,9 +76,9 @@ EVENT_COLUMNS = ("uid", "item_id", "timestamp", "is_organic")
 LISTEN_COLUMNS = ("played_ratio_pct", "track_length_seconds")
 DEFAULT_MEMORY_BUDGET = 256 << 20
 _ARROW_BYTES_PER_ROW = 96  # a record batch of these columns, its numpy copies and the masks made from it
-_STORE_VERSION = 1
+_STORE_VERSION = 2  # 2: the is_organic column (a cross feature's key)
 _DROPPED = 255  # the action code of an event no history holds (dislike, unlike, undislike)
-_COLUMNS = {"uid": np.uint32, "item": np.uint32, "timestamp": np.int64, "action": np.uint8}
+_COLUMNS = {"uid": np.uint32, "item": np.uint32, "timestamp": np.int64, "action": np.uint8, "organic": np.uint8}
 
 Where = Callable[[int], str]  # a batch's i-th row (or event) as a message names it: "row 12"
 
@@ -480,7 +480,10 @@ class EventFileReader:
 
     def _events(self, batch: Any, where: Where) -> dict[str, np.ndarray]:
         path, b = self.path, self.bounds
-        uid, item, ts = (_ints(path, batch, c, where) for c in ("uid", "item_id", "timestamp"))
+        uid, item, ts, organic = (_ints(path, batch, c, where) for c in ("uid", "item_id", "timestamp", "is_organic"))
+        if len(organic) and not np.isin(organic, (0, 1)).all():
+            i = int(np.flatnonzero(~np.isin(organic, (0, 1)))[0])
+            raise bad_input(f"{path}: {where(i)}: is_organic {int(organic[i])} is not 0 or 1")
         for name, values, limit, key in (("uid", uid, b.users, "users"), ("item_id", item, b.item_rows, "item_rows")):
             self.maxima[name].see(path, values, where)
             bad = (values < 0) | (values >= limit)
@@ -511,7 +514,8 @@ class EventFileReader:
             if (kind == 0).any():
                 self.stats["listen_t_min"] = min(self.stats["listen_t_min"], int(ts[kind == 0].min()))
         keep = action != _DROPPED
-        return {"uid": uid[keep], "item": item[keep], "timestamp": ts[keep], "action": action[keep]}
+        return {"uid": uid[keep], "item": item[keep], "timestamp": ts[keep], "action": action[keep],
+                "organic": organic[keep]}
 
     def _check_order(self, uid: np.ndarray, ts: np.ndarray, where: Where) -> None:
         if not len(uid):
@@ -548,6 +552,7 @@ class YambdaStore:
     item: np.ndarray
     timestamp: np.ndarray
     action: np.ndarray
+    organic: np.ndarray  # is_organic, 0 or 1
     user_start: np.ndarray  # [users + 1]
     listen_pos: np.ndarray  # [listens]: each listen's position among the events
     item_artist: np.ndarray

@@ -1,15 +1,15 @@
 """The HSTU ranker (``dlrmv4``) of a sharded run: its tables sharded as the plan says, its dense
 part data-parallel.
 
-The plan places the ranker's four tables (:func:`~harness.reference.planner.models.tables_for_benchmark`:
-``item``, ``artist``, ``album``, ``uid``) like a DLRM's, with every sharding type. They run through the
+The plan places the ranker's tables (:func:`~harness.reference.planner.models.tables_for_benchmark`:
+``item``, ``artist``, ``album``, then the contextual ones: ``uid`` and dlrmv4's 7 hashed crosses) like a DLRM's, with every sharding type. They run through the
 same executor as a DLRM's pooled tables (:class:`~harness.reference.distributed.sharded.ShardedEmbeddingCollection`),
 as two collections sharing this rank's :class:`~harness.reference.tiered.TierLedger`:
 
 * the **sequence tables** (item, artist, album: TorchRec's ``EmbeddingCollection``, one vector per
   event, not pooled) take one row of ids per *event*: a rank's ``N_r`` events of its users, so
   the "samples" of their all-to-alls are jagged, a different count on every rank;
-* the **contextual table** (uid) takes one row per *user* (sample).
+* the **contextual tables** (uid, the crosses) take one row per *user* (sample).
 
 Before a batch's ids travel, every rank learns every rank's event and user counts, labelled
 candidates and longest history and candidate list (one small all-to-all on the input group: the
@@ -65,7 +65,7 @@ from harness.reference.models.hstu_attention import batch_max_seq_len
 from harness.reference.planner.types import Plan, Tier
 from harness.reference.tiered import CacheStats
 
-_SEQUENCE_TABLES = 3  # item, artist, album: the ranker's tables 0-2; uid is table 3
+_SEQUENCE_TABLES = 3  # item, artist, album: the ranker's tables 0-2; the contextual ones from 3
 _STATS = 5  # per rank and batch: events, users, labelled candidates, longest history, most candidates
 
 
@@ -92,7 +92,7 @@ class HSTUInput:
                             else int(every[:, 3].max()) + int(every[:, 4].max()) + ctx)
         self.sequence = model.sequence.distribute(HSTURanker.sequence_ids(batch), self.events,
                                                   segments=batch.lengths, samples=self.users)
-        self.contextual = model.contextual.distribute(HSTURanker.contextual_ids(batch), self.users, count=False)
+        self.contextual = model.contextual.distribute(model.ranker.contextual_ids(batch), self.users, count=False)
 
     def start_ids(self) -> None:
         self.sequence.start_ids()
@@ -110,8 +110,9 @@ class _DenseHSTU(nn.Module):
         super().__init__()
         self.ranker = ranker
 
-    def forward(self, batch: EventBatch, events: torch.Tensor, uid: torch.Tensor | None, max_seq_len: int) -> torch.Tensor:
-        return self.ranker.dense_forward(batch, events, uid, max_seq_len)
+    def forward(self, batch: EventBatch, events: torch.Tensor, contextual: torch.Tensor | None,
+                max_seq_len: int) -> torch.Tensor:
+        return self.ranker.dense_forward(batch, events, contextual, max_seq_len)
 
 
 def _renumbered(sharding: TableSharding, table: int) -> TableSharding:
@@ -124,7 +125,7 @@ class ShardedHSTU(nn.Module):
     Args:
         ranker: the ranker as built from the seed on every rank, its tables on the ``meta``
             device (this rank makes its shards; the dense modules are reused, the tables dropped).
-        plan: the sharding plan of its four tables.
+        plan: the sharding plan of its tables (three sequence tables, then the contextual ones).
         comms, codecs, device_ids, files, device, hierarchy, overlap, bucket_cap_mb, batched: as
             :class:`~harness.reference.distributed.session.ShardedDLRM` takes them.
     """
@@ -155,8 +156,8 @@ class ShardedHSTU(nn.Module):
 
         self.sequence = collection(sequence, shardings[:_SEQUENCE_TABLES], "sequence",
                                    ranker.config.max_sequence_length, True)
-        self.contextual = collection(contextual, [_renumbered(shardings[_SEQUENCE_TABLES], 0)], "contextual", 1,
-                                     False)
+        self.contextual = collection(contextual, [_renumbered(t, i) for i, t in enumerate(shardings[_SEQUENCE_TABLES:])],
+                                     "contextual", 1, False)
         del ranker.embeddings, ranker.contextual_embeddings  # described only (meta); the shards replace them
         self.ranker = ranker
         self.overlap = overlap
@@ -179,8 +180,8 @@ class ShardedHSTU(nn.Module):
     def forward(self, batch: EventBatch, ids: HSTUInput) -> torch.Tensor:
         """One logit per candidate of this rank's users."""
         events = self.sequence.start(ids.sequence).wait()
-        uid = self.contextual.start(ids.contextual).wait()
-        return self.dense(batch, events, uid if self.ranker.config.num_contextual else None, ids.max_seq_len)
+        contextual = self.contextual.start(ids.contextual).wait()
+        return self.dense(batch, events, contextual if self.ranker.config.num_contextual else None, ids.max_seq_len)
 
     def finish_backward(self) -> None:
         for c in self.collections():
@@ -211,7 +212,7 @@ class HSTUTables:
         return self.model.sequence.backward_codec
 
     def table_weights(self) -> list[torch.Tensor]:
-        """The four whole tables (item, artist, album, uid), on every rank (a collective)."""
+        """The whole tables (item, artist, album, then the contextual ones), on every rank (a collective)."""
         return [*self.model.sequence.table_weights(), *self.model.contextual.table_weights()]
 
     def cache_stats(self, tier: Tier = Tier.SSD) -> tuple[CacheStats, int, int]:
@@ -283,7 +284,8 @@ class DistributedHSTUSession(DistributedSession):
             try:
                 for _ in sizes:
                     batch = next(mine, None)
-                    yield batch if batch is not None else _empty_batch(self.device)
+                    crosses = len(self._ranker_shards().ranker.config.cross_features)
+                    yield batch if batch is not None else _empty_batch(self.device, crosses)
             finally:
                 mine.close()
 
@@ -303,10 +305,11 @@ class DistributedHSTUSession(DistributedSession):
             yield torch.sigmoid(logits.float()[mask]), batch.labels[mask]
 
 
-def _empty_batch(device: torch.device) -> EventBatch:
+def _empty_batch(device: torch.device, crosses: int) -> EventBatch:
     none = torch.zeros(0, dtype=torch.int64, device=device)
     return EventBatch(uid=none, history_lengths=none, candidate_lengths=none, item=none, artist=none, album=none,
                       action=none, timestamp=none, labels=torch.zeros(0, device=device),
-                      label_mask=torch.zeros(0, dtype=torch.bool, device=device))
+                      label_mask=torch.zeros(0, dtype=torch.bool, device=device),
+                      cross=torch.zeros((0, crosses), dtype=torch.int64, device=device))
 
 

@@ -53,8 +53,8 @@ def hstu_config(spec: BenchmarkSpec) -> HSTUConfig:
     if int(model.get("max_sequence_length", 0)) != int(data["max_sequence_length"]):
         raise HarnessError(f"benchmark {spec.name}: the model's max_sequence_length {model.get('max_sequence_length')} "
                            f"is not the data's {data['max_sequence_length']}", ErrorCategory.BAD_INPUT)
-    tables = {k: int(data[k]) for k in ("item_rows", "artist_rows", "album_rows", "users", "actions")}
-    return HSTUConfig.from_spec(model, tables)
+    tables: dict[str, Any] = {k: int(data[k]) for k in ("item_rows", "artist_rows", "album_rows", "users", "actions")}
+    return HSTUConfig.from_spec(model, {**tables, "cross_features": spec.dataset.get("cross_features", ())})
 
 
 def sparse_optimizer_kind(spec: BenchmarkSpec | ModelSpec) -> SparseOptimizerKind:

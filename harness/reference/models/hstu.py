@@ -5,7 +5,7 @@ written from the paper and the description of mlcommons/training ``recommendatio
 
     per event: item, artist, album ids --> sequence tables (fused, row-wise Adagrad in backward)
         x = content_mlp(item) + additional_mlp([artist, album]) + action_mlp(action embedding)
-    per user:  uid --> contextual table --> one linear per contextual token
+    per user:  uid, the 7 hashed crosses --> contextual tables --> one linear per contextual token
     sequence  = [contextual tokens, history, candidates]            (jagged, B users)
         x * sqrt(D) + position(recency) + time(bucket of the gap to the user's last event), dropout
         --> num_layers x STU:
@@ -18,16 +18,29 @@ written from the paper and the description of mlcommons/training ``recommendatio
 Each ``*_mlp`` is the reference's ``Linear -> SwishLayerNorm -> Linear -> LayerNorm`` (SwishLayerNorm
 ``x * sigmoid(LayerNorm(x))``); the head is ``Linear -> SwishLayerNorm -> Linear(1)``. Positions
 count back from the end of the history (the latest event is ``c + 1``, every candidate ``c``, the
-``c`` contextual tokens ``0 .. c - 1``), as the reference's positional encoder does. Time buckets are
+``c`` contextual tokens ``0 .. c - 1``), as the reference's positional encoder does, in a table of
+``position_buckets`` rows (the reference's 8,192, ``modules/dlrm_hstu.py`` line 208). Time buckets are
 ``floor(f(gap / 60 s))`` with ``f = sqrt`` (the reference's default, which its ranker uses) or ``log``,
 clipped to ``[0, time_buckets]``; contextual tokens have timestamp 0.
+
+The contextual tokens are the model's ``contextual`` features, in order: ``uid`` and the dataset's
+hashed crosses (``dataset.cross_features``, ids hashed by the data set as the reference hashes them:
+:mod:`harness.reference.data.crosses`), each one row of a table of its own, projected by a linear of
+its own, as the reference's ``contextual_feature_to_max_length`` (uid, then the 7 crosses, one each).
+
+The initialisation is the reference's: the STU layers' projections Xavier uniform (``modules/stu.py``),
+every other linear of the transducer (the content, artist-album and action MLPs) Xavier normal
+(``modules/hstu_transducer.py`` lines 82-91, over the preprocessor's Xavier uniform), the item MLP
+and the head Xavier uniform (``init_mlp_weights_optional_bias``), biases zero; the contextual
+projections normal with std ``sqrt(2 / (2 D))``; the position table uniform in
+``+-sqrt(1 / position_buckets)``, the time table (``time_buckets + 1`` rows) in
+``+-sqrt(1 / time_buckets)`` (``modules/positional_encoder.py``); action vectors normal (std 0.1).
 
 What differs from the reference, and why:
 
 * actions are ids (``EventBatch.action``, 0 = unknown on candidates) with one learned vector each,
   where the reference explodes a bitmask of actions into one vector per set bit plus one learned
   vector for every candidate: the same information for one action per event;
-* the contextual tokens are the uid's alone (the reference adds 7 hashed cross features);
 * the output postprocessor is a LayerNorm (the reference also feeds hour-of-day and day-of-week
   phases through a linear before it);
 * the reference's ranker tells its STU layers that there are no contextual tokens (plain causal
@@ -49,12 +62,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from harness.errors import HarnessError
+from harness.reference.data.crosses import cross_features
 from harness.reference.data.event_batch import EventBatch
 from harness.reference.models.embeddings import FusedEmbeddingCollection, SparseOptimizerConfig
 from harness.reference.models.hstu_attention import batch_max_seq_len, jagged_attention, plain_attention
 from harness.rules.specs import EmbeddingOptimizer
 
-CONTEXTUAL_FEATURES = ("uid",)  # the per-user features an EventBatch carries
+USER_FEATURE = "uid"  # the contextual feature every EventBatch carries; the others are its crosses
 TIME_BUCKETINGS = ("sqrt", "log")
 CONTEXTUAL_ATTENTIONS = ("causal", "full")
 ATTENTIONS = {"jagged": jagged_attention, "plain": plain_attention}
@@ -83,6 +97,8 @@ class HSTUConfig:
     time_bucketing: str = "sqrt"
     contextual: tuple[str, ...] = ("uid",)
     contextual_attention: str = "causal"
+    cross_features: tuple[tuple[str, int], ...] = ()  # the dataset's crosses (name, rows), in EventBatch.cross order
+    position_rows: int | None = None  # rows of the position table (None: what max_sequence_length needs)
     action_embedding_dim: int = 8
     preprocessor_hidden_dim: int = 256
     head_hidden_dim: int = 512
@@ -97,10 +113,15 @@ class HSTUConfig:
         for name in ("input_dropout", "linear_dropout"):
             if not 0.0 <= float(getattr(self, name)) < 1.0:
                 raise HarnessError(f"hstu model: {name} must lie in [0, 1), not {getattr(self, name)}")
-        unknown = [c for c in self.contextual if c not in CONTEXTUAL_FEATURES]
+        known = [USER_FEATURE, *(name for name, _ in self.cross_features)]
+        unknown = [c for c in self.contextual if c not in known]
         if unknown or len(set(self.contextual)) != len(self.contextual):
             raise HarnessError(f"hstu model: contextual features {list(self.contextual)}: each at most once, "
-                               f"from {list(CONTEXTUAL_FEATURES)}")
+                               f"from {known} (uid and the dataset's cross_features)")
+        if self.position_rows is not None and self.position_rows < self.max_sequence_length + self.num_contextual + 1:
+            raise HarnessError(f"hstu model: position_buckets {self.position_rows} cannot hold every recency of "
+                               f"{self.max_sequence_length} events and {self.num_contextual} contextual tokens "
+                               f"(at least {self.max_sequence_length + self.num_contextual + 1})")
         if self.time_bucketing not in TIME_BUCKETINGS:
             raise HarnessError(f"hstu model: time_bucketing {self.time_bucketing!r} is not one of {list(TIME_BUCKETINGS)}")
         if self.contextual_attention not in CONTEXTUAL_ATTENTIONS:
@@ -113,13 +134,36 @@ class HSTUConfig:
 
     @property
     def position_buckets(self) -> int:
-        """Rows of the position table: every recency of a sequence of ``max_sequence_length`` events."""
-        return self.max_sequence_length + self.num_contextual + 1
+        """Rows of the position table: ``position_rows``, by default every recency of a sequence of
+        ``max_sequence_length`` events after the contextual tokens."""
+        return self.position_rows or self.max_sequence_length + self.num_contextual + 1
+
+    @property
+    def contextual_tables(self) -> tuple[str, ...]:
+        """The contextual collection's tables: :attr:`contextual`, or an unused uid table when it is
+        empty (the collection is never empty; the planner counts the same tables)."""
+        return self.contextual or (USER_FEATURE,)
+
+    @property
+    def contextual_rows(self) -> list[int]:
+        """Rows of each of :attr:`contextual_tables`."""
+        rows = {USER_FEATURE: self.users, **dict(self.cross_features)}
+        return [rows[c] for c in self.contextual_tables]
+
+    def contextual_ids(self, batch: EventBatch) -> torch.Tensor:
+        """The contextual tables' ids of a batch, one row per user: ``[B, len(contextual_tables)]``
+        (the uid, or a cross's column of ``batch.cross``, in :attr:`contextual_tables`' order)."""
+        column = {name: j for j, (name, _) in enumerate(self.cross_features)}
+        if batch.cross.shape[1] != len(self.cross_features):
+            raise HarnessError(f"hstu model: the batch carries {batch.cross.shape[1]} cross features, the model's "
+                               f"dataset {len(self.cross_features)}")
+        return torch.stack([batch.uid if c == USER_FEATURE else batch.cross[:, column[c]]
+                            for c in self.contextual_tables], dim=1)
 
     _MODEL_KEYS = ("embedding_dim", "num_layers", "num_heads", "attention_dim", "linear_dim",
                    "max_sequence_length", "input_dropout", "linear_dropout", "time_buckets", "time_bucketing",
                    "contextual", "contextual_attention", "action_embedding_dim", "preprocessor_hidden_dim",
-                   "head_hidden_dim", "embedding_optimizer")
+                   "head_hidden_dim", "embedding_optimizer", "position_buckets")
     _DATASET_KEYS = ("item_rows", "artist_rows", "album_rows", "users", "actions")
 
     @classmethod
@@ -129,12 +173,14 @@ class HSTUConfig:
         ``model``: ``family: hstu``; required ``embedding_dim`` (tables and layers), ``num_layers``,
         ``num_heads``, ``attention_dim`` (q/k per head), ``linear_dim`` (u/v per head),
         ``max_sequence_length``; optional ``input_dropout`` (0.2), ``linear_dropout`` (0.1),
-        ``time_buckets`` (2048), ``time_bucketing`` (``sqrt`` | ``log``), ``contextual`` (``[uid]``),
+        ``time_buckets`` (2048), ``time_bucketing`` (``sqrt`` | ``log``), ``contextual`` (``[uid]``; also
+        the names of the dataset's ``cross_features``), ``position_buckets`` (the position table's rows; by
+        default what ``max_sequence_length`` and the contextual tokens need),
         ``contextual_attention`` (``causal`` as the reference's ranker | ``full``),
         ``action_embedding_dim`` (8), ``preprocessor_hidden_dim`` (256), ``head_hidden_dim`` (512),
         ``embedding_optimizer`` (``rowwise_adagrad``). ``dataset``: ``item_rows``, ``artist_rows``,
-        ``album_rows``, ``users``, ``actions`` (action ids, 0 = unknown included); other dataset keys
-        are the dataset's own. A model key not listed is refused.
+        ``album_rows``, ``users``, ``actions`` (action ids, 0 = unknown included), ``cross_features``
+        (optional); other dataset keys are the dataset's own. A model key not listed is refused.
         """
         if model.get("family") != "hstu":
             raise HarnessError(f"hstu model: the spec's model family is {model.get('family')!r}, not 'hstu'")
@@ -150,6 +196,9 @@ class HSTUConfig:
         values.update({k: int(dataset[k]) for k in cls._DATASET_KEYS})
         if "contextual" in values:
             values["contextual"] = tuple(values["contextual"])
+        if "position_buckets" in values:
+            values["position_rows"] = int(values.pop("position_buckets"))
+        values["cross_features"] = tuple((c.name, c.rows) for c in cross_features(dataset))
         if "embedding_optimizer" in values:
             try:
                 values["embedding_optimizer"] = EmbeddingOptimizer(values["embedding_optimizer"])
@@ -260,12 +309,15 @@ class HSTURanker(nn.Module):
         self.embeddings = FusedEmbeddingCollection([c.item_rows, c.artist_rows, c.album_rows], d, [1, 1, 1],
                                                    optimizer=sparse_optimizer, device=device, seed=seed,
                                                    table_ids=(0, 1, 2), dtype=dtype)
-        self.contextual_embeddings = FusedEmbeddingCollection([c.users], d, [1], optimizer=sparse_optimizer,
-                                                              device=device, seed=seed, table_ids=(3,), dtype=dtype)
+        tables = c.contextual_rows
+        self.contextual_embeddings = FusedEmbeddingCollection(tables, d, [1] * len(tables), optimizer=sparse_optimizer,
+                                                              device=device, seed=seed,
+                                                              table_ids=tuple(range(3, 3 + len(tables))), dtype=dtype)
         self.action_embeddings = nn.Parameter(torch.empty(c.actions, c.action_embedding_dim))
-        self.content_mlp = _projection(d, c.preprocessor_hidden_dim, d)
-        self.additional_mlp = _projection(2 * d, c.preprocessor_hidden_dim, d)
-        self.action_mlp = _projection(c.action_embedding_dim, c.preprocessor_hidden_dim, d)
+        self.preprocessor = nn.ModuleDict({
+            "content": _projection(d, c.preprocessor_hidden_dim, d),
+            "additional": _projection(2 * d, c.preprocessor_hidden_dim, d),
+            "action": _projection(c.action_embedding_dim, c.preprocessor_hidden_dim, d)})
         self.contextual_weight = nn.Parameter(torch.empty(c.num_contextual, d, d))
         self.contextual_bias = nn.Parameter(torch.empty(c.num_contextual, d))
         self.position_embeddings = nn.Parameter(torch.empty(c.position_buckets, d))
@@ -278,25 +330,31 @@ class HSTURanker(nn.Module):
 
     @torch.no_grad()
     def _init_dense(self, g: torch.Generator) -> None:
-        """The reference's initialisation, drawn from ``g`` in the modules' order: linears Xavier
-        uniform with zero biases, norms one and zero, action vectors normal (std 0.1), contextual
-        projections normal (std ``sqrt(2 / (2 D))``) with zero biases, position and time tables
-        uniform in ``+-sqrt(1 / rows)``."""
+        """The reference's initialisation (the module's docstring), drawn from ``g`` in the modules'
+        order: the preprocessor's linears Xavier normal, every other linear Xavier uniform, biases
+        zero, norms one and zero; action vectors normal (std 0.1), contextual projections normal (std
+        ``sqrt(2 / (2 D))``) with zero biases; the position table uniform in ``+-sqrt(1 / rows)``, the
+        time table in ``+-sqrt(1 / time_buckets)``."""
+        normal = {id(m) for m in self.preprocessor.modules()}
         for module in self.modules():
             if isinstance(module, nn.Linear):
-                bound = math.sqrt(6.0 / (module.in_features + module.out_features))
-                module.weight.uniform_(-bound, bound, generator=g)
+                fan = module.in_features + module.out_features
+                if id(module) in normal:
+                    module.weight.normal_(0.0, math.sqrt(2.0 / fan), generator=g)
+                else:
+                    bound = math.sqrt(6.0 / fan)
+                    module.weight.uniform_(-bound, bound, generator=g)
                 if module.bias is not None:
                     module.bias.zero_()
             elif isinstance(module, nn.LayerNorm):
                 module.weight.fill_(1.0)
                 module.bias.zero_()
-        d = self.config.embedding_dim
+        c = self.config
         self.action_embeddings.normal_(0.0, 0.1, generator=g)
-        self.contextual_weight.normal_(0.0, math.sqrt(2.0 / (2 * d)), generator=g)
+        self.contextual_weight.normal_(0.0, math.sqrt(2.0 / (2 * c.embedding_dim)), generator=g)
         self.contextual_bias.zero_()
-        for table in (self.position_embeddings, self.time_embeddings):
-            bound = math.sqrt(1.0 / table.shape[0])
+        for table, rows in ((self.position_embeddings, c.position_buckets), (self.time_embeddings, c.time_buckets)):
+            bound = math.sqrt(1.0 / rows)
             table.uniform_(-bound, bound, generator=g)
 
     def tables(self) -> nn.ModuleList:
@@ -327,39 +385,39 @@ class HSTURanker(nn.Module):
             HSTURanker(cfg)(batch).shape  # torch.Size([batch.candidate_lengths.sum()])
         """
         events = self.embeddings(self.sequence_ids(batch))
-        uid = self.contextual_embeddings(self.contextual_ids(batch)) if self.config.num_contextual else None
-        return self.dense_forward(batch, events, uid)
+        contextual = self.contextual_embeddings(self.contextual_ids(batch)) if self.config.num_contextual else None
+        return self.dense_forward(batch, events, contextual)
 
     @staticmethod
     def sequence_ids(batch: EventBatch) -> torch.Tensor:
         """The sequence tables' ids of a batch, one row per event: ``[N, 3]`` (item, artist, album)."""
         return torch.stack([batch.item, batch.artist, batch.album], dim=1)
 
-    @staticmethod
-    def contextual_ids(batch: EventBatch) -> torch.Tensor:
-        """The contextual table's ids of a batch, one row per user: ``[B, 1]`` (uid)."""
-        return batch.uid.view(-1, 1)
+    def contextual_ids(self, batch: EventBatch) -> torch.Tensor:
+        """The contextual tables' ids of a batch, one row per user (:meth:`HSTUConfig.contextual_ids`)."""
+        return self.config.contextual_ids(batch)
 
-    def dense_forward(self, batch: EventBatch, events: torch.Tensor, uid: torch.Tensor | None,
+    def dense_forward(self, batch: EventBatch, events: torch.Tensor, contextual: torch.Tensor | None,
                       max_seq_len: int | None = None) -> torch.Tensor:
         """:meth:`forward` from the tables' vectors on: ``events`` ``[N, 3, D]`` (the rows of
-        :meth:`sequence_ids`), ``uid`` ``[B, 1, D]`` (of :meth:`contextual_ids`; None without
-        contextual tokens). ``max_seq_len``: the attention's divisor, by default the batch's
+        :meth:`sequence_ids`), ``contextual`` ``[B, num_contextual, D]`` (of :meth:`contextual_ids`;
+        None without contextual tokens). ``max_seq_len``: the attention's divisor, by default the batch's
         (:func:`~harness.reference.models.hstu_attention.batch_max_seq_len`); a sharded run passes
         the global batch's, so that its ranks compute what one process computes."""
         c = self.config
         ctx = c.num_contextual
         events = events.float()  # [N, 3, D]
-        x = (self.content_mlp(events[:, 0]) + self.additional_mlp(events[:, 1:].flatten(1))
-             + self.action_mlp(self.action_embeddings.index_select(0, batch.action)))
+        pre = self.preprocessor
+        x = (pre["content"](events[:, 0]) + pre["additional"](events[:, 1:].flatten(1))
+             + pre["action"](self.action_embeddings.index_select(0, batch.action)))
         lengths = batch.lengths + ctx
         offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)])
         event_rows, contextual_rows = self._sequence_rows(batch, offsets)
         timestamps = torch.zeros(int(offsets[-1]), dtype=torch.int64).index_copy(0, event_rows, batch.timestamp)
         if ctx:
-            assert uid is not None
-            uid = uid.float()  # [B, 1, D]
-            tokens = torch.baddbmm(self.contextual_bias.unsqueeze(1), uid.transpose(0, 1).expand(ctx, -1, -1),
+            assert contextual is not None
+            contextual = contextual.float()  # [B, ctx, D]: feature j through its own linear j
+            tokens = torch.baddbmm(self.contextual_bias.unsqueeze(1), contextual.transpose(0, 1),
                                    self.contextual_weight).transpose(0, 1).reshape(-1, c.embedding_dim)  # [B * ctx, D]
             order = torch.empty(int(offsets[-1]), dtype=torch.int64)
             order[contextual_rows] = torch.arange(contextual_rows.numel())

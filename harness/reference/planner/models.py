@@ -89,20 +89,25 @@ def sequence_events(spec: Any) -> tuple[float, str]:
 def tables_for_benchmark(spec: Any) -> list[TableSpec]:
     """The tables of a benchmark spec (``harness.rules.specs.BenchmarkSpec``): a DLRM's ``t00 ..``;
     an HSTU ranker's ``item``, ``artist``, ``album`` (sequence tables: one lookup per event,
-    :func:`sequence_events` a sample), ``uid`` (one lookup a sample), as
-    :class:`~harness.reference.models.hstu.HSTURanker` numbers them, then the dataset's
-    ``cross_features`` (dlrmv4's hashed crosses: pooled, one id a sample; planned, not yet in the model)."""
+    :func:`sequence_events` a sample), then its contextual features' tables in the model's
+    ``contextual`` order (one lookup a sample each: ``uid`` and dlrmv4's hashed crosses, rows from the
+    dataset's ``cross_features``; a uid table when it names none), as
+    :class:`~harness.reference.models.hstu.HSTURanker` numbers them."""
     model = spec.raw["model"]
     if model.get("family", "dlrm") == "hstu":
         dataset, dim = spec.raw["dataset"], int(model["embedding_dim"])
         optimizer = model.get("embedding_optimizer", "rowwise_adagrad")
         factor = optimizer_state_factor(optimizer, dim)
         events, _ = sequence_events(spec)
+        rows = {"uid": int(dataset["users"]), **{str(c["name"]): int(c["rows"]) for c in dataset.get("cross_features", ())}}
+        contextual = [str(c) for c in model.get("contextual", ["uid"])] or ["uid"]
+        unknown = [c for c in contextual if c not in rows]
+        if unknown:
+            raise HarnessError(f"{spec.name}: model.contextual names {unknown}, neither uid nor a dataset cross feature",
+                               ErrorCategory.BAD_INPUT)
         return [*(TableSpec(name, int(dataset[f"{name}_rows"]), dim, events, factor, sequence=True)
                   for name in HSTU_SEQUENCE_TABLES),
-                TableSpec("uid", int(dataset["users"]), dim, 1.0, factor),
-                *(TableSpec(str(c["name"]), int(c["rows"]), dim, 1.0, factor)
-                  for c in dataset.get("cross_features", ()))]
+                *(TableSpec(name, rows[name], dim, 1.0, factor) for name in contextual)]
     optimizer = model.get("embedding_optimizer", "adagrad")
     rows, pooling = spec.dataset["table_rows"], spec.dataset["pooling"]
     dims = model.get("embedding_dims") or [model["embedding_dim"]] * len(rows)

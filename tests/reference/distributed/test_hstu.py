@@ -88,8 +88,9 @@ def test_every_plan_of_the_hstu_tables_starts_from_the_single_process_weights_bi
 @pytest.mark.slow
 @pytest.mark.parametrize(("world", "nodes"), [(2, 1), (4, 2)])
 def test_sharded_hstu_follows_single_process_training_under_every_sharding_type(ones, sharded, world, nodes):
-    """50 steps of every sharding type (a mixed plan too: the uid table pooled, the others sequence
-    tables) stay within 1e-5 of one process's loss, and the tables within rounding of its tables."""
+    """50 steps of every sharding type (a mixed plan too: the contextual tables pooled, the others
+    sequence tables) stay within 1e-5 of one process's loss, and the tables within rounding of its
+    tables."""
     runs = sharded(world, nodes)
     for job in ("follow", "follow_adagrad"):
         single = ones[job]
@@ -100,7 +101,14 @@ def test_sharded_hstu_follows_single_process_training_under_every_sharding_type(
             assert got["types"] == expected, plan
             gap = max(abs(a - b) for a, b in zip(single["losses"], got["losses"], strict=True))
             assert gap <= 1e-5, f"{plan} on {world} ranks: loss differs by {gap:.3g} from one process's"
-            assert float((single["weight"] - got["weight"]).abs().max()) < 1e-4, plan
+            # Elementwise Adagrad divides each coordinate's step by its own gradient's size: a coordinate
+            # whose gradient sums to rounding noise (two samples of a batch hashed to one row of a cross
+            # table, cancelling) steps by up to the learning rate either way. Seen: one row of
+            # user_x_artist and one of user_x_album at 3.3e-4 (lr 1e-3), in table-wise as in column-wise
+            # plans; every other row within 6e-5. Row-wise Adagrad (one accumulator a row) has none.
+            rows = (single["weight"] - got["weight"]).abs().view(-1, 32).amax(dim=1)
+            assert int((rows >= 1e-4).sum()) <= (2 if job == "follow_adagrad" else 0), (plan, rows.topk(3))
+            assert float(rows.max()) < EQUIVALENCE_HP["opt_sparse_base_learning_rate"], plan
             if got["auc"] is not None:  # every rank's scores of its labelled candidates, gathered
                 assert abs(got["auc"] - single["auc"]) < 1e-4 and got["auc"] > 0.5, (plan, got["auc"], single["auc"])
 
@@ -135,7 +143,8 @@ def test_hstu_shards_on_the_ssd_tier_train_bit_for_bit_as_in_memory(sharded):
 def test_row_split_sequence_tables_send_only_the_vectors_of_the_ids_they_hold(sharded, world, nodes):
     """A row shard of a sequence table sends each event's vector only from the shard that holds its
     id (TorchRec's EmbeddingCollection; what the planner projects), not every shard's partial of
-    every event: row-wise sends what table-wise does (plus the uid table's row shards' partials),
+    every event: row-wise sends what table-wise does plus the contextual tables' row shards' partials
+    (as projected),
     and on every link class no plan sends more than the planner's projection, which prices
     max_sequence_length events a sample (an upper bound: the streams' samples are shorter), nor
     less than a third of it. The two stages of table-row-wise tables over two nodes pass each
@@ -146,8 +155,14 @@ def test_row_split_sequence_tables_send_only_the_vectors_of_the_ids_they_hold(sh
     def sent(plan: str, kind: str, link: str = "") -> float:
         return sum(v for k, v in follow[plan]["traffic"]["per_step"][kind].items() if k.endswith(f"{link}_bytes"))
 
+    def projected(plan: str, kind: str) -> float:
+        return sum(follow[plan]["traffic"]["projection"]["per_step"][kind].values())
+
     for kind in ("forward_all_to_all", "backward_all_to_all"):
-        assert sent("row_wise", kind) <= 1.1 * sent("table_wise", kind), kind
+        # what row-wise sends beyond table-wise is the pooled contextual tables' partials (uid and the
+        # 7 crosses: every row shard's partial of every sample), as the planner projects them
+        extra = projected("row_wise", kind) - projected("table_wise", kind)
+        assert sent("row_wise", kind) - sent("table_wise", kind) <= extra + 0.1 * sent("table_wise", kind), kind
     for plan in ("row_wise", "table_wise", "table_row_wise", "table_column_wise", "column_wise"):
         projection = follow[plan]["traffic"]["projection"]["per_step"]
         for kind in ("input_all_to_all", "forward_all_to_all", "backward_all_to_all"):

@@ -43,7 +43,8 @@ def test_the_self_check_passes_for_every_sharding_type(reports, plan):
 def test_the_self_check_of_the_hstu_ranker_passes_on_its_mixed_plan(reports):
     report = reports["hstu_mixed"]
     assert report["passed"] and report["max_loss_gap"] <= BOUND, report
-    assert report["sharding_types"] == ["column_wise", "data_parallel", "row_wise", "table_wise"]
+    # its 11 tables (3 sequence, uid, 7 crosses) dealt the 6 types in turn: every type
+    assert report["sharding_types"] == sorted(t.value for t in ShardingType)
 
 
 @pytest.mark.parametrize("model", ["broken", "hstu_broken"])

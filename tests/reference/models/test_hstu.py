@@ -23,9 +23,12 @@ def _config(**overrides) -> HSTUConfig:
     return HSTUConfig.from_spec({**MODEL, **overrides}, DATASET)
 
 
-def make_batch(seed: int, users: int = 4, max_history: int = 8) -> EventBatch:
-    """Users' histories then 1-3 candidates; a candidate is listened when its item is even (the signal)."""
+def make_batch(seed: int, users: int = 4, max_history: int = 8, cross_rows: tuple[int, ...] = ()) -> EventBatch:
+    """Users' histories then 1-3 candidates; a candidate is listened when its item is even (the signal);
+    an id in each of the crosses of ``cross_rows`` rows."""
     g = torch.Generator().manual_seed(seed)
+    cross = torch.stack([torch.randint(0, r, (users,), generator=g) for r in cross_rows], dim=1) if cross_rows else (
+        torch.zeros((users, 0), dtype=torch.int64))
     history = torch.randint(0, max_history + 1, (users,), generator=g)
     candidates = torch.randint(1, 4, (users,), generator=g)
     n = int((history + candidates).sum())
@@ -33,7 +36,8 @@ def make_batch(seed: int, users: int = 4, max_history: int = 8) -> EventBatch:
     batch = EventBatch(uid=torch.randint(0, DATASET["users"], (users,), generator=g), history_lengths=history,
                        candidate_lengths=candidates, item=item, artist=item % DATASET["artist_rows"],
                        album=item % DATASET["album_rows"], action=torch.zeros(n, dtype=torch.int64),
-                       timestamp=torch.zeros(n, dtype=torch.int64), labels=torch.zeros(0), label_mask=torch.zeros(0))
+                       timestamp=torch.zeros(n, dtype=torch.int64), labels=torch.zeros(0), label_mask=torch.zeros(0),
+                       cross=cross)
     is_candidate = batch.is_candidate()
     action = torch.randint(1, DATASET["actions"], (n,), generator=g).masked_fill(is_candidate, UNKNOWN_ACTION)
     step = torch.randint(0, 4000, (n,), generator=g)
@@ -241,3 +245,67 @@ def test_the_norms_compute_in_fp32_under_bf16_as_the_references():
         y = torch.cat([u32, a32, u32 * _ref_layer_norm(a32, layer.output_norm)], dim=1).to(u.dtype)
         expected = x + layer.output(y)
     assert torch.equal(ours, expected)
+
+
+CROSSES = [{"name": "user_x_artist", "keys": ["uid", "artist_id"], "rows": 30, "salt": 0},
+           {"name": "item_x_hour", "keys": ["item_id", "hour_of_day"], "rows": 50, "salt": 0}]
+
+
+def test_each_contextual_feature_is_a_token_of_its_own_table_in_the_models_order():
+    """uid and the dataset's crosses, each one row of its own table (the model's contextual order, not the
+    dataset's), each through a projection of its own: a user's cross id moves that user's logits only."""
+    config = HSTUConfig.from_spec({**MODEL, "contextual": ["item_x_hour", "uid", "user_x_artist"]},
+                                  {**DATASET, "cross_features": CROSSES})
+    model = HSTURanker(config, sparse_optimizer(config, 0.05)).eval()
+    assert config.num_contextual == 3 and list(model.contextual_embeddings.table_rows) == [50, 12, 30]
+    assert model.contextual_weight.shape == (3, 8, 8)
+    batch = make_batch(9, cross_rows=(30, 50))
+    ids = model.contextual_ids(batch)
+    assert torch.equal(ids, torch.stack([batch.cross[:, 1], batch.uid, batch.cross[:, 0]], dim=1))
+    base = model(batch)
+    first = int(batch.candidate_lengths[0])
+    for j, rows in enumerate((30, 50)):
+        cross = batch.cross.clone()
+        cross[0, j] = (cross[0, j] + 1) % rows
+        moved = model(EventBatch(**{**batch.__dict__, "cross": cross}))
+        assert not torch.equal(moved[:first], base[:first]) and torch.equal(moved[first:], base[first:])
+    # the rows a batch touches in each contextual table are its ids there, and only they move
+    batch = EventBatch(**{**batch.__dict__, "label_mask": torch.ones_like(batch.label_mask)})
+    model.train()
+    before = model.contextual_embeddings.weight.detach().clone()
+    model.set_step(0)
+    model.loss(batch, model(batch)).backward()
+    offsets = torch.tensor([0, 50, 62])
+    expected = torch.zeros(92, dtype=torch.bool)
+    expected[(ids + offsets).reshape(-1)] = True
+    assert torch.equal((model.contextual_embeddings.weight.detach() != before).any(dim=1), expected)
+    with pytest.raises(HarnessError, match=r"contextual features .* from \['uid', 'user_x_artist', 'item_x_hour'\]"):
+        HSTUConfig.from_spec({**MODEL, "contextual": ["uid", "user_x_album"]}, {**DATASET, "cross_features": CROSSES})
+
+
+def test_the_initialisation_is_the_references():
+    """Xavier normal for the preprocessor's linears (hstu_transducer.py: no uniform draw reaches past
+    sqrt(6 / fan)), Xavier uniform for the STU, item and head linears; the position table of
+    position_buckets rows in +-sqrt(1 / rows), the time table of time_buckets + 1 rows in
+    +-sqrt(1 / time_buckets)."""
+    config = HSTUConfig.from_spec({**MODEL, "embedding_dim": 64, "preprocessor_hidden_dim": 64, "head_hidden_dim": 64,
+                                   "attention_dim": 32, "linear_dim": 32, "position_buckets": 512,
+                                   "time_buckets": 64}, DATASET)
+    model = HSTURanker(config, None, seed=1)
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            fan = module.in_features + module.out_features
+            w = module.weight.detach()
+            uniform = (6.0 / fan) ** 0.5
+            if name.startswith("preprocessor."):
+                assert float(w.abs().max()) > uniform, name  # beyond any Xavier uniform draw
+                assert abs(float(w.std()) / (2.0 / fan) ** 0.5 - 1) < 0.15, name
+            else:
+                assert float(w.abs().max()) <= uniform and float(w.abs().max()) > 0.9 * uniform, name
+            assert module.bias is None or not module.bias.any()
+    assert model.position_embeddings.shape == (512, 64) and model.time_embeddings.shape == (65, 64)
+    for table, rows in ((model.position_embeddings, 512), (model.time_embeddings, 64)):
+        bound = (1.0 / rows) ** 0.5
+        assert 0.95 * bound < float(table.detach().abs().max()) <= bound
+    with pytest.raises(HarnessError, match="cannot hold every recency"):
+        HSTUConfig.from_spec({**MODEL, "position_buckets": 32}, DATASET)

@@ -55,9 +55,10 @@ def test_the_official_model_is_293m_rows_of_512_fp32_600_gb(official):
     events, source = sequence_events(load_benchmark("dlrmv4"))
     assert [t.pooling for t in tables] == [events] * 3 + [1.0] * 8 and events == 4096
     assert "max_sequence_length" in source
-    # the synthetic benchmark the executor runs keeps its four tables, in order
-    assert [t.name for t in tables_for_benchmark(load_benchmark("dlrmv4_synthetic"))] == ["item", "artist", "album",
-                                                                                         "uid"]
+    # the synthetic twin the executor runs has the same tables, in the same order (its crosses smaller)
+    twin = tables_for_benchmark(load_benchmark("dlrmv4_synthetic"))
+    assert [t.name for t in twin] == ["item", "artist", "album", "uid", *CROSSES]
+    assert [t.pooling for t in twin] == [32.0] * 3 + [1.0] * 8
 
 
 @pytest.mark.parametrize("profile", PROFILES)
