@@ -226,6 +226,9 @@ def test_the_norms_compute_in_fp32_under_bf16_as_the_references():
     expected = (x.float() * torch.sigmoid(_ref_layer_norm(x, swish.norm))).to(torch.bfloat16)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         assert torch.equal(swish(x), expected)
+        # a LayerNorm given bf16 activations: fp32 arithmetic with its fp32 affine, one rounding at the end
+        norm = swish.norm
+        assert torch.equal(norm(x), _ref_layer_norm(x, norm).to(torch.bfloat16))
 
     config = _config()
     layer = STULayer(config).eval()
