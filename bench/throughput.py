@@ -1,4 +1,4 @@
-"""Training throughput of the reference DLRM against plain PyTorch, and the machine's limit, in one run.
+"""Training throughput of the reference DLRM against plain PyTorch and TorchRec, and the machine's limit, in one run.
 
     python bench/throughput.py --precision bf16                 # the fixed small config on CPU
     python bench/throughput.py --config dcnv2 --precision bf16  # MLPerf dlrm_dcnv2's architecture (rows capped)
@@ -7,8 +7,8 @@
     python bench/throughput.py --profile-step                   # first, where a step's time goes, phase by phase
     python bench/step_breakdown.py --precision bf16             # ours' step op by op (torch.profiler) vs the roofline
 
-Three models are timed, on the identical architecture, batches and (in-memory) data; a step is
-forward + backward + optimizer:
+Three models are timed, and TorchRec as a fourth where it is installed, on the identical
+architecture, batches and (in-memory) data; a step is forward + backward + optimizer:
 
 * **plain fp32**: what a PyTorch user writes first: one ``nn.EmbeddingBag(sparse=True)`` per
   table and one ``torch.optim.Adagrad`` over every parameter, all in fp32.
@@ -23,9 +23,20 @@ forward + backward + optimizer:
   or fp16 its dense layers under autocast with fp32 master weights and its tables stored in that
   type (fp32 Adagrad state, stochastic rounding); fp16 scales the loss. Where the engine stores the
   tables in another type than asked, a note says so.
+* **TorchRec best** (``bench/torchrec_baseline.py``, on a CPU, when ``import torchrec`` and
+  ``import fbgemm_gpu`` succeed): TorchRec's own ``DLRM`` (``DLRM_DCN`` for ``--config dcnv2``;
+  its own initial weights) in its fastest configuration measured on this CPU, whatever
+  ``--precision``: ``DistributedModelParallel`` on a one-process gloo group, every table
+  table-wise in FBGEMM's fused kernel (TBE) with fp32 tables and ``EXACT_ROWWISE_ADAGRAD`` fused
+  into the backward, the dense part and the loss under ``torch.autocast("cpu", bfloat16)``, the
+  dense parameters stepped by ``torch.optim.Adagrad`` as the plain models' are. Where TorchRec
+  is not installed one line says so and how to install it (docs/performance.md, "TorchRec in
+  the same run"), and the rest of the output is as without it; where it cannot run the config
+  or the device (``--device cuda``), one line says it is skipped and why. ``--profile-step``
+  leaves it out.
 
-Timings alternate between the three over several rounds (ours, plain fp32, plain bf16, round
-after round) and report each one's median, so all see the same machine noise.
+Timings alternate between the models over several rounds (ours, plain fp32, plain bf16, then
+TorchRec, round after round) and report each one's median, so all see the same machine noise.
 
 **The roofline** (``bench/roofline.py``) is the limit of one step measured here in the same run:
 the time of the dense part's own GEMMs (every layer's forward and two backward multiplies and
@@ -42,6 +53,13 @@ batches, their mean). Roofline samples/s = B / (gemm time + bytes / bandwidth). 
 line gives its fraction of it. The last line is exactly::
 
     ratios: ours / plain fp32 X.XXx, ours / plain bf16 Y.YYx
+
+and, where TorchRec ran, the same line with its ratio appended (so what parses the first two
+still does)::
+
+    ratios: ours / plain fp32 X.XXx, ours / plain bf16 Y.YYx, ours / TorchRec best Z.ZZx
+
+``--rounds 1 --steps 2`` makes a short run (a quick check, not a measurement).
 """
 
 from __future__ import annotations
@@ -54,6 +72,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 from roofline import (  # bench/roofline.py: the script's own folder is on sys.path
@@ -248,7 +267,8 @@ def ours_autocast(session: TrainingSession, honoured: bool) -> Callable[[], cont
 def torch_defaults():
     """torch's default algorithms, whatever the engine set process-wide (on CUDA it asks for
     deterministic ones): the plain steps run as a user's would."""
-    mode, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    mode = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     torch.use_deterministic_algorithms(False)
     try:
         yield
@@ -279,6 +299,36 @@ def stepper(model: nn.Module, optimizer: torch.optim.Optimizer, amp: Amp):
             scaler.update()
 
     return step
+
+
+def with_torch_defaults(step: Callable[[Batch], object]) -> Callable[[Batch], None]:
+    """``step`` under torch's default algorithms (:func:`torch_defaults`), as the plain steps run."""
+
+    def wrapped(batch: Batch) -> None:
+        with torch_defaults():
+            step(batch)
+
+    return wrapped
+
+
+TORCHREC_INSTALL = ("pip install fbgemm-gpu-cpu==1.8.0 && pip install torchrec==1.8.0 --no-deps && "
+                    "pip install tensordict 'torchmetrics==1.0.3' tqdm pyre-extensions iopath")
+
+
+def load_torchrec() -> ModuleType | str:
+    """``bench/torchrec_baseline.py`` where ``torchrec`` and ``fbgemm_gpu`` import, else the one
+    line that says TorchRec is not installed and how to install it."""
+    try:
+        import fbgemm_gpu  # noqa: F401
+        import torchrec  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - not installed, or built against another torch (its ops fail to load)
+        why = f"{type(e).__name__}: {e}".splitlines()[0]
+        state = "not installed" if isinstance(e, ImportError) else "installed but does not import"
+        return (f"TorchRec: {state} ({why}), not timed; to time it too, into this environment: "
+                f"{TORCHREC_INSTALL} (docs/performance.md, \"TorchRec in the same run\")")
+    import torchrec_baseline  # bench/torchrec_baseline.py
+
+    return torchrec_baseline
 
 
 def time_steps(step, batches, device) -> float:
@@ -353,7 +403,8 @@ def table_dtype(session: TrainingSession) -> torch.dtype | None:
     return None if weight is None or weight.numel() == 0 else weight.dtype
 
 
-def time_models(steps: dict[str, Callable[[Batch], object]], batches: list[Batch], rounds: int, device) -> dict[str, float]:
+def time_models(steps: dict[str, Callable[[Batch], object]], batches: list[Batch], rounds: int,
+                device) -> dict[str, float]:
     """Median seconds per step of each of ``steps``, timed in turn round after round (after two
     warm-up steps each), so that all see the same machine noise."""
     for step in steps.values():
@@ -386,7 +437,8 @@ def bench_config(args: argparse.Namespace, on_gpu: bool) -> tuple[BenchConfig, i
     """The config the options name, and the timed steps per round."""
     if args.config == "small":
         return small_config(args.batch_size or 2048), args.steps or 10
-    bc = dcnv2_config(args.batch_size or (65536 if on_gpu else 1024), args.max_rows or (4_000_000 if on_gpu else 200_000))
+    bc = dcnv2_config(args.batch_size or (65536 if on_gpu else 1024),
+                      args.max_rows or (4_000_000 if on_gpu else 200_000))
     return bc, args.steps or (20 if on_gpu else 3)
 
 
@@ -401,20 +453,24 @@ def ours_session(bc: BenchConfig, precision: Precision, device: torch.device) ->
     honoured = stored is None or stored.itemsize == precision.bytes_per_element
     if not honoured:
         print(f"note: the engine stored its tables in {stored} ({stored.itemsize} bytes per value), not in "
-              f"{precision.value} ({precision.bytes_per_element}): ours ran at the engine's precision, not the one asked")
+              f"{precision.value} ({precision.bytes_per_element}): ours ran at the engine's precision, "
+              "not the one asked")
     return session, honoured
 
 
 def print_results(labels: dict[str, str], sps: dict[str, float], roof: Roofline) -> None:
-    """The roofline with its parts, one line per model, and last the ratios line."""
+    """The roofline with its parts, one line per model (TorchRec's where it ran), and last the
+    ratios line (TorchRec's ratio appended where it ran)."""
     for line in roof.describe():
         print(line)
-    width = max(len(label) for label in labels.values())
-    for name in ("plain fp32", "plain bf16", "ours"):
+    names = [name for name in ("plain fp32", "plain bf16", "ours", "TorchRec") if name in sps]
+    width = max(len(labels[name]) for name in names)
+    for name in names:
         print(f"{labels[name] + ':':<{width + 1}} {sps[name]:12,.0f} samples/s  "
               f"({sps[name] / roof.samples_per_s:5.1%} of roofline)")
+    torchrec = f", ours / TorchRec best {sps['ours'] / sps['TorchRec']:.2f}x" if "TorchRec" in sps else ""
     print(f"ratios: ours / plain fp32 {sps['ours'] / sps['plain fp32']:.2f}x, "
-          f"ours / plain bf16 {sps['ours'] / sps['plain bf16']:.2f}x")
+          f"ours / plain bf16 {sps['ours'] / sps['plain bf16']:.2f}x{torchrec}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -446,6 +502,14 @@ def main(argv: list[str] | None = None) -> None:
     }
 
     batches = make_batches(cfg, bc.batch_size, steps, device)
+    torchrec = load_torchrec()
+    if isinstance(torchrec, str):
+        print(torchrec)
+    elif why := torchrec.unsupported(cfg, device):
+        print(f"TorchRec: skipped for config {args.config} on {device}: {why}")
+    else:
+        labels["TorchRec"] = torchrec.LABEL
+        step_fns["TorchRec"] = with_torch_defaults(torchrec.build(cfg, bc.lr, batches)[1])
     seconds = time_models(step_fns, batches, args.rounds, device)
     sps = {name: bc.batch_size / s for name, s in seconds.items()}
 
