@@ -70,6 +70,21 @@ def stop_on_signals(*signums: int) -> None:
         signal.signal(s, handler)
 
 
+def run_pending_signals(grace_s: float = 0.0) -> None:
+    """Give a signal that arrived while the main thread was inside C code its Python handler now,
+    and wait up to ``grace_s`` seconds for one still on its way.
+
+    CPython runs a signal's Python handler at the interpreter's next check (entering a Python
+    function, or a ``time.sleep`` the signal interrupts): where :func:`stop_on_signals` installed the
+    handler, a SIGINT or SIGTERM raises :class:`Interrupted` here. A rank blocked in a collective
+    when a batch scheduler stops every node's launcher sees the collective fail as the other
+    node's ranks hang up, often before its own launcher's SIGTERM reaches it; waiting a moment
+    before reporting the failure reports the interruption that caused it instead."""
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _importing(name: str) -> bool:
     """Whether module ``name`` is being imported now (its code running, not yet done)."""
     module = sys.modules.get(name)

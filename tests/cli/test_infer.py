@@ -445,5 +445,7 @@ def test_sigterm_stops_infer_and_its_loadgen_worker_and_keeps_the_model(quick, t
     assert "Traceback" not in err and err.strip().splitlines()[-1] == (
         "harness: error: interrupted by SIGTERM: a model already trained is kept and reused by the same command; "
         "the results of the LoadGen run it stopped are incomplete")
-    assert len(workers) == 1 and not alive(workers)  # the worker went with it
+    # every worker went with it (the list may hold two: the previous LoadGen run's worker still
+    # exiting as the next one starts, seen once in CI)
+    assert workers and not alive(workers)
     assert {p.name: p.read_bytes() for p in model_dir.iterdir()} == model_before  # and its SSD-tier folder

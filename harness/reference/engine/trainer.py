@@ -27,7 +27,7 @@ import torch
 
 from harness.files import replace_atomic
 from harness.mllog import keys
-from harness.process import interrupt_reason
+from harness.process import interrupt_reason, run_pending_signals
 from harness.reference.engine.mlperf_log import MLPerfLog
 from harness.reference.engine.run_config import RunConfig
 from harness.reference.engine.session import (
@@ -231,6 +231,11 @@ class Trainer:
             result.reason = interrupt_reason(err)
             raise
         except Exception as err:
+            try:  # a signal behind the failure (another node's ranks stopped first) is what stopped the run
+                run_pending_signals(grace_s=_PEER_SIGNAL_GRACE_S if self.world_size > 1 else 0.0)
+            except KeyboardInterrupt as stop:
+                result.reason = interrupt_reason(stop)
+                raise stop from err
             result.reason = f"error: {type(err).__name__}: {err}"
             raise
         finally:
@@ -239,6 +244,11 @@ class Trainer:
             self._log_run_stop(result, session.epoch_num)
             session.close()  # after run_stop: the run's time does not include flushing the tables
         return result
+
+
+# how long a failed rank of a multi-rank run waits for a stop signal that may be on its way before it
+# reports the failure (a second, at most, added to a genuine error's report)
+_PEER_SIGNAL_GRACE_S = 1.0
 
 
 def embedding_precision(precision: Precision) -> dict[str, str | bool]:
