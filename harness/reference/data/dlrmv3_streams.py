@@ -103,6 +103,7 @@ import numpy as np
 
 from harness.errors import ErrorCategory, HarnessError, closest
 from harness.reference.data import counter_rng as rng
+from harness.reference.data.jagged import exclusive_cumsum, ranges
 
 # counter_rng streams, one per kind of random quantity (a range of this module's own)
 _S = 96 << 20
@@ -305,20 +306,6 @@ def _check_law(values: tuple[float, ...], probs: tuple[float, ...], name: str) -
 
 
 # ---------------------------------------------------------------------------------- helpers
-def _exclusive_cumsum(x: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(x), dtype=np.int64)
-    if len(x) > 1:
-        np.cumsum(x[:-1], out=out[1:])
-    return out
-
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The concatenation of ``arange(s, s + n)`` for each (s, n): a gather index for jagged segments."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    return np.repeat(np.asarray(starts, dtype=np.int64) - _exclusive_cumsum(lengths), lengths) + np.arange(
-        int(lengths.sum()), dtype=np.int64)
-
-
 def _u64(x: np.ndarray | int) -> np.ndarray:
     return np.asarray(x).astype(np.uint64)
 
@@ -583,11 +570,11 @@ class StreamingGenerator:
                 h_sel = np.arange(len(item), dtype=np.int64)
                 c_sel = self._pick(row, n, item_counter, np.where(want, s.num_eval_candidates, 0))
             h_len = np.bincount(row[h_sel], minlength=n_users)
-            hist_len[slot], hist_off[slot] = h_len, hist_total + _exclusive_cumsum(h_len)
+            hist_len[slot], hist_off[slot] = h_len, hist_total + exclusive_cumsum(h_len)
             hist.append((item[h_sel], rating[h_sel], np.full(len(h_sel), t, dtype=np.int64)))
             hist_total += len(h_sel)
             c_len = np.bincount(row[c_sel], minlength=n_users)
-            cand_len[slot], cand_off[slot] = c_len, cand_total + _exclusive_cumsum(c_len)
+            cand_len[slot], cand_off[slot] = c_len, cand_total + exclusive_cumsum(c_len)
             cand.append((item[c_sel], rating[c_sel]))
             cand_total += len(c_sel)
 
@@ -604,7 +591,7 @@ class StreamingGenerator:
         s = self.spec
         n_users, k = cats.shape
         row = np.repeat(np.arange(n_users, dtype=np.int64), n)
-        pos = np.arange(len(row), dtype=np.int64) - _exclusive_cumsum(n)[row]
+        pos = np.arange(len(row), dtype=np.int64) - exclusive_cumsum(n)[row]
         item_counter = (counter[row] << np.uint64(_POSITION_BITS)) | _u64(pos)
         lo, hi = s.alpha_range
         alpha = lo + np.floor(rng.uniform(self._keys[_S_ALPHA], counter) * (hi - lo + 1))
@@ -624,7 +611,7 @@ class StreamingGenerator:
         """A random ``keep[u]`` of each user's ``n[u]`` items, in random order (``random.sample``): their
         flat indices, user after user."""
         order = np.lexsort((rng.uniform(self._keys[_S_PICK], item_counter), row))
-        rank = np.arange(len(order), dtype=np.int64) - _exclusive_cumsum(n)[row[order]]
+        rank = np.arange(len(order), dtype=np.int64) - exclusive_cumsum(n)[row[order]]
         return order[rank < keep[row[order]]]
 
     # ------------------------------------------------------------------ rows
@@ -636,13 +623,13 @@ class StreamingGenerator:
         slots = np.arange(s.slots)
         r, sl = np.nonzero((slots[None, :] < target[:, None]) & (slots[None, :] != s.eval_slot))
         seg_len, seg_off = store.hist_len[sl, inverse[r]], store.hist_off[sl, inverse[r]]
-        before = _exclusive_cumsum(seg_len)
+        before = exclusive_cumsum(seg_len)
         before -= before[np.searchsorted(r, r, side="left")]  # items of the row's earlier slots
         seg_len = np.clip(s.max_history(split) - before, 0, seg_len)
-        h = _ranges(seg_off, seg_len)
+        h = ranges(seg_off, seg_len)
         history_lengths = np.bincount(r, weights=seg_len, minlength=len(users)).astype(np.int64)
         c_len = np.minimum(store.cand_len[target, inverse], s.max_candidates(split))
-        c = _ranges(store.cand_off[target, inverse], c_len)
+        c = ranges(store.cand_off[target, inverse], c_len)
         h_item, h_rating, c_item, c_rating = store.hist_item[h], store.hist_rating[h], store.cand_item[c], \
             store.cand_rating[c]
         weights = np.asarray(s.action_weights, dtype=np.int64)

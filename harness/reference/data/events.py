@@ -95,6 +95,7 @@ from harness.reference.data import counter_rng as rng
 from harness.reference.data.crosses import CrossFeature, anchor_keys, cross_features, hash_crosses
 from harness.reference.data.datasets import eval_range, train_ranges
 from harness.reference.data.event_batch import UNKNOWN_ACTION, EventBatch
+from harness.reference.data.jagged import exclusive_cumsum, ranges
 from harness.rules.auc import roc_auc
 
 
@@ -248,17 +249,6 @@ class EventStreamSpec:
 
 
 # ---------------------------------------------------------------------------------- helpers
-def _exclusive_cumsum(x: np.ndarray) -> np.ndarray:
-    return np.concatenate([[0], np.cumsum(x)[:-1]]).astype(np.int64) if len(x) else np.zeros(0, dtype=np.int64)
-
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The concatenation of ``arange(s, s + n)`` for each (s, n): a gather index for jagged segments."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    total = int(lengths.sum())
-    return np.repeat(np.asarray(starts, dtype=np.int64) - _exclusive_cumsum(lengths), lengths) + np.arange(total)
-
-
 def _zipf_rank(u: np.ndarray, n: int, s: float) -> np.ndarray:
     """Ranks in [0, n) with P(r) ~ (r + 1) ** -s (the inverse of the continuous law's CDF)."""
     if abs(s - 1.0) < 1e-12:
@@ -290,7 +280,7 @@ class Catalogue:
         """Each owner gets one, the rest are spread uniformly: ``(owner of each, first of each owner, count)``."""
         extra = np.floor(rng.uniform(rng.key(seed, stream), np.arange(owned - owners)) * owners).astype(np.int64)
         count = 1 + np.bincount(extra, minlength=owners).astype(np.int64)
-        return np.repeat(np.arange(owners), count), _exclusive_cumsum(count), count
+        return np.repeat(np.arange(owners), count), exclusive_cumsum(count), count
 
     def artist(self, u: np.ndarray, zipf: float) -> np.ndarray:
         return self.artist_by_rank[_zipf_rank(u, self.artist_rows, zipf)]
@@ -502,8 +492,8 @@ class SyntheticEventStreams(EventStreams):
         users, n = users[n > 0], n[n > 0]
         k = self.candidates
         ts = self.listen_times(users, np.full(len(users), window), n * k)
-        uid, ordinal = np.repeat(users, n), _ranges(np.zeros(len(n)), n)
-        anchor_ts = ts[np.repeat(_exclusive_cumsum(n * k), n) + ordinal * k]
+        uid, ordinal = np.repeat(users, n), ranges(np.zeros(len(n)), n)
+        anchor_ts = ts[np.repeat(exclusive_cumsum(n * k), n) + ordinal * k]
         order = np.lexsort((ordinal, uid, anchor_ts))
         return uid[order], ordinal[order]
 
@@ -530,7 +520,7 @@ class SyntheticEventStreams(EventStreams):
         listens = self.user_samples(pair_uid, pair_window) * s.candidates
         ts = self.listen_times(pair_uid, pair_window, listens)
         per_user = listens.reshape(len(uids), nw)
-        user_first = _exclusive_cumsum(per_user.sum(axis=1))
+        user_first = exclusive_cumsum(per_user.sum(axis=1))
         window_first = user_first[:, None] + np.concatenate(
             [np.zeros((len(uids), 1), dtype=np.int64), np.cumsum(per_user, axis=1)], axis=1)
         uid = np.repeat(pair_uid, listens)
@@ -579,7 +569,7 @@ class SyntheticEventStreams(EventStreams):
 
         # events: each listen, then its like if any (one second later, before the next listen)
         copies = 1 + like.astype(np.int64)
-        listen_event = _exclusive_cumsum(copies)
+        listen_event = exclusive_cumsum(copies)
         source_listen = np.repeat(index, copies)
         is_like = np.arange(int(copies.sum())) - np.repeat(listen_event, copies) == 1
         action = np.where(is_like, Action.LIKE, np.where(listen_plus[source_listen], Action.LISTEN_PLUS, Action.SKIP))
@@ -607,8 +597,8 @@ class SyntheticEventStreams(EventStreams):
         n_events = len(st.events["item"])
         starts = np.stack([end - history, n_events + anchor], axis=1).ravel()
         lengths = np.stack([history, np.full(len(uid), k)], axis=1).ravel()
-        gather = _ranges(starts, lengths)
-        candidates = _ranges(anchor, np.full(len(uid), k))
+        gather = ranges(starts, lengths)
+        candidates = ranges(anchor, np.full(len(uid), k))
 
         def column(name: str, candidate_value: np.ndarray) -> torch.Tensor:
             return torch.from_numpy(np.concatenate([st.events[name], candidate_value])[gather].astype(np.int64))
