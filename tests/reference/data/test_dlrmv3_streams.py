@@ -240,3 +240,42 @@ def test_rows_that_do_not_exist_are_refused_and_active_users_lists_the_requests(
     bad_input(lambda: g.requests([int(listed[0])], 7))  # a training timestamp
     bad_input(lambda: g.train_samples([int(listed[0])], 8))  # an inference timestamp
     bad_input(lambda: g.requests([g.spec.num_users], 9))
+
+
+def test_the_twin_follows_the_distributions_the_scripts_parameters_imply():
+    """Activity, slot lengths, categories and ratings over many users against what the reference
+    script's parameters imply: a user active at a timestamp with probability user_sampling_ratio
+    (gen:245-263), N(avg, avg // 4) items a slot (gen:230-243), categories_per_user distinct categories
+    spread evenly over the catalogue (gen:287-290), and the label rate of a timestamp the mixture of the
+    four patterns' levels (one category each, the urn symmetric over them) and the base ratings."""
+    g = tiny()
+    s = g.spec
+    users = np.arange(s.num_users)
+    active = np.stack([g.active(users, t) for t in range(s.num_timestamps)])
+    p = s.user_sampling_ratio
+    assert abs(active.mean() - p) < 5 * np.sqrt(p * (1 - p) / active.size)
+    b = g.eval_samples(users[:300])
+    src = b.history_source_timestamps
+    row = np.repeat(np.arange(len(b)), b.history_lengths)
+    sizes = np.bincount(row * (s.num_timestamps + 1) + src + 1)
+    sizes = sizes[sizes > 0]  # one slot's items: mean avg, std avg // 4 (clipped far below: min 33)
+    avg, std = s.avg_seq_len_per_timestamp, s.seq_len_std
+    assert abs(sizes.mean() - avg) < 5 * std / np.sqrt(sizes.size) and abs(sizes.std() - std) < 0.1 * std
+    cats = g.user_categories(users)
+    counts = np.bincount(cats.reshape(-1), minlength=s.num_categories)
+    expect = users.size * s.categories_per_user / s.num_categories
+    assert counts.min() > expect - 5 * np.sqrt(expect) and counts.max() < expect + 5 * np.sqrt(expect)
+    for t in (s.train_timestamps, s.num_timestamps - 1):
+        req = g.requests(*inference_pairs_at(g, t, 400))
+        levels = g.category_levels(t)
+        rate = 0.0
+        for pattern, probs in enumerate(s.pattern_probs):
+            for level, pl in enumerate(probs):
+                for base, pb in zip(s.item_rating_values, s.item_rating_probs):
+                    rate += 0.25 * pl * pb * float((levels[pattern, level] + base) / 2 >= s.label_threshold)
+        got = req.candidate_labels.mean()
+        assert abs(got - rate) < 0.02, (t, got, rate)  # ~200k candidates of ~280 users: urn noise dominates
+
+
+def inference_pairs_at(g: StreamingGenerator, t: int, users: int) -> tuple[np.ndarray, int]:
+    return g.active_users(t, 0, users), t
