@@ -209,6 +209,9 @@ def trained_model(model_dir: Path, *, seed: int, steps: int | None, progress: Ca
             first = (str(err).strip().splitlines() or [""])[0]
             raise HarnessError(f"{model_dir}: not a saved dlrm-v3 model ({type(err).__name__}: {first}); remove it "
                                f"to train again", ErrorCategory.BAD_INPUT) from None
+        if meta.get("twin") != repr((data, config)):
+            raise HarnessError(f"{model_dir} holds a dlrm-v3 model of other sizes than this command's twin: give "
+                               f"another --model-dir, or remove it", ErrorCategory.BAD_INPUT)
         if (model.seed, meta.get("steps_requested")) != (seed, steps):
             raise HarnessError(f"{model_dir} holds a dlrm-v3 model of seed {model.seed} ({meta.get('steps_requested')} "
                                f"steps asked), not of seed {seed} ({steps}): give another --model-dir, or remove it",
@@ -228,7 +231,8 @@ def trained_model(model_dir: Path, *, seed: int, steps: int | None, progress: Ca
     replace_atomic(model_dir / FREQ_FILE, lambda tmp: _write_npy(tmp, uses), doing="saving the item frequencies",
                    then=AGAIN)
     meta = {k: v for k, v in model.to_dict().items() if k not in ("path", "reused")}
-    write_atomic(meta_path, json.dumps({**meta, "steps_requested": steps}, indent=1) + "\n", then=AGAIN)
+    write_atomic(meta_path, json.dumps({**meta, "steps_requested": steps, "twin": repr((data, config))}, indent=1)
+                 + "\n", then=AGAIN)
     return model, state, uses
 
 

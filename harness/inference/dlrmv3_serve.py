@@ -53,6 +53,7 @@ from harness.inference.config import AGAIN, DEFAULT_RESULTS, Scenario, Variant, 
 from harness.inference.dlrmv3 import (
     MLPERF_MODEL,
     TWIN_DATA,
+    TWIN_MODEL,
     RequestCost,
     RequestLog,
     inference_model,
@@ -108,6 +109,13 @@ class V3Config:
     threads: int = 1
     direct: bool = True
     row_reader: RowReader = RowReader.AUTO
+    # the twin's sizes: TWIN_DATA and TWIN_MODEL (the suite serves a smaller one end to end)
+    data: StreamingSpec = TWIN_DATA
+    model: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(TWIN_MODEL))
+
+    @property
+    def hstu(self) -> HSTUConfig:
+        return model_config(self.data, self.model)
 
     @property
     def label(self) -> str | None:
@@ -263,13 +271,14 @@ def build(job: dict[str, Any]) -> tuple[HSTURanker, SdmEmbeddings | None, Reques
     model_dir = Path(job["model_dir"])
     state = torch.load(model_dir / "model.pt", weights_only=True)
     log = RequestLog.load(model_dir / "requests.npz")
+    config = model_config(StreamingSpec.from_section(job["data"]), job["model"])
     if job["variant"] == "memory":
-        return inference_model(state), None, log
+        return inference_model(state, config), None, log
     warm = np.load(job["warm_rows"]) if job.get("warm_rows") else None
     model, tables = ssd_model(state, Path(job["rows_file"]), RowLayout(**job["layout"]),
                               cache_rows=int(job["cache_rows"]), policy=CachePolicy(job["policy"]),
                               latency_us=float(job["latency_us"]), queue_depth=int(job["queue_depth"]),
-                              reader=RowReader(job["row_reader"]), warm=warm)
+                              reader=RowReader(job["row_reader"]), warm=warm, config=config)
     return model, tables, log
 
 
@@ -445,10 +454,10 @@ class V3Report:
         lines = [f"*** {c.label} ***", ""] if c.label else []
         how = "reused" if m.reused else f"trained in {m.train_s:.0f} s"
         lines += [
-            (f"model: the dlrm-v3 twin (HSTU ranker, {TWIN_DATA.num_users:,} users, {TWIN_DATA.num_items:,} items; "
+            (f"model: the dlrm-v3 twin (HSTU ranker, {c.data.num_users:,} users, {c.data.num_items:,} items; "
              f"official: 5M users, 1e9 items), seed {m.seed}, {m.steps} steps ({m.samples:,} samples), eval AUC "
              f"{m.auc:.5f}; {how}: {m.path}"),
-            self.twin_cost.describe("cost (twin, fp32 rows of 256 B)"),
+            self.twin_cost.describe(f"cost (twin, rows of {c.hstu.embedding_dim} fp32)"),
             self.official.describe("cost (official sizes, rows of 512 fp16, history of ~6.7k items)"),
             ("calibration: " + ", ".join(f"{k} {v * 1e3:.1f} ms per request" for k, v in self.calibration.items())
              + f"; served in fp32, {c.threads} torch thread(s); requests in time order"),
@@ -513,14 +522,16 @@ def run_dlrmv3(config: V3Config, *, progress: Callable[[str], None] = lambda _m:
 def _run(config: V3Config, t_start: float, progress: Callable[[str], None]) -> V3Report:
     model_dir = config.model_dir or config.default_model_dir()
     model_dir.mkdir(parents=True, exist_ok=True)
-    trained, state, uses = trained_model(model_dir, seed=config.seed, steps=config.train_steps, progress=progress)
+    hstu = config.hstu
+    trained, state, uses = trained_model(model_dir, seed=config.seed, steps=config.train_steps, progress=progress,
+                                         data=config.data, config=hstu)
     start_server(WORKER_PRELOAD)
-    log = RequestLog.kept(model_dir)
-    twin_cost = mean_cost(log, model_config(), row_bytes=4 * model_config().embedding_dim)
-    progress(f"requests: {len(log):,} at inference timestamps {TWIN_DATA.train_timestamps}-"
-             f"{TWIN_DATA.num_timestamps - 1}, in time order")
+    log = RequestLog.kept(model_dir, config.data)
+    twin_cost = mean_cost(log, hstu, row_bytes=4 * hstu.embedding_dim)
+    progress(f"requests: {len(log):,} at inference timestamps {config.data.train_timestamps}-"
+             f"{config.data.num_timestamps - 1}, in time order")
     progress(twin_cost.describe("cost (twin)"))
-    memory = inference_model(state)
+    memory = inference_model(state, hstu)
     accuracy_requests = QUICK_ACCURACY_REQUESTS if config.quick else len(log)
     reference = _direct_metrics(memory, log, accuracy_requests)
     progress(f"accuracy reference (fp32, in memory, first {accuracy_requests} requests): {reference.summary()}")
@@ -539,7 +550,7 @@ def _run(config: V3Config, t_start: float, progress: Callable[[str], None]) -> V
             progress(probe.describe())
         warm_file, warm_note = None, "cold at start"
         if config.warm_cache:
-            warm = hot_rows(uses, cache_rows)
+            warm = hot_rows(uses, cache_rows, config.data)
             warm_file = work / "warm-rows.npy"
             np.save(warm_file, warm)
             warm_note = (f"warm at start with the {warm.size:,} rows the {trained.samples:,} training samples "
@@ -550,7 +561,7 @@ def _run(config: V3Config, t_start: float, progress: Callable[[str], None]) -> V
         def build_ssd(latency_us: float) -> tuple[HSTURanker, SdmEmbeddings]:
             return ssd_model(state, rows_file, layout, cache_rows=cache_rows, policy=config.cache_policy,
                              latency_us=latency_us, queue_depth=config.storage_queue_depth, reader=config.row_reader,
-                             warm=None if warm_file is None else np.load(warm_file))
+                             warm=None if warm_file is None else np.load(warm_file), config=hstu)
 
         identical = _check_identical(memory, [v for v in variants if v.ssd], build_ssd, log)
         if identical:
@@ -562,7 +573,7 @@ def _run(config: V3Config, t_start: float, progress: Callable[[str], None]) -> V
                     "cache_rows": cache_rows, "policy": config.cache_policy.value,
                     "queue_depth": config.storage_queue_depth, "row_reader": config.row_reader.value,
                     "warm_rows": None if warm_file is None else str(warm_file), "quick": config.quick,
-                    "threads": config.threads}
+                    "threads": config.threads, "data": dataclasses.asdict(config.data), "model": config.model}
         runs = [_run_variant(config, v, scenario, calibration[v.name], base_job, work, log, reference, notes,
                              progress)
                 for scenario in config.scenarios for v in variants]

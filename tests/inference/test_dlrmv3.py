@@ -22,7 +22,8 @@ from harness.reference.planner.types import RowReader
 from harness.reference.tiered import CachePolicy
 
 # a micro twin: a few seconds to train and to serve
-DATA = StreamingSpec(num_users=48, num_items=4_000, num_categories=8, num_timestamps=6, avg_samples_per_item=1,
+DATA = StreamingSpec(num_users=160, num_items=4_000, num_categories=8, num_timestamps=8, train_ratio=0.75,
+                     avg_samples_per_item=2,
                      num_eval_candidates=4, num_inference_candidates=64, max_seq_len=512, max_num_candidates=4,
                      max_num_candidates_inference=64)
 MODEL = {"embedding_dim": 16, "num_layers": 1, "num_heads": 2, "attention_dim": 8, "linear_dim": 8, "input_dropout": 0.0,
@@ -147,3 +148,47 @@ def test_ssd_tier_predictions_equal_memory_bit_for_bit(trained, config, log, tmp
 def test_twin_keeps_the_official_candidates():
     assert dlrmv3.TWIN_DATA.num_inference_candidates == StreamingSpec().num_inference_candidates == 2048
     assert dataclasses.replace(dlrmv3.TWIN_DATA).max_history(dlrmv3.Split.INFERENCE) > 1000
+
+
+@pytest.mark.slow
+def test_the_micro_twin_is_served_through_loadgen_end_to_end(tmp_path):
+    """Train, then Offline and Server, memory and SSD, each a performance, an accuracy and a TEST08 run
+    through the real LoadGen, in the results tree the submission checker reads."""
+    from harness.inference import dlrmv3_accuracy as acc
+    from harness.inference.config import Scenario
+    from harness.inference.dlrmv3_serve import V3Config, run_dlrmv3
+
+    results = tmp_path / "results"
+    config = V3Config(quick=True, results=results, variant_kinds=("memory", "ssd"), data=DATA, model=MODEL,
+                      train_steps=4, cache_fraction=0.1, storage_queue_depth=8)
+    report = run_dlrmv3(config, progress=lambda _m: None)
+    assert [(r.variant.name, r.scenario) for r in report.runs] == [
+        ("memory", Scenario.OFFLINE), ("ssd", Scenario.OFFLINE), ("memory", Scenario.SERVER), ("ssd", Scenario.SERVER)]
+    assert report.identical_requests > 0 and report.model.steps == 4
+    for r in report.runs:
+        scenario = "Offline" if r.scenario is Scenario.OFFLINE else "Server"
+        folder = results / r.variant.system / "dlrm-v3" / scenario
+        assert (folder / "performance" / "run_1" / "mlperf_log_summary.txt").is_file()
+        assert "dlrm-v3." in (folder / "user.conf").read_text()
+        quality = acc.parse_accuracy_txt((folder / "accuracy" / "accuracy.txt").read_text())
+        assert quality.ne == pytest.approx(report.reference.ne) and r.accuracy_passed  # the fp32 model's, served
+        assert r.metrics.requests == 96 < len(dlrmv3.RequestLog.generate(DATA))  # the first 96 in time order
+        assert "TEST PASS" in (folder / "TEST08" / "verify_accuracy.txt").read_text() and r.test08.passed
+        assert r.test08.matched > 0
+        if r.variant.ssd:
+            assert r.perf["reads"] > 0 and r.perf["reads"] == r.perf["misses"] and 0 < r.hit_rate < 1
+    text = report.render()
+    assert "not a valid MLPerf result" in text and "GFLOP computed once per request" in text
+    assert "DEV QPS" in text and "x memory's requests/s" in text
+    again = run_dlrmv3(V3Config(**{**config.__dict__, "scenarios": (Scenario.OFFLINE,),
+                                   "variant_kinds": ("memory",)}), progress=lambda _m: None)
+    assert again.model.reused
+
+
+def test_dlrm_v3_refuses_a_precision_it_does_not_serve(tmp_path, capsys):
+    from harness.cli import main
+    from harness.errors import EXIT_CODES, ErrorCategory
+
+    code = main(["infer", "--benchmark", "dlrm-v3", "--precision", "bf16", "--results", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == EXIT_CODES[ErrorCategory.NOT_IMPLEMENTED] and len(err) == 1 and "not implemented" in err[0]
