@@ -53,7 +53,7 @@ def export(out_dir: Path, benchmark: str, fmt: str | None, days: int, gz: bool) 
     # the reference's data stack: only when the command runs, not for `harness data --help`
     from harness.reference.data.export import export_dataset, export_event_streams
 
-    spec = load_benchmark(benchmark)
+    spec = load_benchmark(benchmark).for_training("harness data export")
     events = spec.dataset.get("kind") == "event_streams"
     if events and fmt not in (None, "yambda-parquet"):
         raise HarnessError(f"benchmark {spec.name} is event streams: they export as yambda-parquet, not {fmt}",

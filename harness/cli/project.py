@@ -54,7 +54,7 @@ def project(benchmark: str | None, profile_name: str | None, system_path: Path |
         profile = profile_from_system_file(system_path)
     else:
         profile = load_profile(profile_name or DEFAULT_PROFILE)
-    spec = load_benchmark(benchmark or DEFAULT_BENCHMARK)
+    spec = load_benchmark(benchmark or DEFAULT_BENCHMARK).for_training("harness project")
     generation = input_cost(spec) if profile.name == LOCAL else 0.0
     result = project_benchmark(spec, system_for_profile(profile), batch_size=batch_size, precision=precision,
                                input_seconds_per_sample=generation)

@@ -45,7 +45,7 @@ from harness.rules.results import (
     run_set_stats,
     scaling_factor,
 )
-from harness.rules.specs import BenchmarkSpec, benchmark_names, load_benchmark
+from harness.rules.specs import BenchmarkSpec, Suite, benchmark_names, load_benchmark
 
 _ROUND = re.compile(r"^v(\d+)\.(\d+)$")
 RCP_NOT_CHECKED = "not checked"
@@ -117,7 +117,8 @@ def label_facts(logs: Sequence[RunLog]) -> dict[str, str | None]:
 
 
 def _spec(benchmark: str) -> BenchmarkSpec | None:
-    return load_benchmark(benchmark) if benchmark in benchmark_names() else None
+    # training benchmarks only: the leaderboard scores time to train, which an inference benchmark has not
+    return load_benchmark(benchmark) if benchmark in benchmark_names(Suite.TRAINING) else None
 
 
 def build_entry(ref: RunSetRef) -> tuple[str, dict[str, Any], BenchmarkSpec | None, dict[str, str | None]]:

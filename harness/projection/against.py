@@ -38,7 +38,7 @@ from harness.rules.results import (
     run_set_stats,
     scaling_factor,
 )
-from harness.rules.specs import BenchmarkSpec, benchmark_names, load_benchmark
+from harness.rules.specs import BenchmarkSpec, Suite, benchmark_names, load_benchmark
 
 MIN_RUN_SETS_FOR_RANKS = 3  # a rank correlation of two run sets is always +-1: not evidence
 _PRECISIONS = {"fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16", "fp16": "fp16", "float16": "fp16"}
@@ -147,7 +147,8 @@ def compare_run_set(ref: RunSetRef, root: Path, *, constants: Constants | None =
     except HarnessError as err:
         return Comparison(label, ref.benchmark_dir, ref.benchmark_dir.name, None, None, f"unreadable log: {err}")
     benchmark = next((log.benchmark for log in logs if log.benchmark), None) or ref.benchmark_dir.name
-    spec: BenchmarkSpec | None = load_benchmark(benchmark) if benchmark in benchmark_names() else None
+    # a training benchmark's: an inference one (dlrm-v3) has no score to project
+    spec: BenchmarkSpec | None = load_benchmark(benchmark) if benchmark in benchmark_names(Suite.TRAINING) else None
     if spec is None:
         return Comparison(label, ref.benchmark_dir, benchmark, None, None,
                           f"benchmark {benchmark!r} is not one the harness knows")

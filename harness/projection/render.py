@@ -1,13 +1,15 @@
 """Text of projections: one projection phase by phase (``harness project``), a tree's run sets
 projected beside measured (``harness project --against``), the whole step beside the plan's
-embeddings-only one (``harness plan``)."""
+embeddings-only one (``harness plan``), an inference benchmark's Server QPS bound (``harness plan``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from harness.hw_profiles.profiles import format_bytes
 from harness.projection.against import Comparison
 from harness.projection.constants import Constants
+from harness.projection.inference import InferenceBound, Resource
 from harness.projection.step import StepProjection
 from harness.projection.train_time import Projection
 
@@ -84,3 +86,36 @@ def whole_step_line(step: StepProjection) -> str:
     """``harness plan``'s line for the whole step beside the embeddings-only one."""
     return (f"projected whole step (harness project: dense GEMMs, activations, embeddings, all-to-alls, "
             f"all-reduce, operations at {step.precision}): {step.seconds * 1e3:.3f} ms, {_rate(step.samples_per_s)}")
+
+
+def inference_bound_lines(b: InferenceBound, device: str) -> list[str]:
+    """``harness plan``'s lines for an inference benchmark: the bound, what binds, each resource's rate
+    and what it is priced from, the Server batch beside the latency bound, and what is not counted."""
+    r, s, binding = b.request, b.shape, b.binding
+    compute = b.of(Resource.COMPUTE)
+    memories = [m for m in (b.of(Resource.HBM), b.of(Resource.DDR), b.of(Resource.SSD)) if m is not None]
+    links = b.of(Resource.LINKS)
+    rows = ", ".join(f"{name} {n:,.0f}" for name, n, _ in b.rows_per_request)
+    sizes = sorted({size for _, _, size in b.rows_per_request})
+    moved = ", ".join(f"{tier.value.upper()} {format_bytes(round(n))}" for tier, n in b.bytes_per_request)
+    cache = ("" if b.cached_hit_share is None else
+             f"; caches serve {b.cached_hit_share:.1%} of the reads behind them (the share of their shards' rows "
+             f"they hold: lookups taken as uniform, as the generator draws dlrm-v3's items; hits and misses timed "
+             f"apart, where the planner's step time blends their tiers' bandwidths)")
+    return [
+        f"inference bound (a projection at peak rates: an upper bound, not a measurement): "
+        f"{b.requests_per_s:,.0f} requests/s over {b.ranks} x {device}, {binding.resource.label}",
+        f"  compute: {b.flops_per_request / 1e9:,.1f} GFLOP a request ({s.layers} STU layers over {r.tokens:,.0f} "
+        f"tokens: {r.contextual} contextual, {r.history:,.0f} history, {r.candidates:,} candidates; target-aware "
+        f"causal attention) at {b.peak_flops_per_rank / 1e12:,.0f} TFLOP/s {b.precision} a rank: "
+        f"{compute.requests_per_s if compute else 0:,.0f} requests/s",
+        f"  memory: rows a request {rows} ({' or '.join(f'{n:,} B' for n in sizes)} each), moving {moved} over all "
+        f"ranks; " + ", ".join(f"{m.resource.value.upper()} {m.requests_per_s:,.0f} requests/s (rank {m.rank})"
+                               for m in memories) + cache,
+        *([f"  links: {links.requests_per_s:,.0f} requests/s (the plan's all-to-alls of ids and vectors, rank "
+           f"{links.rank})"] if links else []),
+        f"  Server: a batch of {b.batch} requests takes at least {b.batch_seconds * 1e3:.1f} ms of one rank at peak; "
+        f"the latency bound is {b.latency_bound_s * 1e3:g} ms",
+        "  not counted: the layers outside the STU stack, elementwise work, the host-to-accelerator link and SSD "
+        "IOPS (not in the profiles); the efficiencies of constants.yaml (fitted on training results) are not applied",
+    ]

@@ -26,7 +26,7 @@ from harness.leaderboard.svg import finite as _number
 from harness.mllog import keys
 from harness.mllog.reader import read_records
 from harness.rules.results import RESULT_GLOB
-from harness.rules.specs import benchmark_names, load_benchmark
+from harness.rules.specs import Suite, benchmark_names, load_benchmark
 
 LINK_CLASSES = ("intra_node", "inter_node")
 TIERS = ("hbm", "ddr", "ssd")
@@ -280,7 +280,7 @@ def _target(benchmark: str, folder: Path) -> tuple[float | None, str]:
     """The benchmark's target AUC: its shipped spec's, else the one in the run set's staged run
     configs (``<results>/.harness/<submitter>/<system>/<benchmark>/result_<i>.config.json``, which
     ``harness run`` keeps for a spec given as a file)."""
-    if benchmark in benchmark_names():
+    if benchmark in benchmark_names(Suite.TRAINING):  # an inference benchmark has no target AUC
         return load_benchmark(benchmark).target_auc, f"the {benchmark} spec"
     if folder.parent.parent.name == "results":
         staging = (folder.parents[3] / ".harness" / folder.parents[2].name / folder.parent.name / folder.name)

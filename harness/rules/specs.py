@@ -3,6 +3,12 @@
 Torch-free, as all of ``harness/rules/``: a spec describes its model as data
 (:class:`ModelSpec`); the reference turns that into its own model config
 (``harness.reference.models.from_spec``).
+
+Most specs are MLPerf Training benchmarks. A spec of ``suite: inference`` (``dlrm-v3``) is an MLPerf
+Inference benchmark: it has a model, a dataset and an ``inference`` section, and none of training's
+quality target, eval cadence, runs or hyperparameters. ``harness plan`` plans it; everything that
+trains or judges training refuses it in one line (:meth:`BenchmarkSpec.for_training`, and every
+training-only property), and :func:`benchmark_names` lists it only when asked for every suite.
 """
 
 from __future__ import annotations
@@ -36,6 +42,14 @@ class ModelFamily(enum.Enum):
 
     DLRM = "dlrm"
     HSTU = "hstu"
+
+
+class Suite(enum.Enum):
+    """Which MLPerf suite a benchmark belongs to: Training (time to a quality target) or Inference
+    (a served model's throughput under a latency bound)."""
+
+    TRAINING = "training"
+    INFERENCE = "inference"
 
 
 class EmbeddingOptimizer(enum.Enum):
@@ -115,8 +129,40 @@ class BenchmarkSpec:
         return self.raw["name"]
 
     @property
+    def suite(self) -> Suite:
+        """MLPerf Training (the default) or Inference."""
+        return Suite(self.raw.get("suite", Suite.TRAINING.value))
+
+    def for_training(self, command: str) -> BenchmarkSpec:
+        """This spec, when it is a training benchmark; else one line saying that ``command`` trains or
+        judges training benchmarks only, and what plans this one (BAD_INPUT, exit 2)."""
+        if self.suite is not Suite.TRAINING:
+            raise HarnessError(f"{command} is for MLPerf Training benchmarks; {self.name} is an MLPerf Inference "
+                               f"benchmark (suite: {self.suite.value}): `harness plan --benchmark {self.name} "
+                               f"--profile P` places its tables and projects its Server QPS bound",
+                               ErrorCategory.BAD_INPUT)
+        return self
+
+    def _training(self, key: str, what: str) -> Any:
+        """``raw[key]`` of a training spec; for an inference spec, one line: it has no ``what``."""
+        if self.suite is not Suite.TRAINING:
+            raise HarnessError(f"benchmark {self.name} is an MLPerf Inference benchmark: it has no {what} (training "
+                               f"commands refuse it; `harness plan --benchmark {self.name} --profile P` plans it)",
+                               ErrorCategory.BAD_INPUT)
+        return self.raw[key]
+
+    @property
+    def inference(self) -> dict[str, Any]:
+        """An inference benchmark's ``inference`` section (round, scenarios, latency bound, quality,
+        precisions, batching, a request's shape, the tables); one line for a training benchmark."""
+        if self.suite is not Suite.INFERENCE:
+            raise HarnessError(f"benchmark {self.name} is an MLPerf Training benchmark: it has no inference section",
+                               ErrorCategory.BAD_INPUT)
+        return dict(self.raw["inference"])
+
+    @property
     def ruleset(self) -> str:
-        return self.raw["ruleset"]
+        return str(self._training("ruleset", "MLPerf Training ruleset"))
 
     @property
     def compliance_ruleset(self) -> str:
@@ -140,23 +186,27 @@ class BenchmarkSpec:
 
     @property
     def target_auc(self) -> float:
-        return float(self.raw["quality"]["target"])
+        return float(self._training("quality", "training quality target")["target"])
+
+    @property
+    def _eval(self) -> dict[str, Any]:
+        return dict(self._training("eval", "training eval cadence"))
 
     @property
     def eval_in_samples(self) -> bool:
         """Whether the eval cadence is a grid of samples (dlrmv4's rules), not epoch fractions; such a
         benchmark's logs state ``samples_count`` on every evaluation."""
-        return "every_data_fraction" in self.raw["eval"]
+        return "every_data_fraction" in self._eval
 
     @property
     def eval_every_epoch_fraction(self) -> float:
-        return float(self.raw["eval"]["every_epoch_fraction"])
+        return float(self._eval["every_epoch_fraction"])
 
     @property
     def eval_every_data_fraction(self) -> float:
         """The samples-based cadence: an evaluation every this fraction of ``train_samples``, rounded
         up to whole global batches (MLPerf's ``eval_every_data_pct``)."""
-        return float(self.raw["eval"]["every_data_fraction"])
+        return float(self._eval["every_data_fraction"])
 
     def eval_interval_samples(self, global_batch_size: int) -> int:
         """The samples between evaluations: ``max(1, ceil(fraction * train_samples / GBS)) * GBS``, as
@@ -170,7 +220,7 @@ class BenchmarkSpec:
         0 and 1: the grid's first point when the spec says nothing). dlrmv4's rules set it at
         ``floor((4480 * GBS + 135331840) / 3)``, the reference sweep's earliest convergence less two
         blocks; the integers keep it exact."""
-        ev = self.raw["eval"]
+        ev = self._eval
         interval = self.eval_interval_samples(global_batch_size)
         at_least = (int(ev.get("first_samples", 0)) + int(ev.get("first_samples_per_global_batch", 0)) * global_batch_size
                     ) // int(ev.get("first_samples_divisor", 1))
@@ -180,31 +230,31 @@ class BenchmarkSpec:
     def epoch_num_origin(self) -> int:
         """The ``epoch_num`` the benchmark's logs (and RCPs) give the start of training: 0, or 1 for
         MLPerf's dlrm, whose reference counts epochs from one."""
-        return int(self.raw["eval"].get("epoch_num_origin", 0))
+        return int(self._eval.get("epoch_num_origin", 0))
 
     @property
     def eval_batch_size(self) -> int:
-        return int(self.raw["eval"]["batch_size"])
+        return int(self._eval["batch_size"])
 
     @property
     def max_epochs(self) -> float:
-        return float(self.raw["max_epochs"])
+        return float(self._training("max_epochs", "epoch limit"))
 
     @property
     def required_runs(self) -> int:
-        return int(self.raw["required_runs"])
+        return int(self._training("required_runs", "required training runs"))
 
     @property
     def max_non_converged_runs(self) -> int:
-        return int(self.raw["max_non_converged_runs"])
+        return int(self._training("max_non_converged_runs", "training runs that may not converge"))
 
     @property
     def reference_hyperparameters(self) -> dict[str, Any]:
-        return dict(self.raw["reference_hyperparameters"])
+        return dict(self._training("reference_hyperparameters", "training hyperparameters"))
 
     @property
     def tunable_hyperparameters(self) -> frozenset[str]:
-        return frozenset(self.raw["tunable_hyperparameters"])
+        return frozenset(self._training("tunable_hyperparameters", "training hyperparameters"))
 
     @functools.cached_property
     def model(self) -> ModelSpec:
@@ -221,9 +271,12 @@ class BenchmarkSpec:
         return EmbeddingOptimizer(self.raw["model"].get("embedding_optimizer", default.value))
 
 
-def benchmark_names() -> list[str]:
+def benchmark_names(suite: Suite | None = None) -> list[str]:
+    """The shipped benchmarks' names, sorted: every suite's, or only ``suite``'s (what reads training
+    results, scores or RCPs asks for :attr:`Suite.TRAINING`)."""
     files = _DIR.iterdir()
-    return sorted(f.name.removesuffix(".yaml") for f in files if f.name.endswith(".yaml"))
+    names = sorted(f.name.removesuffix(".yaml") for f in files if f.name.endswith(".yaml"))
+    return names if suite is None else [n for n in names if load_benchmark(n).suite is suite]
 
 
 def spec_from_dict(raw: Any, *, what: str) -> BenchmarkSpec:
@@ -233,8 +286,9 @@ def spec_from_dict(raw: Any, *, what: str) -> BenchmarkSpec:
     if spec.family is ModelFamily.DLRM:
         _ = spec.model  # raises a HarnessError for an inconsistent architecture
     # (an HSTU architecture is checked by the reference's HSTUConfig.from_spec, when the run set is planned)
-    check_hyperparameters(spec.reference_hyperparameters, what=what)
-    check_sparse_optimizer(spec, spec.reference_hyperparameters, what=what)
+    if spec.suite is Suite.TRAINING:  # an inference spec has no hyperparameters (the schema allows none)
+        check_hyperparameters(spec.reference_hyperparameters, what=what)
+        check_sparse_optimizer(spec, spec.reference_hyperparameters, what=what)
     return spec
 
 

@@ -102,7 +102,7 @@ def plan_run_set(request: RunSetRequest, *, progress: Callable[[str], None] | No
     """Resolve the request; refuse what cannot be run honestly here. ``progress`` hears of the
     dataset's files as they are validated."""
     check_request(request)
-    spec = load_benchmark(request.benchmark)
+    spec = load_benchmark(request.benchmark).for_training("harness run")
     detected = detect(results_dir=str(request.results_dir))
     profile, emulation_scale = _profile_here(request, spec, detected)
     # A multi-GPU profile whose GPUs are here runs on NCCL. That path has not run in this

@@ -149,6 +149,8 @@ def test_errors_are_one_line_with_exit_code_2(tmp_path: Path, capsys) -> None:
                       "(nothing was written)\n")
     code, _, stderr = run(capsys, "data", "export", "-b", "dlrm", "--format", "criteo-tsv", str(tmp_path / "o"))
     assert code == 2 and stderr.count("\n") == 1 and "only a synthetic benchmark" in stderr
+    code, _, stderr = run(capsys, "data", "export", "-b", "dlrm-v3", str(tmp_path / "o"))  # inference requests only
+    assert code == 2 and stderr.count("\n") == 1 and "harness data export is for MLPerf Training benchmarks" in stderr
     code, _, stderr = run(capsys, "data", "export", "-b", FIXTURE, "--format", "csv", str(tmp_path / "o"))
     assert code == 2
     assert "data export: --format: 'csv' is not one of 'criteo-tsv', 'mlperf-npy', 'yambda-parquet'" in stderr

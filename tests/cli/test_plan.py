@@ -3,6 +3,8 @@ choices and name the closest one."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from harness.cli import main
@@ -42,3 +44,23 @@ def test_an_unknown_name_suggests_the_closest_and_lists_them_all(capsys, argv, s
     code, out, err = _plan(capsys, *argv)
     assert (code, out, err.count("\n")) == (2, "", 1)
     assert err.startswith(f"harness: error: {start}{', '.join(names)}"), err
+
+
+def test_dlrm_v3_is_planned_as_served_with_its_item_table_below_hbm(capsys):
+    """MLPerf Inference's dlrm-v3 on a DGX H100: the 1.024 TB item table fits no 8 x 80 GB of HBM, so the
+    planner puts it below (a cache of it in HBM); weights alone, fp16; the Server QPS bound is printed."""
+    code, out, err = _plan(capsys, "--profile", "dgx-h100-8gpu", "--benchmark", "dlrm-v3", "--json")
+    assert (code, err) == (0, "")
+    plan = json.loads(out)
+    tables = {t["name"]: t for t in plan["tables"]}
+    assert list(tables) == ["item", "artist", "album", "uid"]
+    item = tables["item"]
+    assert {s["tier"] for s in item["shards"]} <= {"ddr", "ssd"}
+    assert sum(s["storage_bytes"] for s in item["shards"]) == 10**9 * 512 * 2  # fp16 weights, no optimizer state
+    assert all(t["optimizer_state_factor"] == 0 for t in plan["tables"])
+    assert plan["config"]["inference"] is True and plan["batch_size"] == 8 * 10
+    code, out, err = _plan(capsys, "--profile", "dgx-h100-8gpu", "--benchmark", "dlrm-v3")
+    assert (code, err) == (0, "")
+    assert "  item: 1,000,000,000 rows x 512 fp16 (1.024 TB)" in out and "caches of 5.0% of its rows in HBM" in out
+    (bound,) = [line for line in out.splitlines() if line.startswith("inference bound")]
+    assert bound.endswith("requests/s over 8 x NVIDIA H100-SXM5-80GB, compute-bound"), bound

@@ -48,9 +48,11 @@ def test_against_the_shared_logs_ends_with_the_summary(capsys, shared_logs):
 
 @pytest.mark.parametrize("argv, code, words", [
     (["--benchmark", "dlrmv4", "--profile", "dgx-h100-8gpu"], 4, "not implemented"),
+    (["--benchmark", "dlrm-v3", "--profile", "dgx-h100-8gpu"], 2,  # an inference benchmark: harness plan bounds it
+     "harness project is for MLPerf Training benchmarks; dlrm-v3 is an MLPerf Inference benchmark"),
     (["--benchmark", "nope", "--profile", "dgx-h100-8gpu"], 2, "unknown benchmark"),
     (["--benchmark", "dlrm_dcnv", "--profile", "dgx-h100-8gpu"], 2,
-     "unknown benchmark 'dlrm_dcnv' (did you mean 'dlrm_dcnv2'?); known: dlrm, dlrm_dcnv2, "),
+     "unknown benchmark 'dlrm_dcnv' (did you mean 'dlrm_dcnv2'?); known: dlrm, dlrm-v3, dlrm_dcnv2, "),
     (["--profile", "dgx-h100"], 2,
      "unknown profile 'dgx-h100' (did you mean 'dgx-h100-8gpu'?); known profiles: local, "),
     (["--against", "no/such/tree"], 2, "does not exist"),

@@ -8,8 +8,9 @@ import pytest
 import yaml
 
 from harness.errors import ErrorCategory, HarnessError
+from harness.reference.data.dlrmv3_streams import Split, StreamingGenerator, StreamingSpec
 from harness.reference.models.from_spec import hstu_config
-from harness.rules.specs import benchmark_names, load_benchmark, spec_from_dict
+from harness.rules.specs import Suite, benchmark_names, load_benchmark, spec_from_dict
 
 RULES = Path(mlperf_logging.__file__).parent / "compliance_checker" / "training_6.0.0"
 
@@ -193,3 +194,85 @@ def test_dlrmv4_model_equals_the_references_run():
     assert (config.num_layers, config.position_buckets, config.time_buckets) == (3, 8192, 2048)
     assert list(config.contextual) == REFERENCE_CONTEXTUAL
     assert config.contextual_rows == [1_000_001] + [rows for _, _, rows, _ in REFERENCE_CROSSES]
+
+
+# MLPerf Inference dlrm-v3's reference (docs/dlrmv3.md; mlcommons/inference@b66003e1, recommendation/dlrm_v3/)
+DLRMV3_TABLES = {
+    "item_rows": 1_000_000_000,  # configs.py:131-155, item_id (HASH_SIZE): features item_id, item_candidate_id
+    "artist_rows": 128,  # item_category_id: item_category_id, item_candidate_category_id
+    "album_rows": 1,  # no third per-event feature: a one-row table in the ranker's album slot
+    "users": 10_000_000,  # user_id, the contextual token
+    "actions": 6,  # int(rating) 1..5, and 0 (unknown) on candidates
+}
+DLRMV3_MODEL = {  # configs.py:49-55; modules/dlrm_hstu.py:66 (max_seq_len)
+    "num_heads": 4, "linear_dim": 128, "attention_dim": 128, "num_layers": 5, "embedding_dim": 512,
+    "preprocessor_hidden_dim": 256, "max_sequence_length": 16384, "contextual": ["uid"],
+}
+
+
+def test_dlrm_v3_is_the_inference_references():
+    """The generator's official parameters, the reference's tables, model and settings, and a request as the
+    dataset makes it: 1 contextual token, 2048 candidates, and the history's mean over the inference timestamps
+    (the base slot, then each training and earlier inference slot with probability 0.7, 100 items each)."""
+    spec = load_benchmark("dlrm-v3")
+    assert spec.suite is Suite.INFERENCE and spec.raw["official"] is True
+    data = StreamingSpec.from_section(spec.dataset)
+    assert data == StreamingSpec()
+    settings = spec.inference
+    assert settings["tables"] == DLRMV3_TABLES and settings["tables"]["item_rows"] == data.num_items
+    assert {k: spec.raw["model"][k] for k in DLRMV3_MODEL} == DLRMV3_MODEL
+    assert (settings["server_latency_ms"], settings["server_latency_percentile"], settings["scenarios"]) == (
+        80, 99, ["Server", "Offline"])
+    assert (settings["table_precision"], settings["dense_precision"], settings["requests_per_batch"]) == (
+        "fp16", "bf16", 10)
+    request = settings["request"]
+    assert request["contextual"] == data.contextual_features == 1
+    assert request["candidates"] == data.max_num_candidates_inference == data.num_inference_candidates == 2048
+    inference_timestamps = data.num_timestamps - data.train_timestamps
+    p, avg = data.user_sampling_ratio, data.avg_seq_len_per_timestamp
+    expected = avg * (1 + p * data.train_timestamps + p * (inference_timestamps - 1) / 2)
+    assert request["mean_history"] == pytest.approx(expected) and request["mean_history"] == 6715
+    assert request["mean_history"] < data.max_history(Split.INFERENCE) == 14335
+
+
+def test_dlrm_v3s_history_is_what_the_generator_makes():
+    """40 users' requests at timestamp 95, k = 5 where the mean takes 4.5: the spec's mean history and 0.7 x 100
+    x 0.5 more, 6,750 items (the users' spread, about 500, leaves a mean of 40 within 3% of it)."""
+    spec = load_benchmark("dlrm-v3")
+    data = StreamingSpec.from_section(spec.dataset)
+    half_a_slot = data.user_sampling_ratio * data.avg_seq_len_per_timestamp * 0.5
+    expected = spec.inference["request"]["mean_history"] + half_a_slot
+    generator = StreamingGenerator(data)
+    users = generator.active_users(95, 0, 200)[:40]
+    assert len(users) == 40 and expected == pytest.approx(6750)
+    assert generator.requests(users, 95).history_lengths.mean() == pytest.approx(expected, rel=0.03)
+
+
+def test_an_inference_benchmark_is_refused_where_training_is_meant_in_one_line():
+    spec = load_benchmark("dlrm-v3")
+    assert "dlrm-v3" in benchmark_names() and "dlrm-v3" not in benchmark_names(Suite.TRAINING)
+    assert benchmark_names(Suite.INFERENCE) == ["dlrm-v3"]
+    for read in (lambda: spec.target_auc, lambda: spec.required_runs, lambda: spec.reference_hyperparameters,
+                 lambda: spec.compliance_ruleset, lambda: spec.eval_batch_size, lambda: spec.max_epochs):
+        with pytest.raises(HarnessError, match="^benchmark dlrm-v3 is an MLPerf Inference benchmark: it has no ") as e:
+            read()
+        assert e.value.category is ErrorCategory.BAD_INPUT and "\n" not in str(e.value)
+    with pytest.raises(HarnessError, match="^harness run is for MLPerf Training benchmarks; dlrm-v3 is an MLPerf "):
+        spec.for_training("harness run")
+    assert load_benchmark("dlrmv4").for_training("harness run").suite is Suite.TRAINING
+    with pytest.raises(HarnessError, match="dlrmv4 is an MLPerf Training benchmark: it has no inference section"):
+        _ = load_benchmark("dlrmv4").inference
+
+
+@pytest.mark.parametrize("benchmark, change, message", [
+    ("dlrm-v3", {"required_runs": 10}, "'required_runs' should not be valid"),  # training's keys stay out
+    ("dlrm-v3", {"suite": "training"}, "'ruleset' is a required property"),
+    ("dlrm-v3", {"dataset": {"kind": "dlrmv3_streaming", "num_item": 5}}, "'num_item' is not one of"),
+    ("dlrm_synthetic", {"name": "dlrm-synthetic"}, "does not match '^[a-z0-9_]+$'"),  # MLPerf Training's spelling
+    ("dlrm_synthetic", {"inference": {}}, "'inference' should not be valid"),
+])
+def test_the_schema_keeps_training_and_inference_specs_apart(benchmark, change, message):
+    raw = {**load_benchmark(benchmark).raw, **change}
+    with pytest.raises(HarnessError, match=re.escape(message)) as err:
+        spec_from_dict(raw, what="x.yaml")
+    assert err.value.category is ErrorCategory.BAD_INPUT

@@ -60,3 +60,16 @@ def test_an_emulated_plan_has_a_sharding_plan_and_an_emulated_system(tmp_path):
     assert fp32.fingerprint != plan.fingerprint
     cmd = worker_command(Path("c.json"), plan.world_size)
     assert cmd[1:5] == ["-m", "harness.runsets.torchrun", "--standalone", "--nproc-per-node=8"]
+
+
+def test_harness_run_refuses_an_inference_benchmark_in_one_line(tmp_path, capsys):
+    """dlrm-v3 is MLPerf Inference's: `harness run` trains MLPerf Training benchmarks only, and says what plans it."""
+    from harness.cli import main
+
+    code = main(["run", "--benchmark", "dlrm-v3", "--results", str(tmp_path / "results")])
+    out = capsys.readouterr()
+    assert (code, out.out, out.err.count("\n")) == (2, "", 1)
+    assert out.err == ("harness: error: harness run is for MLPerf Training benchmarks; dlrm-v3 is an MLPerf Inference "
+                       "benchmark (suite: inference): `harness plan --benchmark dlrm-v3 --profile P` places its tables "
+                       "and projects its Server QPS bound\n")
+    assert not (tmp_path / "results").exists()

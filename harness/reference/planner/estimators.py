@@ -12,9 +12,11 @@ input all-to-all: the lengths of its table (one int64 a sample of the batch), th
 its rows (``batch x pooling`` int64 over the shards of a row split), so a column-wise table, each of whose
 shards receives all of the table's ids, pays for them once per shard. Backward compute is a
 multiple of forward; a data-parallel table costs a replica per rank and an all-reduce of its
-gradient. Pooling enters every lookup and every sequence table's vectors, so it sets a table's
-cost and, through it, its heat (lookup bytes per stored byte: which tier it gets), its option
-and its placement. Not modelled: a fixed cost per shard or per kernel, ids repeated within a
+gradient. An inference plan (``PlannerConfig.inference``) is the forward half alone: no backward
+compute, no gradients sent, no replica all-reduced (and its tables carry no optimizer state:
+``TableSpec.optimizer_state_factor`` 0). Pooling enters every lookup and every sequence table's
+vectors, so it sets a table's cost and, through it, its heat (lookup bytes per stored byte: which
+tier it gets), its option and its placement. Not modelled: a fixed cost per shard or per kernel, ids repeated within a
 batch (each is looked up and sent), overlap of stages.
 """
 
@@ -30,6 +32,7 @@ from harness.reference.planner.types import (
     CachePolicy,
     CommPrecision,
     Perf,
+    Shard,
     ShardingOption,
     ShardingType,
     ShardLoad,
@@ -72,6 +75,9 @@ class PlannerConfig:
     # deterministic); 0: the first proposal's plan
     imbalance_target: float = 1.05
     balance_max_steps: int = 128
+    # an inference plan: the forward pass alone (lookups, the ids' and the vectors' all-to-alls); no
+    # backward, no gradients, no replica all-reduce
+    inference: bool = False
 
     def allowed_types(self, table: str) -> tuple[ShardingType, ...] | None:
         return dict(self.sharding_types).get(table)
@@ -95,6 +101,7 @@ class PlannerConfig:
             **({"ssd_cache_fraction": self.ssd_cache_fraction} if self.ssd_cache_fraction else {}),
             **({"ddr_cache_fraction": self.ddr_cache_fraction} if self.ddr_cache_fraction else {}),
             **({"cache_policy": self.cache_policy.value} if self.cache_policy is not CachePolicy.LRU else {}),
+            **({"inference": True} if self.inference else {}),
         }
 
     def cache_fraction(self, tier: Tier) -> float:
@@ -195,6 +202,15 @@ def cache_rows(rows: int, fraction: float, ids_per_step: float) -> int:
     return max(1, math.ceil(rows * fraction), min(rows, math.ceil(ids_per_step)))
 
 
+@dataclass(frozen=True)
+class PlacedCache:
+    """The cache in front of a placed shard: the tier it lives in, its slots (rows) and its bytes there."""
+
+    tier: Tier
+    slots: int
+    nbytes: int
+
+
 class ShardEstimator:
     """Bytes and seconds of shards, and of a shard placed on a tier."""
 
@@ -248,7 +264,7 @@ class ShardEstimator:
         row_offset, rows, col_offset, cols = extent
         if sharding_type is ShardingType.DATA_PARALLEL:
             ids = b / w * p
-            fwd, bwd = 0.0, topo.all_reduce_s(rows * cols * cb)
+            fwd, bwd = 0.0, 0.0 if c.inference else topo.all_reduce_s(rows * cols * cb)
         else:
             ids = b * p / row_ranges
             # a sequence shard sends a vector per id in its rows; a pooled one a vector (or a row
@@ -259,7 +275,7 @@ class ShardEstimator:
                 fwd = topo.node_reduce_scatter_s(out) + topo.all_to_all_s(b * per_sample * cols * cb / a)
             else:
                 fwd = topo.all_to_all_s(out)
-            bwd = fwd
+            bwd = 0.0 if c.inference else fwd
             fwd += topo.all_to_all_s((b + ids) * ID_BYTES)  # the input all-to-all: its lengths, then its ids
         return ShardLoad(row_offset, rows, col_offset, cols, self.storage_bytes(table, rows, cols), ids * cols * pb,
                          fwd, bwd, ids, replica=sharding_type is ShardingType.DATA_PARALLEL)
@@ -281,6 +297,18 @@ class ShardEstimator:
         slots = cache_rows(load.rows, self.config.cache_fraction(tier), load.ids_per_step)
         row_bytes = math.ceil(load.storage_bytes / load.rows)
         return cache_nbytes(load.rows, slots, row_bytes, lfu=self.config.cache_policy is CachePolicy.LFU)
+
+    def placed_cache(self, table: TableSpec, shard: Shard, *, replica: bool = False) -> PlacedCache | None:
+        """The cache of a shard of ``table`` as a plan placed it (``replica``: a data-parallel copy,
+        never cached), as :meth:`cache_bytes` counts it: None when its tier is not cached."""
+        fast = None if replica else self._cache_tiers[TIERS.index(shard.tier)]
+        if fast is None:
+            return None
+        ids = self.config.batch_size * table.pooling * shard.rows / table.rows
+        slots = cache_rows(shard.rows, self.config.cache_fraction(shard.tier), ids)
+        row_bytes = math.ceil(shard.storage_bytes / shard.rows)
+        return PlacedCache(fast, slots, cache_nbytes(shard.rows, slots, row_bytes,
+                                                     lfu=self.config.cache_policy is CachePolicy.LFU))
 
     def fits_alone(self, load: ShardLoad, tier: Tier) -> bool:
         """Whether the shard fits one empty rank on ``tier``: its bytes there, and its cache's (if
@@ -306,7 +334,8 @@ class ShardEstimator:
             f = self.config.cache_fraction(tier)
             bw = f * self.topology.bandwidth(fast) + (1 - f) * bw
         compute = load.lookup_bytes / bw if bw > 0 else math.inf
-        return Perf(compute, load.fwd_comm_s, compute * self.config.backward_compute_factor, load.bwd_comm_s)
+        backward = 0.0 if self.config.inference else self.config.backward_compute_factor
+        return Perf(compute, load.fwd_comm_s, compute * backward, load.bwd_comm_s)
 
     def option_cost(self, option: ShardingOption, tier: Tier) -> float:
         """Total seconds of all of an option's shards when they live on ``tier``."""

@@ -1,8 +1,15 @@
 """Embedding tables of a model to plan: a shipped model description
-(``harness/reference/models/<name>.yaml``) or a benchmark spec."""
+(``harness/reference/models/<name>.yaml``) or a benchmark spec.
+
+An inference benchmark's tables (``suite: inference``, MLPerf Inference's ``dlrm-v3``) are planned as
+they are served: weights only, at the spec's ``table_precision`` (no optimizer state), each sequence
+table priced at the ids of one mean request (:func:`inference_request`: its history and its
+candidates, as the spec's ``inference.request`` states them).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 from importlib import resources
 from pathlib import Path
@@ -76,11 +83,64 @@ HSTU_SEQUENCE_TABLES = ("item", "artist", "album")
 HSTU_CONTEXTUAL_TABLES = ("uid",)
 
 
+TABLE_BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1}
+
+
+def _is_inference(spec: Any) -> bool:
+    return spec.raw.get("suite") == "inference"
+
+
+@dataclass(frozen=True)
+class InferenceRequest:
+    """One request of an inference benchmark as the planner and the projection price it: its
+    contextual tokens, its history's mean length and its candidates (``source``: where the figures
+    come from). Every candidate and history item is one lookup of each per-event table."""
+
+    contextual: int
+    history: float
+    candidates: int
+    source: str
+
+    @property
+    def events(self) -> float:
+        """History items and candidates: the ids a request looks up in each per-event table."""
+        return self.history + self.candidates
+
+    @property
+    def tokens(self) -> float:
+        """The sequence the STU layers run over: contextual tokens, history, candidates."""
+        return self.contextual + self.events
+
+
+def inference_request(spec: Any) -> InferenceRequest:
+    """The mean request of an inference benchmark (``BenchmarkSpec``), as its ``inference.request``
+    states it: contextual tokens, candidates and the history's mean length (dlrm-v3's is the
+    generator's expectation over the inference timestamps; tests/rules/test_specs.py derives it from
+    the dataset's parameters and samples the generator)."""
+    request = spec.raw["inference"]["request"]
+    history = float(request["mean_history"])
+    candidates = int(request["candidates"])
+    source = f"{history:,.0f} history items (inference.request.mean_history) + {candidates:,} candidates"
+    return InferenceRequest(int(request["contextual"]), history, candidates, source)
+
+
+def table_bytes_per_element(spec: Any) -> int:
+    """Bytes of one table element as the benchmark stores its tables: an inference benchmark's
+    ``table_precision``, else 4 (fp32, as ``harness run`` trains by default)."""
+    if not _is_inference(spec):
+        return 4
+    return TABLE_BYTES_PER_ELEMENT[str(spec.raw["inference"]["table_precision"])]
+
+
 def sequence_events(spec: Any) -> tuple[float, str]:
     """The mean ids a sample of an HSTU benchmark's sequence tables, as the planner prices them, and
-    where that figure comes from: the dataset's ``mean_sequence_length`` when the spec states it,
-    else ``max_sequence_length`` (every sample a full sequence: an upper bound)."""
+    where that figure comes from: an inference benchmark's mean request (:func:`inference_request`),
+    the dataset's ``mean_sequence_length`` when the spec states it, else ``max_sequence_length``
+    (every sample a full sequence: an upper bound)."""
     dataset, model = spec.raw["dataset"], spec.raw["model"]
+    if _is_inference(spec):
+        request = inference_request(spec)
+        return request.events, request.source
     if "mean_sequence_length" in dataset:
         return float(dataset["mean_sequence_length"]), "the dataset's mean_sequence_length"
     return float(model["max_sequence_length"]), "max_sequence_length (the dataset states no mean: an upper bound)"
@@ -92,12 +152,17 @@ def tables_for_benchmark(spec: Any) -> list[TableSpec]:
     :func:`sequence_events` a sample), then its contextual features' tables in the model's
     ``contextual`` order (one lookup a sample each: ``uid`` and dlrmv4's hashed crosses, rows from the
     dataset's ``cross_features``; a uid table when it names none), as
-    :class:`~harness.reference.models.hstu.HSTURanker` numbers them."""
+    :class:`~harness.reference.models.hstu.HSTURanker` numbers them. An inference benchmark's rows are
+    its ``inference.tables`` (dlrm-v3: item_id as item, item_category_id in the artist slot, a one-row
+    album, user_id as uid), without optimizer state; a sample is a request."""
     model = spec.raw["model"]
     if model.get("family", "dlrm") == "hstu":
-        dataset, dim = spec.raw["dataset"], int(model["embedding_dim"])
-        optimizer = model.get("embedding_optimizer", "rowwise_adagrad")
-        factor = optimizer_state_factor(optimizer, dim)
+        dim = int(model["embedding_dim"])
+        if _is_inference(spec):
+            dataset, factor = spec.raw["inference"]["tables"], 0.0
+        else:
+            dataset = spec.raw["dataset"]
+            factor = optimizer_state_factor(model.get("embedding_optimizer", "rowwise_adagrad"), dim)
         events, _ = sequence_events(spec)
         rows = {"uid": int(dataset["users"]), **{str(c["name"]): int(c["rows"]) for c in dataset.get("cross_features", ())}}
         contextual = [str(c) for c in model.get("contextual", ["uid"])] or ["uid"]

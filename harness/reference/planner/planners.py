@@ -245,7 +245,8 @@ class EmbeddingShardingPlanner:
             f"however it is split, but the largest tier of one rank of profile {self.profile.name!r} is "
             f"{tier.value.upper()} {format_bytes(cap.get(tier))}, short by {format_bytes(shard_bytes - cap.get(tier))}. "
             "Possible solutions: a profile with more nodes (row-wise shards get smaller) or more memory per node; "
-            "a lower-precision optimizer state (row-wise Adagrad, or fp16 state); an SSD tier.",
+            + ("a lower table precision (int8 rows); " if self.config.inference else
+               "a lower-precision optimizer state (row-wise Adagrad, or fp16 state); ") + "an SSD tier.",
             PlannerErrorType.INSUFFICIENT_STORAGE,
         )
 
@@ -285,7 +286,8 @@ class EmbeddingShardingPlanner:
             f"{t.value.upper()} {format_bytes(cap.get(t) * topo.world_size)}" for t in TIERS
         )
         return PlannerError(
-            f"insufficient storage: {what} need {format_bytes(need)} (weights and optimizer state) "
+            f"insufficient storage: {what} need {format_bytes(need)} "
+            f"({'weights' if self.config.inference else 'weights and optimizer state'}) "
             f"but profile {self.profile.name!r} has {format_bytes(have)} over {topo.world_size} rank(s) "
             f"({tiers}): HBM, DDR and SSD all ran out, short by {format_bytes(max(need - have, 0))}. "
             f"Possible solutions: {'; '.join(self._solutions(need, tables))}.",
@@ -305,7 +307,9 @@ class EmbeddingShardingPlanner:
         if c.param_bytes_per_element > 2:
             half = need - weights // c.param_bytes_per_element * (c.param_bytes_per_element - 2)
             solutions.append(f"bf16 or fp16 embedding tables (harness run --precision bf16): {format_bytes(half)}")
-        if any(t.optimizer_state_factor * t.dim > 1 + 1e-9 for t in tables):
+        if c.inference:  # served tables hold weights alone
+            solutions.append("a lower table precision (int8 rows halve fp16 ones)")
+        elif any(t.optimizer_state_factor * t.dim > 1 + 1e-9 for t in tables):
             solutions.append("a smaller optimizer state (row-wise Adagrad keeps one value a row, or fp16 state)")
         else:
             solutions.append("the optimizer state is row-wise already (one value a row): fp16 state at most halves it")

@@ -40,6 +40,23 @@ def test_fp16_comm_halves_the_comm_of_fp32_and_fp8_quarters_it():
     assert comm[CommPrecision.FP8] == pytest.approx(comm[CommPrecision.FP32] / 4)
 
 
+
+def test_an_inference_plan_is_the_forward_pass_alone():
+    """Served tables: the lookup and the forward all-to-alls as in training; no backward compute, no
+    gradients sent, no replica all-reduced."""
+    topology = Topology.from_profile(make_profile(nodes=2, accelerators=4))
+    table = TableSpec("t", 10_000, 128, 3.0)
+    costs = {}
+    for inference in (False, True):
+        estimator = ShardEstimator(topology, PlannerConfig(batch_size=1024, inference=inference))
+        (load,) = estimator.shard_loads(table, ShardingType.TABLE_WISE, [(0, 10_000, 0, 128)])
+        replica = estimator.shard_loads(table, ShardingType.DATA_PARALLEL, [(0, 10_000, 0, 128)])[0]
+        costs[inference] = (estimator.perf(load, Tier.HBM), replica.bwd_comm_s)
+    (trained, trained_all_reduce), (served, served_all_reduce) = costs[False], costs[True]
+    assert (served.fwd_compute, served.fwd_comm) == (trained.fwd_compute, trained.fwd_comm)
+    assert (served.bwd_compute, served.bwd_comm, served_all_reduce) == (0.0, 0.0, 0.0)
+    assert trained.bwd_compute > 0 and trained.bwd_comm > 0 and trained_all_reduce > 0
+
 def test_cost_model_arithmetic():
     estimator = _estimator(CommPrecision.FP32)
     topo = estimator.topology
