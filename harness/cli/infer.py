@@ -12,9 +12,18 @@ from pathlib import Path
 
 import click
 
+from harness.cli.infer_dlrmv3 import (
+    DLRM_V2,
+    DLRM_V2_SPEC,
+    DLRM_V3,
+    DLRMV3_CACHE_FRACTION,
+    DLRMV3_QUEUE_DEPTH,
+    infer_dlrmv3,
+)
 from harness.errors import ErrorCategory, HarnessError
 from harness.hw_profiles.profiles import format_bytes
 from harness.inference.config import (
+    DEFAULT_PIN_FRACTION,
     DEFAULT_RESULTS,
     DEFAULT_STORAGE_LATENCY_US,
     DEFAULT_STORAGE_QUEUE_DEPTH,
@@ -22,17 +31,20 @@ from harness.inference.config import (
     InferConfig,
     Scenario,
 )
-from harness.inference.results import InferReport, LoadgenRun
+from harness.inference.results import InferReport, LoadgenRun, SsdReads
 from harness.process import interrupt_category, interrupt_reason
 from harness.reference.planner.types import CachePolicy, RowReader
 from harness.rules.precision import Precision
 
 DEFAULT_BENCHMARK = "dlrm_synthetic"
+DEFAULT_CACHE_FRACTION = 0.2
 SCENARIOS = {"offline": (Scenario.OFFLINE,), "server": (Scenario.SERVER,), "both": (Scenario.OFFLINE, Scenario.SERVER)}
 
 
 @click.command()
-@click.option("--benchmark", "-b", default=DEFAULT_BENCHMARK, show_default=True, help="Benchmark spec name.")
+@click.option("--benchmark", "-b", default=DEFAULT_BENCHMARK, show_default=True,
+              help="What to serve: dlrm-v3 (MLPerf Inference v6: the HSTU ranker, a twin trained here), dlrm-v2 (up to "
+                   "v5.1: the dlrm_synthetic spec), or a DLRM benchmark spec's name.")
 @click.option("--scenario", type=click.Choice(list(SCENARIOS)), default="both", show_default=True,
               help="LoadGen scenario(s) to run, each for every variant (a performance and an accuracy run).")
 @click.option("--quick", is_flag=True,
@@ -45,13 +57,14 @@ SCENARIOS = {"offline": (Scenario.OFFLINE,), "server": (Scenario.SERVER,), "both
               show_default=True,
               help="Added latency per storage read of the third variant (ssd-<L>us); about 100 for NAND flash, "
                    "10 for 3D XPoint; 0: no third variant.")
-@click.option("--storage-queue-depth", type=click.IntRange(min=1), default=DEFAULT_STORAGE_QUEUE_DEPTH,
-              show_default=True,
+@click.option("--storage-queue-depth", type=click.IntRange(min=1), default=None,
               help="Storage reads in flight at once (one io_uring submission per lookup call, or threads issuing "
                    "pread where the compiled reader is missing); reads in flight together wait the added latency "
-                   "together. 1: one read after another.")
-@click.option("--cache-fraction", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.2, show_default=True,
-              help="Rows of the SSD variants' DRAM cache, as a fraction of all table rows.")
+                   f"together. 1: one read after another [default: {DEFAULT_STORAGE_QUEUE_DEPTH}; dlrm-v3 "
+                   f"{DLRMV3_QUEUE_DEPTH}].")
+@click.option("--cache-fraction", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
+              help=f"Rows of the SSD variants' DRAM cache, as a fraction of all table rows [default: "
+                   f"{DEFAULT_CACHE_FRACTION}; dlrm-v3 {DLRMV3_CACHE_FRACTION}].")
 @click.option("--cache-policy", type=click.Choice([p.value for p in CachePolicy]), default="lru", show_default=True,
               help="The cache's eviction policy.")
 @click.option("--offline-qps", type=click.FloatRange(0.0, min_open=True), default=None,
@@ -64,9 +77,15 @@ SCENARIOS = {"offline": (Scenario.OFFLINE,), "server": (Scenario.SERVER,), "both
               help="A user.conf for every variant, instead of the generated ones.")
 @click.option("--variant", "variant_kinds", type=click.Choice(list(VARIANT_KINDS)), multiple=True,
               help="Run only these variants (repeat the option) [default: all].")
-@click.option("--warm-cache", is_flag=True,
+@click.option("--warm-cache/--cold-cache", default=True, show_default=True,
               help="Start the SSD variants' caches with the rows the training data looks up most (as a deployment "
-                   "loads its hot rows), not empty.")
+                   "loads its hot rows, the hottest pinned), or empty with nothing pinned.")
+@click.option("--pin-fraction", type=click.FloatRange(0.0, 1.0), default=DEFAULT_PIN_FRACTION, show_default=True,
+              help="Of a warm SSD cache, the share that holds the hottest rows for good (never evicted); the rest "
+                   "follows --cache-policy (at 1, the default, the cache is static: nothing enters or leaves it).")
+@click.option("--coalesce/--no-coalesce", default=True, show_default=True,
+              help="A row missing in several lookup calls in flight at once is read once and shared, or read by "
+                   "each.")
 @click.option("--high-accuracy", is_flag=True, help="Check the 99.9% accuracy target (dlrm-v2-99.9), not 99%.")
 @click.option("--buffered", is_flag=True, help="Read the rows file without O_DIRECT (through the page cache).")
 @click.option("--row-reader", type=click.Choice([r.value for r in RowReader]), default=RowReader.AUTO.value,
@@ -89,10 +108,12 @@ SCENARIOS = {"offline": (Scenario.OFFLINE,), "server": (Scenario.SERVER,), "both
                    "tables' storage); the model is kept per precision. Serving computes in fp32.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def infer(
-    benchmark: str, scenario: str, quick: bool, results: Path, storage_latency_us: float, storage_queue_depth: int,
-    cache_fraction: float,
+    benchmark: str, scenario: str, quick: bool, results: Path, storage_latency_us: float,
+    storage_queue_depth: int | None,
+    cache_fraction: float | None,
     cache_policy: str, offline_qps: float | None, server_qps: float | None, user_conf: Path | None,
-    variant_kinds: tuple[str, ...], warm_cache: bool, high_accuracy: bool, buffered: bool, row_reader: str, seed: int, train_steps: int | None, model_dir: Path | None,
+    variant_kinds: tuple[str, ...], warm_cache: bool, pin_fraction: float, coalesce: bool, high_accuracy: bool,
+    buffered: bool, row_reader: str, seed: int, train_steps: int | None, model_dir: Path | None,
     max_batch: int, threads: int, precision: str, as_json: bool,
 ) -> None:
     """Serve a trained model from memory and from the SSD tier as MLPerf Inference runs it.
@@ -100,13 +121,26 @@ def infer(
     Exit status: 0 every LoadGen run VALID and accurate; 1 one was INVALID (or missed the accuracy
     target): one line names them and LoadGen's reason, after the report and the results are written.
     """
+    if benchmark == DLRM_V3:  # MLPerf Inference v6's recommendation benchmark: its own pipeline
+        infer_dlrmv3(scenarios=SCENARIOS[scenario], quick=quick, results=results, storage_latency_us=storage_latency_us,
+                     storage_queue_depth=storage_queue_depth or DLRMV3_QUEUE_DEPTH,
+                     cache_fraction=cache_fraction or DLRMV3_CACHE_FRACTION, cache_policy=cache_policy,
+                     offline_qps=offline_qps, server_qps=server_qps, variant_kinds=variant_kinds or VARIANT_KINDS,
+                     cold_cache=not warm_cache, buffered=buffered, row_reader=row_reader, seed=seed,
+                     train_steps=train_steps, model_dir=model_dir, threads=threads, precision=precision,
+                     as_json=as_json)
+        return
+    if benchmark == DLRM_V2:
+        benchmark = DLRM_V2_SPEC
+    storage_queue_depth = storage_queue_depth or DEFAULT_STORAGE_QUEUE_DEPTH
+    cache_fraction = cache_fraction or DEFAULT_CACHE_FRACTION
     config = InferConfig(
         benchmark=benchmark, scenarios=SCENARIOS[scenario], cache_fraction=cache_fraction,
         cache_policy=CachePolicy(cache_policy), storage_latency_us=storage_latency_us,
         storage_queue_depth=storage_queue_depth, quick=quick, results=results,
         offline_qps=offline_qps, server_qps=server_qps, user_conf=user_conf, high_accuracy=high_accuracy,
         direct=not buffered, row_reader=RowReader(row_reader), variant_kinds=variant_kinds or VARIANT_KINDS, seed=seed, train_steps=train_steps, model_dir=model_dir, max_batch=max_batch,
-        threads=threads, precision=precision, warm_cache=warm_cache,
+        threads=threads, precision=precision, warm_cache=warm_cache, pin_fraction=pin_fraction, coalesce=coalesce,
     )
     try:  # here, not at the top: the pipeline loads torch, which `harness infer --help` must not
         from harness.inference.pipeline import run_inference
@@ -137,12 +171,21 @@ def _row(r: LoadgenRun) -> str:
     server = r.scenario is Scenario.SERVER
     lat = [_ms(s.p50_latency_ms), _ms(s.p99_latency_ms), _ms(s.p999_latency_ms)] if server else ["-"] * 3
     reads = "-" if st is None else f"{st.reads_per_sample:.2f}"
+    bound = "-" if st is None or st.device_bound_qps is None else f"{st.device_bound_qps:,.0f}"
     nbytes = "-" if st is None else f"{st.bytes_per_sample:,.0f}"
     hit = "-" if st is None or st.hit_rate is None else f"{st.hit_rate:.3f}"
     verdict = "VALID" if s.valid else "INVALID"
     return (f"{r.variant.system:<20} {r.scenario.value:<8} {verdict:<8} {r.target_qps:>10,.0f} {s.samples_per_s:>10,.0f} "
-            f"{lat[0]:>8} {lat[1]:>8} {lat[2]:>8} {reads:>8} {nbytes:>9} {hit:>6} "
+            f"{lat[0]:>8} {lat[1]:>8} {lat[2]:>8} {reads:>8} {bound:>7} {nbytes:>9} {hit:>6} "
             f"{format_bytes(r.resident_table_bytes):>10} {r.accuracy.auc:>8.5f} {'PASS' if r.accuracy.passed else 'FAIL':<4}")
+
+
+def _admitted(st: SsdReads, cache_rows: int) -> str:
+    """What the cache admitted of the run's lookup calls."""
+    if st.pinned_rows >= cache_rows:
+        return f"the whole cache pinned: {st.bypass_calls:,} of them read rows outside it, nothing admitted"
+    slots = "unpinned slots" if st.pinned_rows else "slots"
+    return f"{st.bypass_calls:,} larger than the cache's {slots}, which kept their hottest rows"
 
 
 def render(report: InferReport) -> str:
@@ -164,21 +207,24 @@ def render(report: InferReport) -> str:
          f"{c.threads} torch thread(s)"),
         (f"ssd tier: {report.table_rows} rows, {format_bytes(report.ssd_file_bytes)} file, read {report.storage_mode} "
          f"by {report.reader or 'pread'} at queue depth {c.storage_queue_depth}; "
-         f"cache {report.cache_rows} rows ({c.cache_fraction:g}, {c.cache_policy.value}; {report.warm_note})"),
+         f"cache {report.cache_rows} rows ({c.cache_fraction:g}, {c.cache_policy.value}; {report.warm_note}); "
+         f"misses of lookup calls in flight together {'coalesced' if c.coalesce else 'not coalesced (--no-coalesce)'}"),
         *([report.device_probe.describe()] if report.device_probe is not None else []),
         (f"accuracy: {c.model_name}, AUC >= {100 * (0.999 if c.high_accuracy else 0.99):g}% of the reference AUC: "
          f"the in-memory model's on the same eval rows, computed directly (on the whole eval split: "
          f"{report.reference_auc:.6f})"),
         "",
         (f"{'SYSTEM':<20} {'SCENARIO':<8} {'RESULT':<8} {'TARGET QPS':>10} {'SAMPLES/S':>10} {'P50 ms':>8} "
-         f"{'P99 ms':>8} {'P99.9 ms':>8} {'READS/Q':>8} {'BYTES/Q':>9} {'HIT':>6} {'RESIDENT':>10} {'AUC':>8} ACC"),
+         f"{'P99 ms':>8} {'P99.9 ms':>8} {'READS/Q':>8} {'DEV QPS':>7} {'BYTES/Q':>9} {'HIT':>6} {'RESIDENT':>10} "
+         f"{'AUC':>8} ACC"),
     ]
     lines += [_row(r) for r in report.results]
     lines += [
         "SAMPLES/S: users per second (LoadGen's samples). READS/Q, BYTES/Q: storage reads (one pread per row) and",
         "  bytes read per query; a Server query is one user, Offline's one query holds every user, so its figures",
-        "  are per user. HIT: cache hit rate over every id looked up. RESIDENT: the tables' bytes in memory (all",
-        "  rows, or the cache). Offline latencies: not shown (its one query's latency is the whole run).",
+        "  are per user. DEV QPS: the users per second the device allows at those reads (the device probe's",
+        "  reads/s / READS/Q). HIT: cache hit rate over every id looked up. RESIDENT: the tables' bytes in memory",
+        "  (all rows, or the cache). Offline latencies: not shown (its one query's latency is the whole run).",
     ]
     if report.label:
         lines.append(f"RESULT is LoadGen's verdict on the --quick settings: {report.label}")
@@ -198,9 +244,10 @@ def render(report: InferReport) -> str:
             if r.variant.latency_us:
                 lat += f" (added {st.added_latency_us:.1f} us: the busy-wait's median, measured at start)"
             same = "= misses" if st.reads == st.misses and st.reads_equal_misses_per_call else "!= misses"
-            lines.append(f"  {r.variant.system} {r.scenario.value}: {st.reads:,} reads {same}, "
-                         f"{format_bytes(st.bytes_read)} over {st.samples:,} users ({st.rows:,} rows) in {st.model_calls:,} lookup calls "
-                         f"({st.bypass_calls:,} larger than the cache, which kept their hottest rows){lat}")
+            lines.append(f"  {r.variant.system} {r.scenario.value}: {st.reads:,} reads {same}, {st.coalesced:,} "
+                         f"coalesced (missed while another call was reading them: shared, not read again), "
+                         f"{format_bytes(st.bytes_read)} over {st.samples:,} users ({st.rows:,} rows) in "
+                         f"{st.model_calls:,} lookup calls ({_admitted(st, report.cache_rows)}){lat}")
     lines += ["", "runs (LoadGen test wall time, performance + accuracy):"]
     for r in report.results:
         lines.append(f"  {r.variant.system} {r.scenario.value}: {r.performance_s:.0f} s + {r.accuracy_s:.0f} s; "

@@ -5,6 +5,7 @@ fits the memory available (:func:`offline_qps_cap`)."""
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import numpy as np
@@ -30,30 +31,41 @@ CALIBRATION_ROUNDS = 2
 
 
 @torch.no_grad()
-def calibrate(model: DLRM, library: SampleLibrary, batch: int, *, min_s: float = 0.5, max_calls: int = 400) -> float:
+def calibrate(model: DLRM, library: SampleLibrary, batch: int, *, lookup_calls: int = 1, min_s: float = 0.5,
+              max_calls: int = 400, seed: int = 0) -> float:
     """Seconds per model call on ``batch`` rows (sigmoid included) as the SUT's pipeline spends
     them (its slower stage: the embedding lookups, or the dense part), the fastest of at least 5
-    consecutive, different batches of the eval split (so an SSD variant's cache sees new rows):
-    the Offline target is sized from it, and the asymmetry decides the statistic: a target
-    under the run's rate ends the run before the minimum duration (INVALID), one over it only
-    makes the run longer; on a shared machine the median of a half-second sample can be far
-    under the rate of a 600 s run."""
-    n = library.rows
+    calls of users drawn at random as LoadGen's Offline query draws them (with repeats; a fixed
+    seed) and cut into calls of about ``batch`` rows as the SUT cuts them, each call's time
+    scaled to ``batch`` rows; with ``lookup_calls`` k, the lookups of k consecutive calls in one
+    lookup call, a k-th of its time charged to each (an SSD variant's Offline SUT: a row several
+    of their users look up is read once). The Offline target is sized from it, and the asymmetry
+    decides the statistic: a target under the run's rate ends the run before the minimum duration
+    (INVALID), one over it only makes the run longer; on a shared machine the median of a
+    half-second sample can be far under the rate of a 600 s run."""
     library.load_all()
+    rng = np.random.default_rng(seed)
+    draw = int(2 * lookup_calls * batch / library.sizes.min()) + 2  # users enough for k calls
     times: list[float] = []
-    lo = 0
     t_end = time.perf_counter() + min_s
     while (time.perf_counter() < t_end or len(times) < 5) and len(times) < max_calls:
-        idx = torch.arange(lo, lo + batch) % n
-        lo = (lo + batch) % n
+        users = rng.integers(0, library.count, size=draw)
+        sizes = library.sizes[users]
+        call = (np.cumsum(sizes) - sizes) // batch  # by the row each user starts at, as the SUT cuts
+        users, call = users[call < lookup_calls], call[call < lookup_calls]
+        rows = torch.from_numpy(library.rows_of(users))
         t0 = time.perf_counter()
-        pooled = model.sparse_arch(library.sparse.index_select(0, idx))
-        t1 = time.perf_counter()
-        torch.sigmoid(model.over_arch(model.interaction(model.dense_arch(library.dense.index_select(0, idx)),
-                                                        pooled))).numpy()
-        # the SUT's two stages overlap (lookups of the next call during this one's dense part):
-        # a call's share of the run is its slower stage
-        times.append(max(t1 - t0, time.perf_counter() - t1))
+        pooled = model.sparse_arch(library.sparse.index_select(0, rows))
+        lookup_s = (time.perf_counter() - t0) / lookup_calls
+        bounds = np.concatenate([[0], np.cumsum(library.sizes[users])[np.flatnonzero(np.diff(call))],
+                                 [rows.numel()]]).tolist()
+        for lo, hi in itertools.pairwise(bounds):
+            t1 = time.perf_counter()
+            dense = model.dense_arch(library.dense.index_select(0, rows[lo:hi]))
+            torch.sigmoid(model.over_arch(model.interaction(dense, pooled[lo:hi]))).numpy()
+            # the SUT's two stages overlap (lookups of the next call during this one's dense
+            # part): a call's share of the run is its slower stage
+            times.append(max(lookup_s, time.perf_counter() - t1) * batch / (hi - lo))
     return float(np.min(times))
 
 

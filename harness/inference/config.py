@@ -20,8 +20,18 @@ from harness.rules.precision import Precision, parse_precision
 DEFAULT_RESULTS = Path("results")
 DEFAULT_STORAGE_LATENCY_US = 100.0  # a NAND-flash read; 3D XPoint (Optane) is about 10 us
 # reads in flight at once: an NVMe queue holds far more; this machine's virtio disk gave fio's
-# io_uring 69.6k random reads/s at 16 and 90.1k at 64, and the device probe 67-87k and 98-120k
-DEFAULT_STORAGE_QUEUE_DEPTH = 64
+# io_uring 69.6k random reads/s at 16 and 90.1k at 64, and the device probe 67-87k and 98-120k; on
+# 2026-12-05 the probe's medians 93k at 32, 101k at 64, 122k at 128, 104k at 256, and beside a
+# neighbour reading the same disk the SSD Server search passed 35 QPS at 64, 101-105 at 128
+# (docs/performance.md, "SDM levers")
+DEFAULT_STORAGE_QUEUE_DEPTH = 128
+# The SSD variants' caches start warm with the training data's hottest rows, this share of them
+# pinned (never evicted), the rest under the cache's policy; --cold-cache starts them empty, as
+# before, nothing pinned. All of it: a query's reads fell with every share pinned (0.9: 542 a Server
+# query, 1.0: 519), and so did the lookups' CPU (nothing admitted or evicted); this benchmark serves
+# data drawn as its training data are, so a cache that adapts gains nothing (docs/performance.md,
+# "SDM levers"); a workload that drifts would leave a share to the policy (--pin-fraction 0.9)
+DEFAULT_PIN_FRACTION = 1.0
 SYSTEM_PREFIX = "harness"
 VARIANT_KINDS = ("memory", "ssd", "ssd-latency")
 # --quick: LoadGen's minimum duration and query count instead of the official ones
@@ -92,7 +102,12 @@ class InferConfig:
             so the model served is the same on every machine (serving computes in fp32).
         warm_cache: the SSD variants' caches start holding the rows the training data looks up
             most (counted over its first :data:`~harness.inference.model.WARM_SAMPLES` samples), as a
-            deployment loads its hot rows at start; otherwise they start empty (cold).
+            deployment loads its hot rows at start (the default: see :data:`DEFAULT_PIN_FRACTION`);
+            otherwise they start empty (cold, ``--cold-cache``) and nothing is pinned.
+        pin_fraction: of a warm cache, the share that holds the hottest of those rows for good
+            (never evicted); the rest is managed by ``cache_policy``.
+        coalesce: a row missing in several lookup calls in flight at once is read once, the
+            others wait for that read and share it (``--no-coalesce``: each call reads its own).
     """
 
     benchmark: str = "dlrm_synthetic"
@@ -118,12 +133,15 @@ class InferConfig:
     precision: str = Precision.FP32.value
     # --quick's Server query count (the suite's shared run takes LoadGen's old 100, asserting no verdict)
     quick_server_queries: int = QUICK_SERVER_MIN_QUERY_COUNT
-    warm_cache: bool = False
+    warm_cache: bool = True
+    pin_fraction: float = DEFAULT_PIN_FRACTION
+    coalesce: bool = True
 
     def __post_init__(self) -> None:
         parse_precision(self.precision, what="--precision")
         checks = [
             (0.0 < self.cache_fraction <= 1.0, f"cache fraction {self.cache_fraction}: give a fraction in (0, 1]"),
+            (0.0 <= self.pin_fraction <= 1.0, f"pin fraction {self.pin_fraction}: give a fraction in [0, 1]"),
             (self.storage_latency_us >= 0, f"storage latency {self.storage_latency_us} us: give 0 or more"),
             (self.storage_queue_depth >= 1, f"storage queue depth {self.storage_queue_depth}: give at least 1"),
             (self.offline_qps is None or self.offline_qps > 0, f"offline QPS {self.offline_qps}: give a positive rate"),

@@ -259,8 +259,8 @@ def request_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offsets
         if cands:
             qc, kc, vc = (x[mid:end].float() for x in (q, k, v))  # [C, H, *]
             kh, vh = k[start:mid].float(), v[start:mid].float()  # [L, H, *]
-            scores = torch.einsum("chd,lhd->hcl", qc, kh)  # [H, C, L]
-            history = torch.einsum("hcl,lhd->chd", F.silu(scores * alpha), vh)
+            scores = torch.einsum("chd,lhd->hcl", qc * alpha, kh)  # [H, C, L]: scaled on the smaller side
+            history = torch.einsum("hcl,lhd->chd", F.silu(scores, inplace=True), vh)
             own = F.silu((qc * kc).sum(-1, keepdim=True) * alpha) * vc  # [C, H, V]
             out[mid:end] = (history + own) / max_seq_len
     return out.to(v.dtype)

@@ -5,7 +5,7 @@
 (``model.pt``, the state dict; ``model.json``, how it was trained), so that the same command
 reuses it. :func:`memory_model` builds it for inference with its tables in memory,
 :func:`ssd_model` with its tables served from the SSD tier's rows file through a row cache
-(optionally warm at start with :func:`hot_rows`). :func:`check_identical` and
+(warm at start with :func:`hot_rows`, the hottest of them pinned, by default). :func:`check_identical` and
 :func:`reference_auc` are the checks made on the built models before any timing.
 """
 
@@ -40,7 +40,7 @@ from harness.rules.precision import Precision, parse_precision
 from harness.rules.specs import BenchmarkSpec
 
 MODEL_FILE, META_FILE = "model.pt", "model.json"
-WARM_SAMPLES = 1 << 18  # the training samples whose ids --warm-cache counts
+WARM_SAMPLES = 1 << 18  # the training samples whose ids a warm cache's rows are counted over
 
 
 @dataclass(frozen=True)
@@ -197,17 +197,20 @@ def memory_tables(model: DLRM) -> FusedEmbeddingCollection:
 
 def ssd_model(spec: BenchmarkSpec, state: dict[str, torch.Tensor], rows_file: Path, layout: RowLayout, *,
               cache_rows: int, policy: CachePolicy, latency_us: float,
-              queue_depth: int = 1, warm: np.ndarray | None = None,
-              reader: RowReader = RowReader.AUTO) -> tuple[DLRM, SdmEmbeddings]:
+              queue_depth: int = 1, warm: np.ndarray | None = None, pin_rows: int = 0,
+              reader: RowReader = RowReader.AUTO, coalesce: bool = True) -> tuple[DLRM, SdmEmbeddings]:
     """The trained model with its tables served from ``rows_file`` through a cache of
-    ``cache_rows`` rows, each read taking ``latency_us`` more, ``queue_depth`` reads in flight;
-    the cache holding ``warm``'s rows (:func:`hot_rows`) at start, or empty."""
+    ``cache_rows`` rows, each read taking ``latency_us`` more, ``queue_depth`` reads in flight,
+    misses of concurrent calls coalesced (``coalesce``); the cache holding ``warm``'s rows
+    (:func:`hot_rows`, hottest first) at start, the first ``pin_rows`` of them for good, or empty."""
     model = memory_model(spec, state)
     full = memory_tables(model)
     store = PreadRows(rows_file, layout, latency_us=latency_us, queue_depth=queue_depth, reader=reader)
-    tables = SdmEmbeddings(full.table_rows, full.dim, full.pooling, store, cache_rows, policy)
+    tables = SdmEmbeddings(full.table_rows, full.dim, full.pooling, store, cache_rows, policy, coalesce=coalesce)
     if warm is not None:
-        tables.warm(torch.from_numpy(warm))
+        hot = torch.from_numpy(warm)
+        tables.pin(hot[:pin_rows])
+        tables.warm(hot[pin_rows:])
     model.sparse_arch.embeddings = tables
     return model.eval(), tables
 

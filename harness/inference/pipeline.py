@@ -76,7 +76,7 @@ from harness.inference.model import (
 from harness.inference.qsl import SampleLibrary
 from harness.inference.results import InferReport, LoadgenRun, SsdReads, parse_summary
 from harness.inference.storage import RowLayout, SdmEmbeddings, probe_device, write_rows
-from harness.inference.worker import WORKER_IO_FAULT
+from harness.inference.worker import OFFLINE_LOOKUP_CALLS, WORKER_IO_FAULT
 from harness.inference.worker import main as worker_main
 from harness.reference.data import synthetic
 from harness.reference.data.datasets import SyntheticDataset
@@ -88,9 +88,9 @@ from harness.rules.specs import BenchmarkSpec, load_benchmark
 # The default Server rate of a variant: the highest that passed a short search over LoadGen
 # Server runs in one worker (:func:`harness.inference.worker.search_server_qps`): from half the
 # rate at which it answers one-user queries back to back, doubling while a run passes, bisecting
-# once one fails, SERVER_SEARCH_PROBES runs of at least SERVER_SEARCH_QUERIES queries and
-# SERVER_SEARCH_MS (with the official settings: ..._OFFICIAL), so that a rate the variant cannot
-# keep up with builds a queue; a run passes when it keeps up, its p99 is within
+# once one fails, SERVER_SEARCH_PROBES runs of at least SERVER_SEARCH_QUERIES queries (with --quick
+# as many as its Server run) and SERVER_SEARCH_MS (with the official settings: ..._OFFICIAL), so
+# that a rate the variant cannot keep up with builds a queue; a run passes when it keeps up, its p99 is within
 # SERVER_SEARCH_MARGIN of the bound and its p99.9 within the bound. The target is SERVER_SEARCH_HEADROOM of the highest rate that
 # passed: a short run's tail is an optimistic estimate of a long run's, which LoadGen's early
 # stopping then judges (measured: docs/performance.md, "Figures behind the code's choices"). The search goes no lower than a rate at which the quick Server run's
@@ -130,8 +130,9 @@ class _SsdTier:
     table_rows: int
     cache_rows: int
     probe: rowio.DeviceProbe
-    warm: np.ndarray | None  # the rows every SSD variant's cache holds at start (--warm-cache)
+    warm: np.ndarray | None  # the rows every SSD variant's cache holds at start, hottest first (None: cold)
     warm_file: Path | None  # ... saved for the workers
+    pin_rows: int  # ... the first of them held for good
     warm_note: str
 
 
@@ -184,7 +185,8 @@ def _run_inference(config: InferConfig, spec: BenchmarkSpec, data: synthetic.Syn
         def build_ssd(latency_us: float) -> tuple[DLRM, SdmEmbeddings]:
             return ssd_model(spec, state, tier.rows_file, tier.layout, cache_rows=tier.cache_rows,
                              policy=config.cache_policy, latency_us=latency_us,
-                             queue_depth=config.storage_queue_depth, warm=tier.warm, reader=config.row_reader)
+                             queue_depth=config.storage_queue_depth, warm=tier.warm, pin_rows=tier.pin_rows,
+                             reader=config.row_reader, coalesce=config.coalesce)
 
         served = [_Served(v, memory_net) if not v.ssd else _Served(v, *build_ssd(v.latency_us)) for v in variants]
         try:
@@ -199,7 +201,7 @@ def _run_inference(config: InferConfig, spec: BenchmarkSpec, data: synthetic.Syn
             _calibrate(config, served, library, build_ssd, progress)
             results = [_run_variant(config, s, scenario, job=_job(config, spec, s, scenario, model_dir, tier),
                                     library=library, labels=labels, ref_probs=ref_probs, work_dir=tier.work_dir,
-                                    notes=notes, progress=progress)
+                                    probe_reads_per_s=tier.probe.reads_per_s, notes=notes, progress=progress)
                        for scenario in config.scenarios for s in served]
         finally:
             _close(served)
@@ -210,7 +212,8 @@ def _run_inference(config: InferConfig, spec: BenchmarkSpec, data: synthetic.Syn
 def _prepare_tier(config: InferConfig, tier_dir: Path, weight: torch.Tensor, data: synthetic.SyntheticCriteo,
                   memory_net: DLRM, progress: Callable[[str], None]) -> _SsdTier:
     """The tables written to the SSD tier's rows file, the device probed at the run's queue
-    depth, and with ``--warm-cache`` the hot rows the caches start with."""
+    depth, and (unless ``--cold-cache``) the hot rows the caches start with, the hottest
+    ``--pin-fraction`` of the cache pinned."""
     rows = int(weight.shape[0])
     cache_rows = max(1, round(rows * config.cache_fraction))
     rows_file = tier_dir / "tables.rows"
@@ -223,16 +226,18 @@ def _prepare_tier(config: InferConfig, tier_dir: Path, weight: torch.Tensor, dat
     # the device's own limit at the run's queue depth, for the fraction every report prints
     probe = probe_device(rows_file, layout, depth=config.storage_queue_depth, reader=config.row_reader)
     progress(probe.describe())
-    warm, warm_file, warm_note = None, None, "cold at start"
+    warm, warm_file, pin_rows, warm_note = None, None, 0, "cold at start, nothing pinned (--cold-cache)"
     if config.warm_cache:
         offsets = memory_tables(memory_net).column_offsets
         warm, counted = hot_rows(data, offsets, rows, cache_rows)
         warm_file = tier_dir / "warm-rows.npy"
         np.save(warm_file, warm)
-        warm_note = f"warmed at start with the {warm.size:,} rows the first {counted:,} training samples look up most"
+        pin_rows = min(warm.size, round(config.pin_fraction * cache_rows))
+        warm_note = (f"warm at start: the {warm.size:,} rows the first {counted:,} training samples look up most, "
+                     f"the hottest {pin_rows:,} pinned ({config.pin_fraction:g} of the cache, never evicted)")
         progress(f"cache: {warm_note}")
     return _SsdTier(work_dir=tier_dir, rows_file=rows_file, layout=layout, table_rows=rows, cache_rows=cache_rows,
-                    probe=probe, warm=warm, warm_file=warm_file, warm_note=warm_note)
+                    probe=probe, warm=warm, warm_file=warm_file, pin_rows=pin_rows, warm_note=warm_note)
 
 
 def _check_identical(config: InferConfig, memory_net: DLRM, served: list[_Served], data: synthetic.SyntheticCriteo,
@@ -266,7 +271,8 @@ def _calibrate(config: InferConfig, served: list[_Served], library: SampleLibrar
             if s.tables is not None:  # a fresh, cold cache, as the worker's
                 s.tables.store.close()
                 s.model, s.tables = build_ssd(s.variant.latency_us)
-            batch_s = calibrate(s.model, library, config.max_batch)
+            batch_s = calibrate(s.model, library, config.max_batch,
+                                lookup_calls=OFFLINE_LOOKUP_CALLS if s.tables is not None else 1)
             s.batch_s = batch_s if rnd == 0 else min(s.batch_s, batch_s)
             if not query_target_needed:
                 continue
@@ -279,8 +285,9 @@ def _calibrate(config: InferConfig, served: list[_Served], library: SampleLibrar
         per_query = (f"{s.single_query_s * 1e3:.3f} ms per one-user query (p99 "
                      f"{s.single_query_p99_s * 1e3:.3f} ms)") if query_target_needed else \
             "one-user queries not timed (the Server target is given)"
+        shared = f" (the lookups of {OFFLINE_LOOKUP_CALLS} at once)" if s.tables is not None else ""
         progress(f"calibration, {s.variant.name}: {config.max_batch / s.batch_s:,.0f} rows/s in "
-                 f"batches of {config.max_batch} rows, {per_query}")
+                 f"batches of {config.max_batch} rows{shared}, {per_query}")
     _close(served)
 
 
@@ -317,7 +324,8 @@ def _job(config: InferConfig, spec: BenchmarkSpec, s: _Served, scenario: Scenari
         "variant_name": v.name, "rows_file": str(tier.rows_file), "layout": tier.layout.to_dict(),
         "latency_us": v.latency_us, "cache_rows": tier.cache_rows, "policy": config.cache_policy.value,
         "scenario": scenario.value, "queue_depth": config.storage_queue_depth, "row_reader": config.row_reader.value,
-        "warm_rows": None if tier.warm_file is None else str(tier.warm_file),
+        "warm_rows": None if tier.warm_file is None else str(tier.warm_file), "pin_rows": tier.pin_rows,
+        "coalesce": config.coalesce,
         "quick": config.quick, "quick_min_duration_ms": QUICK_MIN_DURATION_MS,
         "quick_min_query_count": config.quick_server_queries if scenario is Scenario.SERVER else QUICK_MIN_QUERY_COUNT,
         "quick_accuracy_samples": QUICK_ACCURACY_SAMPLES,
@@ -357,7 +365,10 @@ def _search_server_qps(config: InferConfig, s: _Served, job: dict[str, Any], wor
     (:data:`SERVER_SEARCH_PROBES`), its runs' logs in ``work_dir`` (not in the results tree)."""
     bound_ms = mlperf.official("Server", "target_latency") or 60
     start = 0.5 / (s.single_query_s + SERVER_QUERY_OVERHEAD_S)
-    queries = SERVER_SEARCH_QUERIES if config.quick else SERVER_SEARCH_QUERIES_OFFICIAL
+    # --quick: as many queries as the quick Server run, whose LoadGen verdict (early stopping at 600
+    # queries) fails on one query over the bound: a search of fewer samples the largest users too rarely
+    queries = max(SERVER_SEARCH_QUERIES, config.quick_server_queries) if config.quick else \
+        SERVER_SEARCH_QUERIES_OFFICIAL
     progress(f"Server target search, {s.variant.system}: {SERVER_SEARCH_PROBES} LoadGen runs of {queries} queries "
              f"from {start:,.1f} QPS (p99 within {SERVER_SEARCH_MARGIN:g} of {bound_ms:g} ms, p99.9 within it) ...")
     result = run_worker({**job, "mode": "search", "out_dir": str(work_dir / f"search-{s.variant.name}"),
@@ -396,7 +407,7 @@ def _user_conf(config: InferConfig, v: Variant, scenario: Scenario, qps: float,
 
 def _run_variant(config: InferConfig, s: _Served, scenario: Scenario, *, job: dict[str, Any],
                  library: SampleLibrary, labels: np.ndarray, ref_probs: np.ndarray, work_dir: Path,
-                 notes: list[str], progress: Callable[[str], None]) -> LoadgenRun:
+                 probe_reads_per_s: float, notes: list[str], progress: Callable[[str], None]) -> LoadgenRun:
     """One variant in one scenario: its user.conf, a performance run, an accuracy run, scored."""
     v, model_name = s.variant, config.model_name
     perf_dir = mlperf.performance_dir(config.results, v.system, model_name, scenario.value)
@@ -427,12 +438,15 @@ def _run_variant(config: InferConfig, s: _Served, scenario: Scenario, *, job: di
     perf = outcomes["performance"]
     errors = detail["errors"] + mlperf.detail_values(acc_dir / mlperf.DETAIL)["errors"]
     p99 = f"p99 {summary.p99_latency_ms:.2f} ms, " if scenario is Scenario.SERVER else ""
-    progress(f"  {summary.samples_per_s:,.0f} samples/s, {p99}"
+    storage = SsdReads.from_worker(perf, probe_reads_per_s=probe_reads_per_s) if v.ssd else None
+    reads = "" if storage is None else (f"{storage.reads_per_sample:,.0f} reads a user (device-bound "
+                                        f"{storage.device_bound_qps or 0:,.0f}/s), {storage.coalesced:,} coalesced, ")
+    progress(f"  {summary.samples_per_s:,.0f} samples/s, {p99}{reads}"
              f"{'VALID' if summary.valid else 'INVALID'} ({perf['test_s']:.0f} s); accuracy {score.official_line()} "
              f"{'PASS' if score.passed else 'FAIL'} ({outcomes['accuracy']['test_s']:.0f} s)")
     return LoadgenRun(
         variant=v, scenario=scenario, target_qps=qps, qps_source=source, user_conf=user_conf, summary=summary,
-        storage=SsdReads.from_worker(perf) if v.ssd else None, accuracy=score,
+        storage=storage, accuracy=score,
         resident_table_bytes=perf["resident_table_bytes"], peak_rss_bytes=perf["peak_rss_bytes"],
         performance_s=perf["test_s"], accuracy_s=outcomes["accuracy"]["test_s"], effective=effective,
         loadgen_errors=errors,

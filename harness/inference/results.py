@@ -111,17 +111,30 @@ class SsdReads:
     table_hits: list[int]
     added_latency_us: float  # the busy-wait of one latency, its median, measured at start
     read_s: float = 0.0  # time in the reads during the run (the added waits included)
+    coalesced: int = 0  # distinct rows a call missed that another call in flight was reading: shared, not read
+    pinned_rows: int = 0  # rows the cache held for good
+    probe_reads_per_s: float = 0.0  # the device probe's random reads/s at the run's queue depth (0: none)
 
     @classmethod
-    def from_worker(cls, counts: dict[str, Any]) -> SsdReads:
-        """From a LoadGen worker's result (:mod:`harness.inference.worker`)."""
+    def from_worker(cls, counts: dict[str, Any], *, probe_reads_per_s: float = 0.0) -> SsdReads:
+        """From a LoadGen worker's result (:mod:`harness.inference.worker`), beside the device probe's reads/s."""
         return cls(
             mode=counts["storage_mode"], reads=counts["reads"], bytes_read=counts["bytes_read"],
             misses=counts["misses"], samples=counts["samples"], rows=counts["rows"],
             model_calls=counts["model_calls"], bypass_calls=counts["bypass_calls"],
             reads_equal_misses_per_call=counts["reads_per_call_equal_misses"],
             table_lookups=counts["table_lookups"], table_hits=counts["table_hits"],
-            added_latency_us=counts["added_latency_us"], read_s=counts["read_s"])
+            added_latency_us=counts["added_latency_us"], read_s=counts["read_s"],
+            coalesced=counts.get("coalesced", 0), pinned_rows=counts.get("pinned_rows", 0),
+            probe_reads_per_s=probe_reads_per_s)
+
+    @property
+    def device_bound_qps(self) -> float | None:
+        """The samples (users) per second the device allows at this run's reads per sample: the
+        probe's random reads/s divided by them (None: no probe, or no reads)."""
+        if self.probe_reads_per_s <= 0 or self.reads_per_sample <= 0:
+            return None
+        return self.probe_reads_per_s / self.reads_per_sample
 
     @property
     def read_us(self) -> float:
@@ -156,6 +169,7 @@ class SsdReads:
                 "bytes_per_sample": round(self.bytes_per_sample, 1),
                 "hit_rate": None if self.hit_rate is None else round(self.hit_rate, 6), "read_us": round(self.read_us, 2),
                 "reads_per_s": round(self.reads_per_s, 1),
+                "device_bound_qps": None if self.device_bound_qps is None else round(self.device_bound_qps, 1),
                 "table_hit_rates": [None if r is None else round(r, 4) for r in self.table_hit_rates]}
 
 
@@ -213,7 +227,7 @@ class InferReport:
     notes: list[str] = field(default_factory=list)
     reader: str = ""  # what read the SSD tier's rows (rowio.reader_name())
     device_probe: DeviceProbe | None = None  # the device's random reads/s at the run's queue depth
-    warm_note: str = "cold at start"  # how the SSD variants' caches started
+    warm_note: str = "cold at start"  # how the SSD variants' caches started (and what they pinned)
 
     @property
     def label(self) -> str | None:
@@ -263,6 +277,7 @@ class InferReport:
                 "scenarios": [s.value for s in c.scenarios], "cache_fraction": c.cache_fraction,
                 "cache_policy": c.cache_policy.value, "storage_latency_us": c.storage_latency_us,
                 "storage_queue_depth": c.storage_queue_depth, "warm_cache": c.warm_cache,
+                "pin_fraction": c.pin_fraction if c.warm_cache else 0.0, "coalesce": c.coalesce,
                 "quick": c.quick, "max_batch": c.max_batch, "threads": c.threads, "precision": c.precision,
                 "user_conf": None if c.user_conf is None else str(c.user_conf),
                 "mlperf_conf": str(mlperf.MLPERF_CONF), "mlperf_conf_sha1": mlperf.MLPERF_CONF_SHA1,

@@ -28,19 +28,24 @@ the batch, with LFU the most so far) and reads the others without admitting them
 distinct rows that were not resident, its *misses*, which it counts (with the lookups and
 hits of each table) independently of the store's count of reads. Several threads may look up
 at once (Server's lookup threads): the cache's bookkeeping is under a lock, the device reads of
-each call's misses outside it, each thread through its own io_uring. The training path's
+each call's misses outside it, each thread through its own io_uring; a row missing in one call
+while another call is reading it is not read again (the call waits for that read and shares it,
+counted as *coalesced*). A share of the cache may hold the hottest rows for good
+(:meth:`SdmEmbeddings.pin`: the Software Defined Memory paper's pinned hot rows), the rest
+managed by the policy. The training path's
 classes (:class:`~harness.reference.tiered.SsdRows`, :class:`~harness.reference.tiered.TieredEmbeddingCollection`)
 are not used or changed.
 """
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -213,7 +218,7 @@ class PreadRows(RowStore):
                 else:
                     cuts = np.linspace(0, n, depth + 1).astype(int).tolist()
                     jobs = [self._pool.submit(self._read_into, ids[a:b], out[a:b], k)
-                            for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))]
+                            for k, (a, b) in enumerate(itertools.pairwise(cuts))]
                     for job in jobs:
                         job.result()
                     waits = self._wait_waves(n)
@@ -265,16 +270,35 @@ class PreadRows(RowStore):
             self._fd = -1
 
 
+@dataclass(eq=False)
+class _InFlight:
+    """One lookup call's read of its misses while it is in flight: another call missing some of
+    the same rows waits for it and shares its values instead of reading them again."""
+
+    rows: torch.Tensor  # distinct, ascending
+    done: threading.Event = field(default_factory=threading.Event)
+    values: torch.Tensor | None = None  # the rows' values, set before ``done`` (left None if the read failed)
+
+    def wait(self) -> torch.Tensor:
+        self.done.wait()
+        if self.values is None:
+            raise HarnessError("a storage read that this lookup shared failed (the call that made it raised)",
+                               ErrorCategory.RUN_FAILED)
+        return self.values
+
+
 class SdmEmbeddings(FusedEmbeddingCollection):
     """``table_rows`` tables (``dim`` wide, ``pooling`` ids per feature) served from ``store``
     through a cache of ``cache_rows`` rows, inference only; counts, per table, the ids looked
     up and those whose row was resident, and, per batch, the misses (distinct rows not
-    resident: the rows read)."""
+    resident that the call read itself) and the rows it shared from another call's read in
+    flight (:attr:`coalesced`). A share of the cache may hold rows for good (:meth:`pin`: the
+    hottest rows, loaded at start), the rest is managed by ``policy``."""
 
     column_offsets: torch.Tensor  # FusedEmbeddingCollection's buffer (torch types a buffer Tensor | Module)
 
     def __init__(self, table_rows: tuple[int, ...], dim: int, pooling: tuple[int, ...], store: PreadRows,
-                 cache_rows: int, policy: CachePolicy = CachePolicy.LRU):
+                 cache_rows: int, policy: CachePolicy = CachePolicy.LRU, *, coalesce: bool = True):
         super().__init__(table_rows, dim, pooling, optimizer=None, allocate=False)
         if store.rows != sum(self.table_rows) or store.cols != dim:
             raise ValueError("the store's shape does not match the tables")
@@ -285,20 +309,30 @@ class SdmEmbeddings(FusedEmbeddingCollection):
         self.table_lookups = torch.zeros(len(self.table_rows), dtype=torch.int64)
         self.table_hits = torch.zeros(len(self.table_rows), dtype=torch.int64)
         self.misses = 0
+        self.coalesced = 0  # distinct rows of a call read by another call in flight, shared, not read again
         self.batches = 0
         self.bypass_batches = 0
-        self._lock = threading.Lock()  # the cache and the counts; reads happen outside it
+        self.coalesce = coalesce
+        self._in_flight: list[_InFlight] = []  # the calls' reads in flight (their rows disjoint), under the lock
+        self._lock = threading.Lock()  # the cache, the reads in flight and the counts; reads happen outside it
         self._mine = threading.local()
+
+    @property
+    def pinned(self) -> int:
+        """The rows the cache holds for good (:meth:`pin`)."""
+        return self.cache.pinned_in_capacity
 
     def forward(self, sparse: torch.Tensor) -> torch.Tensor:
         """The pooled vectors of ``sparse``. Several threads may call it at once (Server's lookup
         threads): the cache's bookkeeping is done under a lock, the device reads of a call's misses
         outside it, so one call's reads do not hold up another's hits, and reads of several calls
-        are in flight together (each thread its own io_uring). A call's misses are the rows not
-        resident when it looked (two calls missing the same row both read it); a row a call found
-        resident and another call evicted before the first admitted its misses is read then, and
-        counted a miss too, so the reads always equal the misses. The values are those of one
-        call alone: the file is read-only, a row's value is the same whoever reads it."""
+        are in flight together (each thread its own io_uring). Misses are coalesced: a row not
+        resident that another call is reading already is not read again; this call waits for that
+        read and shares its values (counted in :attr:`coalesced`, not in the misses). So a call's
+        misses are the rows it reads itself; a row it found resident and another call evicted
+        before it admitted its misses is read then, and counted a miss too, so the reads always
+        equal the misses. The values are those of one call alone: the file is read-only, a row's
+        value is the same whoever reads it."""
         with torch.no_grad():
             rows = sparse + self.column_offsets
             unique, inverse, counts = distinct(rows)
@@ -309,34 +343,100 @@ class SdmEmbeddings(FusedEmbeddingCollection):
                 self.table_lookups.index_add_(0, table, counts)
                 self.table_hits.index_add_(0, table[resident], counts[resident])
                 self.batches += 1
+                mine, shared, flight = self._claim(unique, ~resident)
             values = torch.empty(unique.numel(), self.dim)
-            read = ~resident
-            misses = int(read.sum())
-            if misses:
-                values[read] = self.store.read(unique[read])
-            with self._lock:
-                now = self.cache.row_slot.index_select(0, unique) >= 0
-                lost = resident & ~now  # resident when looked at, evicted by another call since
-                if bool(lost.any()):
-                    values[lost] = self.store.read(unique[lost])
-                    self.table_hits.index_add_(0, table[lost], -counts[lost])  # a miss after all
-                    misses += int(lost.sum())
-                self.misses += misses
-                reads1, waits1 = self.store.thread_totals()
-                self._mine.call = (reads1 - reads0, misses, waits1 - waits0)
-                if unique.numel() <= self.cache.free_capacity:
-                    slots = self.cache.admit(unique, missing=unique[~now], fetched=values[~now], counts=counts)
-                    values = self.cache.weights.index_select(0, slots)
-                else:
-                    # more distinct rows than the cache holds: it admits what it can (the resident
-                    # rows, then the batch's hottest missing ones), the others are used as read
-                    self.bypass_batches += 1
-                    admitted = self._admitted(unique, now, counts)
-                    fresh = admitted & ~now
-                    slots = self.cache.admit(unique[admitted], missing=unique[fresh], fetched=values[fresh],
-                                             counts=counts[admitted])
-                    values[admitted] = self.cache.weights.index_select(0, slots)
+            self._read_own(unique, mine, values, flight)
+            try:
+                for other, where, at in shared:  # published before their owners wait on anything: no cycle
+                    values[where] = other.wait().index_select(0, at)
+                with self._lock:
+                    misses = int(mine.numel())
+                    now = self.cache.row_slot.index_select(0, unique) >= 0
+                    lost = resident & ~now  # resident when looked at, evicted by another call since
+                    if bool(lost.any()):
+                        values[lost] = self.store.read(unique[lost])
+                        self.table_hits.index_add_(0, table[lost], -counts[lost])  # a miss after all
+                        misses += int(lost.sum())
+                    self.misses += misses
+                    self.coalesced += sum(int(where.numel()) for _, where, _ in shared)
+                    reads1, waits1 = self.store.thread_totals()
+                    self._mine.call = (reads1 - reads0, misses, waits1 - waits0)
+                    values = self._admit(unique, now, values, counts)
+            finally:
+                if flight is not None:
+                    with self._lock:
+                        self._in_flight.remove(flight)
             return self._lookup(values, inverse)
+
+    def _claim(self, unique: torch.Tensor, missing: torch.Tensor) -> tuple[
+            torch.Tensor, list[tuple[_InFlight, torch.Tensor, torch.Tensor]], _InFlight | None]:
+        """Of a call's missing rows (``missing``: a mask over ``unique``), those it reads itself
+        (positions in ``unique``), registered as its read in flight (coalescing: None if it reads
+        none); and, per read in flight of another call, the positions it shares and where they
+        are in that read's rows. Called under the lock, so that no two calls claim a row."""
+        positions = torch.nonzero(missing).reshape(-1)
+        shared: list[tuple[_InFlight, torch.Tensor, torch.Tensor]] = []
+        if self.coalesce and self._in_flight and positions.numel():
+            wanted = unique.index_select(0, positions)
+            free = torch.ones(positions.numel(), dtype=torch.bool)
+            for other in self._in_flight:
+                hit = torch.isin(wanted, other.rows)
+                if bool(hit.any()):
+                    shared.append((other, positions[hit], torch.searchsorted(other.rows, wanted[hit])))
+                    free &= ~hit
+            positions = positions[free]
+        flight = None
+        if self.coalesce and positions.numel():
+            flight = _InFlight(unique.index_select(0, positions))
+            self._in_flight.append(flight)
+        return positions, shared, flight
+
+    def _read_own(self, unique: torch.Tensor, mine: torch.Tensor, values: torch.Tensor,
+                  flight: _InFlight | None) -> None:
+        """Read the rows at positions ``mine`` of ``unique`` into ``values``, and publish them to
+        the calls that share ``flight`` (this read, claimed in flight)."""
+        if mine.numel() == 0:
+            return
+        rows = unique.index_select(0, mine)
+        try:
+            got = self.store.read(rows)
+        except BaseException:
+            if flight is not None:
+                flight.done.set()  # values None: whoever shares it raises too
+                with self._lock:
+                    self._in_flight.remove(flight)
+            raise
+        values[mine] = got
+        if flight is not None:
+            flight.values = got
+            flight.done.set()
+
+    def _admit(self, unique: torch.Tensor, resident: torch.Tensor, values: torch.Tensor,
+               counts: torch.Tensor) -> torch.Tensor:
+        """Admit a call's rows (``resident``: those resident now; ``values``: every row's) and
+        return the values to pool: all of them when its rows other than the pinned ones fit the
+        slots the policy manages; else the rows resident stay, its hottest missing rows take the
+        slots left, and the others are used as read, not kept. Called under the lock."""
+        cache = self.cache
+        if cache.evictable_capacity == 0:  # the whole cache pinned: nothing enters or leaves it
+            if bool(resident.any()):
+                slots = cache.row_slot.index_select(0, unique[resident]).long()
+                values[resident] = cache.weights.index_select(0, slots)
+            self.bypass_batches += int(not bool(resident.all()))
+            return values
+        pinned = 0
+        if self.pinned:
+            slots = cache.row_slot.index_select(0, unique)
+            pinned = int(cache.never_evict.index_select(0, slots[slots >= 0].long()).sum())
+        if unique.numel() - pinned <= cache.evictable_capacity:
+            slots = cache.admit(unique, missing=unique[~resident], fetched=values[~resident], counts=counts)
+            return cache.weights.index_select(0, slots)
+        self.bypass_batches += 1
+        admitted = self._admitted(unique, resident, counts, pinned)
+        fresh = admitted & ~resident
+        slots = cache.admit(unique[admitted], missing=unique[fresh], fetched=values[fresh], counts=counts[admitted])
+        values[admitted] = cache.weights.index_select(0, slots)
+        return values
 
     @property
     def last_call(self) -> tuple[int, int, int]:
@@ -344,22 +444,35 @@ class SdmEmbeddings(FusedEmbeddingCollection):
         (counted here, apart from the store) and the device latencies its reads waited."""
         return getattr(self._mine, "call", (0, 0, 0))
 
+    def pin(self, rows: torch.Tensor) -> None:
+        """Hold ``rows`` (distinct, hottest first: as many as the cache holds) in the cache for good,
+        before any lookup: never evicted, the policy manages the slots left. What it reads is not
+        counted."""
+        with torch.no_grad():
+            self.cache.pin(rows[: self.cache.evictable_capacity].to(torch.int64))
+        self._forget_reads()
+
     def warm(self, rows: torch.Tensor) -> None:
         """The cache filled with ``rows`` (distinct, hottest first: as many as it holds) before any
         lookup, as a deployment loads its hot rows at start; what it reads is not counted."""
         with torch.no_grad():
-            self.cache.admit(rows[: self.cache.free_capacity].to(torch.int64))
+            self.cache.admit(rows[: self.cache.evictable_capacity].to(torch.int64))
+        self._forget_reads()
+
+    def _forget_reads(self) -> None:
         self.cache.stats = type(self.cache.stats)()
         store = self.store
         store.reads = store.bytes_read = store.latency_waits = 0
         store.read_s = 0.0
 
-    def _admitted(self, unique: torch.Tensor, resident: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    def _admitted(self, unique: torch.Tensor, resident: torch.Tensor, counts: torch.Tensor,
+                  pinned: int = 0) -> torch.Tensor:
         """Which of a batch's distinct rows a full cache admits: every resident row (it stays),
         then the missing rows that serve the most ids of the batch (LFU: the most ids so far, the
-        batch's included), as many as the cache has slots; ties in row order."""
+        batch's included), as many as the policy's slots have left (``pinned``: the batch's rows
+        held for good, in no policy slot); ties in row order."""
         heat = counts if self.cache.row_uses is None else counts + self.cache.row_uses.index_select(0, unique)
-        room = self.cache.free_capacity - int(resident.sum())
+        room = max(0, self.cache.evictable_capacity - (int(resident.sum()) - pinned))
         missing = torch.nonzero(~resident).reshape(-1)
         hottest = missing[torch.argsort(heat[missing], descending=True, stable=True)[:room]]
         admitted = resident.clone()

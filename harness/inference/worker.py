@@ -20,6 +20,7 @@ and reads LoadGen's summary (:mod:`harness.inference.results`); the pipeline tha
 
 from __future__ import annotations
 
+import itertools
 import json
 import queue
 import sys
@@ -53,6 +54,11 @@ SERVER_LOOKUP_ROWS = 16384  # Server: the most rows of queries that arrived toge
 # each thread's reads through its own io_uring), so one large user's reads do not hold up the
 # queries that arrive behind it
 SERVER_LOOKUP_THREADS = 4
+# Offline, an SSD variant: the lookups of this many consecutive model calls (of about --max-batch rows
+# each) in one lookup call, so that a row several of their users look up is read once (one distinct
+# set, one submission), each call's dense part still its own (the same sizes as the in-memory
+# model's calls, so the same predictions); measured: docs/performance.md, "SDM levers"
+OFFLINE_LOOKUP_CALLS = 4
 WORKER_IO_FAULT = "harness: error: "  # how a LoadGen worker that cannot write its result says why, on stderr
 
 
@@ -62,7 +68,8 @@ class FastSut:
     a worker thread answers whatever has arrived (Server: :data:`SERVER_LOOKUP_THREADS` of them,
     each taking what has arrived when it is free, their lookup calls in flight at once). A sample is a user (its eval rows:
     :class:`harness.inference.qsl.SampleLibrary`): consecutive users are answered together in
-    calls of about ``max_rows`` rows (a call ends with the user that reaches it); with
+    calls of about ``max_rows`` rows (a call ends with the user that reaches it), for an SSD
+    variant :data:`OFFLINE_LOOKUP_CALLS` such calls sharing one lookup call; with
     ``max_rows`` 0 (Server: a query is one user's ranking request) the queries that arrived
     together share one call's embedding lookups (one cache admission, one submission of their
     misses at the device's queue depth) and each has a dense call of its own. Each sample is
@@ -87,7 +94,9 @@ class FastSut:
         lookups = SERVER_LOOKUP_THREADS if max_rows == 0 else 1
         self._threads = [threading.Thread(target=self._work, name=f"harness-infer-sut-{k}", daemon=True)
                          for k in range(lookups)]
-        self._stage: queue.Queue = queue.Queue(maxsize=_AHEAD + lookups - 1)
+        # Offline on the SSD tier: a lookup call's dense calls queued while the next one's lookups run
+        ahead = _AHEAD + lookups - 1 if max_rows == 0 or tables is None else OFFLINE_LOOKUP_CALLS
+        self._stage: queue.Queue = queue.Queue(maxsize=ahead)
         self._dense_thread = threading.Thread(target=self._dense_stage, name="harness-infer-dense", daemon=True)
 
     def issue(self, ids: list[int], indices: list[int]) -> None:
@@ -96,8 +105,9 @@ class FastSut:
     def flush(self) -> None:
         """Nothing is held back."""
 
-    def answer(self, ids: np.ndarray, users: np.ndarray) -> None:
-        """The first stage of a call: its embedding lookups, handed to the dense stage."""
+    def answer(self, ids: np.ndarray, users: np.ndarray, dense_calls: list[slice] | None = None) -> None:
+        """The first stage of a lookup call: its embedding lookups, handed to the dense stage as
+        ``dense_calls`` (slices of ``users``, consecutive; default: one call of them all)."""
         lib = self.library
         if self.error is None:
             try:
@@ -112,18 +122,19 @@ class FastSut:
                     self.calls.append((users.size, rows.size, reads, misses, waits))
                 else:
                     self.calls.append((users.size, rows.size, 0, 0, 0))
-                if self.max_rows > 0 or users.size == 1:  # Offline: one call, lookups and dense part
+                if dense_calls is None or len(dense_calls) == 1:
                     self._stage.put((ids, users, rows, t, pooled))
                     return
-                # Server: the lookups of the queries that arrived together went to the cache and the
-                # device at once (one submission at the queue depth); each query's dense part is a
-                # call of its own, so its predictions do not depend on which queries came with it
-                # (a row's pooled vector does not: it is the sum of its own rows only)
+                # the lookups of several dense calls went to the cache and the device at once (one
+                # distinct set, one submission at the queue depth): Server's queries that arrived
+                # together, Offline's OFFLINE_LOOKUP_CALLS calls; each dense part is its own call,
+                # so its predictions do not depend on what was looked up with it (a row's pooled
+                # vector does not: it is the sum of its own rows only)
                 sizes = lib.sizes[users]
-                starts = (np.cumsum(sizes) - sizes).tolist()
-                for k, (lo, n) in enumerate(zip(starts, sizes.tolist())):
-                    self._stage.put((ids[k : k + 1], users[k : k + 1], rows[lo : lo + n], t[lo : lo + n],
-                                     pooled[lo : lo + n]))
+                starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+                for part in dense_calls:
+                    lo, hi = starts[part.start], starts[part.stop]
+                    self._stage.put((ids[part], users[part], rows[lo:hi], t[lo:hi], pooled[lo:hi]))
                 return
             except Exception as err:  # noqa: BLE001 - LoadGen must still finish; raised after it returns
                 self.error = err
@@ -158,13 +169,29 @@ class FastSut:
             self._fail(ids)
 
     def calls_of(self, users: np.ndarray) -> list[slice]:
-        """``users`` cut into lookup calls of about ``max_rows`` rows (``max_rows`` 0, Server: of
-        about :data:`SERVER_LOOKUP_ROWS`, each user's dense part then a call of its own)."""
+        """``users`` cut into model calls of about ``max_rows`` rows (``max_rows`` 0, Server: lookup
+        calls of about :data:`SERVER_LOOKUP_ROWS`, each user's dense part then a call of its own)."""
         limit = self.max_rows if self.max_rows > 0 else SERVER_LOOKUP_ROWS
         sizes = self.library.sizes[users]
         call = (np.cumsum(sizes) - sizes) // limit  # by the row each user starts at
         cuts = [0, *(np.flatnonzero(np.diff(call)) + 1).tolist(), users.size]
-        return [slice(a, b) for a, b in zip(cuts[:-1], cuts[1:])]
+        return [slice(a, b) for a, b in itertools.pairwise(cuts)]
+
+    def lookup_calls(self, users: np.ndarray) -> list[tuple[slice, list[slice]]]:
+        """``users`` cut into lookup calls, each with its dense calls (slices of the lookup call's
+        users): Offline, :meth:`calls_of`'s calls, :data:`OFFLINE_LOOKUP_CALLS` of them to a lookup
+        call for an SSD variant (one for the in-memory one); Server, its lookup calls, one user a
+        dense call."""
+        calls = self.calls_of(users)
+        if self.max_rows == 0:
+            return [(c, [slice(k, k + 1) for k in range(c.stop - c.start)]) for c in calls]
+        group = OFFLINE_LOOKUP_CALLS if self.tables is not None else 1
+        out = []
+        for k in range(0, len(calls), group):
+            parts = calls[k : k + group]
+            lo = parts[0].start
+            out.append((slice(lo, parts[-1].stop), [slice(c.start - lo, c.stop - lo) for c in parts]))
+        return out
 
     def _work(self) -> None:
         while True:
@@ -183,8 +210,8 @@ class FastSut:
                 parts.append(more)
             ids = np.concatenate([p[0] for p in parts])
             users = np.concatenate([p[1] for p in parts])
-            for part in self.calls_of(users):
-                self.answer(ids[part], users[part])
+            for part, dense_calls in self.lookup_calls(users):
+                self.answer(ids[part], users[part], dense_calls)
             if stop:
                 return
 
@@ -219,8 +246,9 @@ def build(job: dict[str, Any]) -> tuple[DLRM, SdmEmbeddings | None]:
     warm = np.load(job["warm_rows"]) if job.get("warm_rows") else None  # the hot rows a deployment loads at start
     return ssd_model(spec, state, Path(job["rows_file"]), RowLayout(**job["layout"]), cache_rows=int(job["cache_rows"]),
                      policy=CachePolicy(job["policy"]), latency_us=float(job["latency_us"]),
-                     queue_depth=int(job.get("queue_depth", 1)), warm=warm,
-                     reader=RowReader(job.get("row_reader", RowReader.AUTO.value)))
+                     queue_depth=int(job.get("queue_depth", 1)), warm=warm, pin_rows=int(job.get("pin_rows", 0)),
+                     reader=RowReader(job.get("row_reader", RowReader.AUTO.value)),
+                     coalesce=bool(job.get("coalesce", True)))
 
 
 def log_settings(lg: Any, out_dir: Path) -> Any:
@@ -301,6 +329,7 @@ def run_counts(sut: FastSut, model: DLRM, tables: SdmEmbeddings | None, *, test_
         result.update({
             "resident_table_bytes": tables.resident_bytes(), "reads": store.reads, "bytes_read": store.bytes_read,
             "read_s": store.read_s, "misses": tables.misses, "bypass_calls": tables.bypass_batches,
+            "coalesced": tables.coalesced, "pinned_rows": tables.pinned,
             "table_lookups": tables.table_lookups.tolist(), "table_hits": tables.table_hits.tolist(),
             "added_latency_us": store.added_latency_us, "storage_mode": store.layout.mode,
             # per model call, the device latencies it waited (a lower bound on its time: each is a

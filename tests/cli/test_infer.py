@@ -21,7 +21,13 @@ import torch
 from harness.cli import main
 from harness.cli.infer import render
 from harness.inference import mlperf
-from harness.inference.config import QUICK_ACCURACY_SAMPLES, InferConfig, Scenario, default_model_dir
+from harness.inference.config import (
+    DEFAULT_PIN_FRACTION,
+    QUICK_ACCURACY_SAMPLES,
+    InferConfig,
+    Scenario,
+    default_model_dir,
+)
 from harness.inference.pipeline import run_inference, run_worker
 from harness.inference.results import LoadgenSummary, parse_summary
 from harness.inference.storage import write_rows
@@ -162,15 +168,29 @@ def test_the_sdm_table_counts_reads_per_query_as_cache_misses(quick):
     server = rows["harness-ssd", "server"].storage
     # a lookup call per query, or per queries that arrived together (their lookups share a call)
     assert 0 < server.model_calls <= server.samples
-    # one user's rows fit the cache: only lookups of several users together can exceed it
-    assert server.bypass_calls <= server.samples - server.model_calls and 0 < server.hit_rate < 1
-    assert rows["harness-ssd", "offline"].storage.bypass_calls > 0  # calls of 16384 rows do not fit it
+    # the whole cache pinned (the default): a call that misses reads rows outside it, nothing is admitted
+    assert server.pinned_rows == report.cache_rows and 0 < server.hit_rate < 1
+    assert 0 < server.bypass_calls <= server.model_calls and rows["harness-ssd", "offline"].storage.bypass_calls > 0
     # the memory each variant keeps: every row, or the cache (a fraction: 0.2 of the rows, 16 floats each)
     memory = rows["harness-memory", "server"].resident_table_bytes
     assert memory == report.table_rows * 16 * 4
     assert memory * 0.2 <= rows["harness-ssd", "server"].resident_table_bytes < memory / 2
     latency = rows[SYSTEMS[2], "server"].storage.added_latency_us
     assert LATENCY_US <= latency < LATENCY_US * 20  # a unit's mistake, not the machine's load (see below)
+    # warm by default: the training data's hottest rows, the hottest 0.9 of the cache pinned; beside
+    # each SSD result its reads a user, the device-bound rate they imply and the coalesced rows
+    pinned = round(DEFAULT_PIN_FRACTION * report.cache_rows)
+    assert f"cache {report.cache_rows} rows (0.2, lru; warm at start: the {report.cache_rows:,} rows the first " \
+        f"262,144 training samples look up most, the hottest {pinned:,} pinned" in text
+    probe = report.device_probe.reads_per_s
+    for (system, scenario), r in rows.items():
+        if r.storage is not None:
+            st = r.storage
+            assert st.pinned_rows == pinned and st.coalesced >= 0
+            assert st.device_bound_qps == pytest.approx(probe / st.reads_per_sample)
+            line = next(x for x in text.splitlines() if x.startswith(system + " ") and f" {scenario} " in x)
+            assert line.split()[9] == f"{st.device_bound_qps:,.0f}"
+            assert f"  {system} {scenario}: {st.reads:,} reads = misses, {st.coalesced:,} coalesced" in text
 
 
 @pytest.mark.slow
@@ -297,6 +317,31 @@ def test_an_unknown_benchmark_is_one_line_and_exit_2(capsys):
     assert main(["infer", "--benchmark", "no_such_benchmark"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and err.startswith("harness: error: ") and "no_such_benchmark" in err
+
+
+def test_the_ssd_caches_start_warm_with_pinned_hot_rows_unless_cold_is_asked(monkeypatch, capsys):
+    """The SDM levers are the default: the SSD caches start warm, the hottest --pin-fraction of them
+    pinned, misses coalesced; --cold-cache (nothing pinned), --pin-fraction and --no-coalesce change
+    them. The options as the command hands them to the pipeline (stopped there)."""
+    from harness.errors import ErrorCategory, HarnessError
+    from harness.inference import pipeline
+    from harness.inference.config import DEFAULT_PIN_FRACTION
+
+    seen: list[InferConfig] = []
+
+    def stop(config: InferConfig, progress: object) -> None:
+        seen.append(config)
+        raise HarnessError("stopped", ErrorCategory.BAD_INPUT)
+
+    monkeypatch.setattr(pipeline, "run_inference", stop)
+    for args in ([], ["--cold-cache"], ["--pin-fraction", "0.5", "--no-coalesce"], ["--warm-cache"]):
+        assert main(["infer", "--quick", *args]) == 2
+    capsys.readouterr()
+    assert [(c.warm_cache, c.pin_fraction, c.coalesce) for c in seen] == [
+        (True, DEFAULT_PIN_FRACTION, True), (False, DEFAULT_PIN_FRACTION, True), (True, 0.5, False),
+        (True, DEFAULT_PIN_FRACTION, True)]
+    assert InferConfig().warm_cache and 0 < DEFAULT_PIN_FRACTION <= 1
+    assert main(["infer", "--pin-fraction", "1.5"]) == 2
 
 
 def test_a_bad_cache_fraction_is_refused_before_any_work(capsys):

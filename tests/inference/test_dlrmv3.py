@@ -5,6 +5,7 @@ SSD tier's predictions equal to memory's."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -160,7 +161,7 @@ def test_the_micro_twin_is_served_through_loadgen_end_to_end(tmp_path):
 
     results = tmp_path / "results"
     config = V3Config(quick=True, results=results, variant_kinds=("memory", "ssd"), data=DATA, model=MODEL,
-                      train_steps=4, cache_fraction=0.1, storage_queue_depth=8)
+                      train_steps=4, cache_fraction=0.1, storage_queue_depth=8, server_qps=400.0)
     report = run_dlrmv3(config, progress=lambda _m: None)
     assert [(r.variant.name, r.scenario) for r in report.runs] == [
         ("memory", Scenario.OFFLINE), ("ssd", Scenario.OFFLINE), ("memory", Scenario.SERVER), ("ssd", Scenario.SERVER)]
@@ -180,6 +181,8 @@ def test_the_micro_twin_is_served_through_loadgen_end_to_end(tmp_path):
     text = report.render()
     assert "not a valid MLPerf result" in text and "GFLOP computed once per request" in text
     assert "DEV QPS" in text and "x memory's requests/s" in text
+    as_json = json.loads(json.dumps(report.to_dict()))
+    assert [r["test08_passed"] for r in as_json["results"]] == [True] * 4 and as_json["benchmark"] == "dlrm-v3"
     again = run_dlrmv3(V3Config(**{**config.__dict__, "scenarios": (Scenario.OFFLINE,),
                                    "variant_kinds": ("memory",)}), progress=lambda _m: None)
     assert again.model.reused

@@ -6,6 +6,7 @@ hottest rows."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -203,3 +204,69 @@ def test_a_warmed_cache_starts_with_the_rows_the_training_data_looks_up_most(tmp
     assert warm.store.reads == rows.numel() - 20 and cold.store.reads == rows.numel()
     warm.store.close()
     cold.store.close()
+
+
+def test_a_row_another_call_is_reading_is_read_once_and_shared(tmp_path):
+    """Misses coalesced: two lookup calls in flight at once miss an overlapping set of rows. The
+    overlap is read once, by the call that claimed it first; the other reads only its own rows,
+    waits for that read and shares it (counted as coalesced, not as a miss or a read); both get the
+    in-memory values bit for bit."""
+    import threading
+
+    full, tables = _tables(tmp_path, cache_rows=120, queue_depth=4)
+    first = torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]])
+    second = torch.tensor([[8, 9, 10, 11], [12, 13, 14, 15], [0, 1, 2, 20]])
+    rows = {k: set((b + full.column_offsets).reshape(-1).tolist()) for k, b in (("first", first), ("second", second))}
+    overlap = rows["first"] & rows["second"]
+    assert overlap and rows["second"] - overlap
+    entered, gate = threading.Event(), threading.Event()
+    real = tables.store.read
+
+    def held_read(ids: torch.Tensor) -> torch.Tensor:  # the first call's read stays in flight until released
+        if threading.current_thread().name == "first":
+            entered.set()
+            assert gate.wait(30)
+        return real(ids)
+
+    tables.store.read = held_read  # type: ignore[method-assign]
+    got: dict = {}
+    calls = {name: threading.Thread(target=lambda n=name, b=batch: got.update({n: (tables(b), tables.last_call)}),
+                                    name=name) for name, batch in (("first", first), ("second", second))}
+    calls["first"].start()
+    assert entered.wait(30)
+    calls["second"].start()
+    while len(tables._in_flight) < 2 and calls["second"].is_alive():  # the second has claimed its own rows
+        time.sleep(0.001)
+    gate.set()
+    for t in calls.values():
+        t.join(30)
+    assert torch.equal(got["first"][0], full(first)) and torch.equal(got["second"][0], full(second))
+    assert tables.store.reads == len(rows["first"] | rows["second"]) == tables.misses  # the overlap once
+    assert tables.coalesced == len(overlap)
+    assert got["first"][1][:2] == (len(rows["first"]),) * 2
+    assert got["second"][1][:2] == (len(rows["second"] - overlap),) * 2  # its reads = its misses, the overlap shared
+    assert not tables._in_flight
+    tables.store.close()
+
+
+def test_pinned_rows_are_never_evicted_and_the_rest_of_the_cache_follows_its_policy(tmp_path):
+    """Pinned hot rows: a share of the cache holds them for good, loaded at start (not counted);
+    batches that fit the rest of the cache and batches that do not evict only unpinned rows, the
+    pinned ones always hit and keep their slots, and the values are the in-memory model's."""
+    full, tables = _tables(tmp_path, cache_rows=24)
+    pinned = torch.tensor([0, 3, 50, 51, 95, 110, 119, 7])
+    tables.pin(pinned)
+    tables.warm(torch.arange(20, 40))  # the rest: as many as the unpinned slots hold (16)
+    assert tables.pinned == 8 and tables.store.reads == 0 and tables.cache.evictable_capacity == 16
+    slots = tables.cache.row_slot[pinned].clone()
+    assert bool((slots >= 0).all()) and int((tables.cache.row_slot >= 0).sum()) == 24
+    gen = torch.Generator().manual_seed(11)
+    for n in [2, 5, 1, 30, 3, 12, 60] * 6:  # some fit the 16 unpinned slots, some do not (bypass)
+        batch = torch.stack([torch.randint(0, r, (n,), generator=gen) for r in (50, 40, 40, 30)], dim=1)
+        assert torch.equal(tables(batch), full(batch))
+        assert torch.equal(tables.cache.row_slot[pinned], slots)
+    assert tables.bypass_batches > 0 and tables.store.reads == tables.misses > 0
+    hits, reads = int(tables.table_hits.sum()), tables.store.reads
+    tables(torch.tensor([[0, 0, 0, 0]]))  # rows 0, 50, 50, 90: the ids of the pinned 0 and 50 hit
+    assert int(tables.table_hits.sum()) - hits >= 3 and tables.store.reads - reads <= 1
+    tables.store.close()

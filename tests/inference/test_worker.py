@@ -9,7 +9,7 @@ from harness.inference.qsl import SampleLibrary
 
 
 def test_the_sut_answers_whole_users_in_its_calls():
-    from harness.inference.worker import SERVER_LOOKUP_ROWS, FastSut
+    from harness.inference.worker import OFFLINE_LOOKUP_CALLS, SERVER_LOOKUP_ROWS, FastSut
     from harness.reference.data.datasets import SyntheticDataset
     from harness.rules.specs import load_benchmark
 
@@ -30,3 +30,13 @@ def test_the_sut_answers_whole_users_in_its_calls():
         n = library.sizes[users[c]]
         assert n[:-1].sum() < SERVER_LOOKUP_ROWS <= n.sum() + SERVER_LOOKUP_ROWS
     assert FastSut(None, None, library, 0).calls_of(users[:1]) == [slice(0, 1)]
+    # the lookup calls: Offline, an SSD variant's span OFFLINE_LOOKUP_CALLS of those calls (the
+    # in-memory one's one each), their dense calls the same users as calls_of's; Server, a user each
+    for tables, group in ((None, 1), (object(), OFFLINE_LOOKUP_CALLS)):
+        sut = FastSut(None, None, library, 2048, tables)  # type: ignore[arg-type]
+        lookups = sut.lookup_calls(users)
+        assert len(lookups) == -(-len(offline) // group)
+        dense = [slice(c.start + d.start, c.start + d.stop) for c, parts in lookups for d in parts]
+        assert dense == offline and all(len(parts) == group for _, parts in lookups[:-1])
+    assert all(parts == [slice(k, k + 1) for k in range(c.stop - c.start)]
+               for c, parts in FastSut(None, None, library, 0).lookup_calls(users))

@@ -9,11 +9,14 @@ written back. So no update is ever lost: a row is either resident (its slot hold
 latest values) or not (the store does, once the write-backs in flight are done), and
 :meth:`RowCache.flush` writes every dirty slot back (at the end of a run and at a checkpoint).
 
-Victims are never rows of the batch being admitted. LRU evicts the slot used longest ago;
-LFU the row looked up the fewest times since the run began (every id counted, resident or
-not, as FBGEMM's LFU cache counts), the least recently used first among equals. Ties go to
-the lowest slot, so eviction, like everything here, is deterministic. The cache evicts
-ahead of need (:meth:`RowCache._victims`), from a free list.
+Victims are never rows of the batch being admitted, nor pinned rows: the row ranges of
+tables placed in the fast tier (slots on top of the capacity) and the rows
+:meth:`RowCache.pin` holds in the capacity's own slots (inference's hottest rows, loaded at
+start). LRU evicts the slot used longest ago; LFU the row looked up the fewest times since
+the run began (every id counted, resident or not, as FBGEMM's LFU cache counts), the least
+recently used first among equals. Ties go to the lowest slot, so eviction, like everything
+here, is deterministic. The cache evicts ahead of need (:meth:`RowCache._victims`), from a
+free list.
 
 Reading the missing rows of the *next* batch can overlap the current step
 (:meth:`RowCache.missing` then :meth:`RowStore.read` in a background thread, the same one
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import torch
@@ -117,6 +120,7 @@ class RowCache:
         self.stats = CacheStats()
         self.never_evict = torch.zeros(self.capacity, dtype=torch.bool)
         self.evict_ahead = max(1, self.free_capacity // 64)
+        self.pinned_in_capacity = 0  # rows :meth:`pin` holds for good in the capacity's own slots
         self._free = torch.arange(self.capacity)  # free slots, ascending
         if self.pinned_ranges:
             rows = torch.cat([torch.arange(lo, hi) for lo, hi in self.pinned_ranges])
@@ -139,6 +143,27 @@ class RowCache:
         if self.store.state_cols == 0:
             return self._state.new_empty(0)
         return self._state.squeeze(1) if self.store.state_cols == 1 else self._state
+
+    @property
+    def evictable_capacity(self) -> int:
+        """The slots the policy manages: the capacity less the rows :meth:`pin` holds."""
+        return self.free_capacity - self.pinned_in_capacity
+
+    def pin(self, rows: torch.Tensor) -> None:
+        """Make the distinct ``rows`` resident for good in slots of the cache's own capacity
+        (inference's hottest rows, loaded at start): never evicted, so the slots the policy
+        manages shrink by as many. Loading them is not the cache's traffic (not counted)."""
+        rows = rows.to(torch.int64)
+        if rows.numel() > self.evictable_capacity:
+            raise HarnessError(f"{rows.numel()} rows to pin but the cache has {self.evictable_capacity} slots left",
+                               ErrorCategory.BAD_INPUT)
+        before = replace(self.stats)
+        slots = self.admit(rows)
+        self.stats = before
+        fresh = ~self.never_evict.index_select(0, slots)
+        self.never_evict[slots] = True
+        self.pinned_in_capacity += int(fresh.sum())
+        self.evict_ahead = max(1, self.evictable_capacity // 64)
 
     def missing(self, rows: torch.Tensor) -> torch.Tensor:
         """Those of the distinct ``rows`` that are not resident."""
@@ -280,7 +305,7 @@ class RowCache:
         batch = self.row_slot.index_select(0, rows)
         key[batch[batch >= 0].long()] = never  # the batch's own rows stay
         key[self._free] = never  # free already
-        if self.pinned_ranges:
+        if self.pinned_ranges or self.pinned_in_capacity:
             key[self.never_evict] = never
         k = key.numpy()  # NumPy's selection and scans are several times faster than torch's on CPU
         evictable = int(np.count_nonzero(k < never))
