@@ -21,14 +21,10 @@ from harness.reference.planner.types import CachePolicy, RowReader
 DLRM_V3 = "dlrm-v3"
 DLRM_V2 = "dlrm-v2"
 DLRM_V2_SPEC = "dlrm_synthetic"  # what `harness infer --benchmark dlrm-v2` serves
-# dlrm-v3's default storage queue depth: a request misses ~1,700 rows at once (DLRMv2's user ~30), and this
-# machine's virtio disk read 1,700 random rows in 50 ms at depth 64, 34 ms at 128, 29 ms at 256
+# dlrm-v3's defaults, chosen by measurement (docs/infer-dlrmv3.md, docs/performance.md): a request misses
+# ~1,700 rows at once, read faster at a deeper queue; its item rows are drawn evenly over the catalogue, so a
+# cache's hit rate is about its share of the rows, and the Server bound needs half of them cached
 DLRMV3_QUEUE_DEPTH = 256
-# dlrm-v3's default DRAM cache of the SSD variants: half the rows. A request looks up ~2,250 item rows
-# drawn evenly over the catalogue (as the reference's generator draws them: no hot set to cache), so the
-# cache's hit rate is about its share of the rows; at 0.2 (DLRMv2's default) a request missed 1,725 rows and
-# the SSD Server run at 8 QPS had p99 118-138 ms (INVALID: the device's reads plus the dense part), at 0.5
-# it misses 1,040 and had p99 68 ms (VALID), 2026-12-05 on this machine's virtio disk
 DLRMV3_CACHE_FRACTION = 0.5
 
 

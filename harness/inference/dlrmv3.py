@@ -1,7 +1,7 @@
 """MLPerf Inference ``dlrm-v3``, served here: its twin's data and model, the model trained and kept, a
 request's cost, and the requests in the order the benchmark issues them.
 
-**What is served.** ``dlrm-v3`` is an HSTU ranker (``../shared/DLRMV3.md``, docs/dlrmv3.md) whose
+**What is served.** ``dlrm-v3`` is an HSTU ranker (docs/dlrmv3.md) whose
 item table alone is 1e9 rows of 512 fp16 (1 TB) and whose trained checkpoint and dataset are
 downloads this project cannot make; its reference needs CUDA. So, as the training benchmarks do,
 ``harness infer --benchmark dlrm-v3`` trains its own model on its own twin of the reference's
