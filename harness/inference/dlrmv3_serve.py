@@ -15,10 +15,11 @@ with the model name ``dlrm-v3`` (``mlperf.conf``: Server p99 bound 80 ms, min du
 ``--quick`` shortens duration and query counts and every output says so). The SUT
 (:class:`RequestSut`) answers LoadGen's samples with the requests in time order, whatever sample
 index LoadGen drew (the reference's ``StreamingQuerySampler``), each response the reference's
-``[ts_idx, query_idx, predictions, labels, weights, candidates]`` (float32). It works in two stages
-on two threads: the embedding lookups of the requests that have arrived (for an SSD variant: one
-cache admission and one submission of their misses) and then, per request, the dense part
-(:func:`~harness.inference.dlrmv3.score_request`: the history once, every candidate against it).
+``[ts_idx, query_idx, predictions, labels, weights, candidates]`` (float32). It works in two stages:
+the embedding lookups of the requests that have arrived, on one thread (for an SSD variant: one cache
+admission and one submission of their misses; Offline up to :data:`LOOKUP_GROUP` requests a call,
+Server one), and then, per request, the dense part (:func:`~harness.inference.dlrmv3.score_request`:
+the history once, every candidate against it), one request per dense worker (``V3Config.workers``).
 
 **Per (scenario, variant)**: a performance run, an accuracy run over the first requests in time order
 (``--quick``: :data:`QUICK_ACCURACY_REQUESTS`; else all), scored as the reference's ``accuracy.py``
@@ -89,7 +90,7 @@ OFFLINE_HEADROOM = 2.0
 # docs/performance.md)
 SERVER_LOAD = 0.2
 SWITCH_INTERVAL_S = 0.0005
-LOOKUP_GROUP = 8  # requests whose lookups go to the tables (the cache, the device) in one call
+LOOKUP_GROUP = 8  # Offline: requests whose lookups go to the tables (the cache, the device) in one call
 CALIBRATION_REQUESTS = 16
 IDENTICAL_REQUESTS = 6
 WORKER_PRELOAD = ["torch", "numpy", "harness.inference.dlrmv3_serve", "harness.reference.forkserver_last"]
@@ -115,6 +116,7 @@ class V3Config:
     train_steps: int | None = None
     model_dir: Path | None = None
     threads: int = 1
+    dense_workers: int | None = None  # requests in the dense stage at once; None: usable cores // threads
     direct: bool = True
     row_reader: RowReader = RowReader.AUTO
     # the twin's sizes: TWIN_DATA and TWIN_MODEL (the suite serves a smaller one end to end)
@@ -124,6 +126,17 @@ class V3Config:
     @property
     def hstu(self) -> HSTUConfig:
         return model_config(self.data, self.model)
+
+    @property
+    def workers(self) -> int:
+        """Requests in the dense stage at once, each on :attr:`threads` torch threads."""
+        if self.dense_workers is not None:
+            return self.dense_workers
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cores = os.cpu_count() or 1
+        return max(1, cores // self.threads)
 
     @property
     def label(self) -> str | None:
@@ -145,9 +158,10 @@ class RequestSut:
     sample issued is answered with request ``n mod len(log)`` (see the module's docstring)."""
 
     def __init__(self, lg: Any, model: HSTURanker, log: RequestLog, tables: SdmEmbeddings | None = None, *,
-                 accuracy: bool = False, pipelined: bool = True):
+                 accuracy: bool = False, pipelined: bool = True, dense_workers: int = 1,
+                 lookup_group: int = LOOKUP_GROUP):
         self.lg, self.model, self.log, self.tables, self.accuracy = lg, model, log, tables, accuracy
-        self.pipelined = pipelined
+        self.pipelined, self.dense_workers, self.lookup_group = pipelined, dense_workers, lookup_group
         self._next = 0
         self._lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue()
@@ -155,16 +169,20 @@ class RequestSut:
         self.error: BaseException | None = None
         self.calls: list[tuple[int, int, int, int, int]] = []  # (requests, rows looked up, reads, misses, waits)
         self.answered: list[int] = []  # the requests answered, in completion order
+        # per request answered: when LoadGen issued it, its lookups began and ended, its dense part began and
+        # it completed (time.perf_counter())
+        self.times: list[tuple[float, float, float, float, float]] = []
         self._threads = [threading.Thread(target=self._lookups, name="dlrmv3-lookups", daemon=True)]
         if pipelined:
-            self._threads.append(threading.Thread(target=self._dense, name="dlrmv3-dense", daemon=True))
+            self._threads += [threading.Thread(target=self._dense, name=f"dlrmv3-dense-{k}", daemon=True)
+                              for k in range(self.dense_workers)]
 
     def issue(self, ids: list[int], _indices: list[int]) -> None:
         with self._lock:
             first = self._next
             self._next += len(ids)
         order = (first + np.arange(len(ids), dtype=np.int64)) % len(self.log)
-        self._queue.put((np.array(ids, dtype=np.uint64), order))
+        self._queue.put((np.array(ids, dtype=np.uint64), order, time.perf_counter()))
 
     def flush(self) -> None:
         """Nothing is held back."""
@@ -173,7 +191,8 @@ class RequestSut:
         while True:
             item = self._queue.get()
             if item is _STOP:
-                self._stage.put(_STOP)
+                for _ in range(self.dense_workers):
+                    self._stage.put(_STOP)
                 return
             parts, stop = [item], False
             while True:
@@ -187,25 +206,30 @@ class RequestSut:
                 parts.append(more)
             ids = np.concatenate([p[0] for p in parts])
             reqs = np.concatenate([p[1] for p in parts])
-            for lo in range(0, reqs.size, LOOKUP_GROUP):
-                self._lookup(ids[lo : lo + LOOKUP_GROUP], reqs[lo : lo + LOOKUP_GROUP])
+            issued = np.concatenate([np.full(p[1].size, p[2]) for p in parts])
+            group = self.lookup_group
+            for lo in range(0, reqs.size, group):
+                self._lookup(ids[lo : lo + group], reqs[lo : lo + group], issued[lo : lo + group])
             if stop:
-                self._stage.put(_STOP)
+                for _ in range(self.dense_workers):
+                    self._stage.put(_STOP)
                 return
 
-    def _lookup(self, ids: np.ndarray, reqs: np.ndarray) -> None:
+    def _lookup(self, ids: np.ndarray, reqs: np.ndarray, issued: np.ndarray) -> None:
         if self.error is None:
             try:
+                t0 = time.perf_counter()
                 batches = [self.log.batch(reqs[k : k + 1]) for k in range(reqs.size)]
                 sequence = [self.model.sequence_ids(b) for b in batches]
                 with torch.no_grad():
                     events = self.model.embeddings(torch.cat(sequence))
+                t1 = time.perf_counter()
                 reads, misses, waits = self.tables.last_call if self.tables is not None else (0, 0, 0)
                 self.calls.append((reqs.size, sum(int(x.numel()) for x in sequence), reads, misses, waits))
                 start = 0
                 for k, (batch, ids_k) in enumerate(zip(batches, sequence)):
                     end = start + ids_k.shape[0]
-                    item = (ids[k : k + 1], int(reqs[k]), batch, events[start:end])
+                    item = (ids[k : k + 1], int(reqs[k]), batch, events[start:end], (float(issued[k]), t0, t1))
                     if self.pipelined:
                         self._stage.put(item)
                     else:
@@ -223,12 +247,13 @@ class RequestSut:
                 return
             self._answer(item)
 
-    def _answer(self, item: tuple[np.ndarray, int, Any, torch.Tensor]) -> None:
+    def _answer(self, item: tuple[np.ndarray, int, Any, torch.Tensor, tuple[float, float, float]]) -> None:
         """The dense part of one request and its completion."""
         lg, log = self.lg, self.log
-        ids, r, batch, events = item
+        ids, r, batch, events, stamps = item
         if self.error is None:
             try:
+                t0 = time.perf_counter()
                 probs = score_request(self.model, batch, events).numpy()
                 if self.accuracy:  # the reference's layouts: labels and weights in accuracy mode only
                     labels = batch.labels.numpy()
@@ -238,6 +263,7 @@ class RequestSut:
                     data = acc.encode_perf_response(int(log.ts[r]), int(log.query[r]), probs)
                 self.answered.append(r)
                 lg.QuerySamplesComplete([lg.QuerySampleResponse(int(ids[0]), data.ctypes.data, data.nbytes)])
+                self.times.append((*stamps, t0, time.perf_counter()))
                 return
             except Exception as err:  # noqa: BLE001 - LoadGen must still finish; raised after it returns
                 self.error = err
@@ -334,8 +360,14 @@ def run_test(job: dict[str, Any]) -> dict[str, Any]:
     if mode == "test08":  # LoadGen reads audit.config from the working directory
         acc.write_audit_config(out_dir)
         os.chdir(out_dir)
-    # two stages in both scenarios: a Server query's reads proceed while the one before computes
-    sut = RequestSut(lg, model, log, tables, accuracy=mode == "accuracy")
+    # two stages in both scenarios: a Server query's reads proceed while the one before computes; requests
+    # in the dense stage side by side, one per worker (each on its torch threads): the Server's bursts
+    # wait less than behind one request at a time on every core, with the cores' threads in step
+    # (docs/infer-dlrmv3.md); a Server request's lookups on their own, not with those of the requests
+    # behind it: its dense part starts sooner
+    server = job["scenario"] == "server"
+    sut = RequestSut(lg, model, log, tables, accuracy=mode == "accuracy", dense_workers=int(job["dense_workers"]),
+                     lookup_group=1 if server else LOOKUP_GROUP)
     qsl = lg.ConstructQSL(len(log), len(log), lambda _s: None, lambda _s: None)
     try:
         t0 = time.perf_counter()
@@ -350,7 +382,7 @@ def run_test(job: dict[str, Any]) -> dict[str, Any]:
                            f"{type(sut.error).__name__}: {sut.error}", ErrorCategory.RUN_FAILED)
     calls = np.array(sut.calls, dtype=np.int64).reshape(-1, 5)
     result: dict[str, Any] = {"test_s": test_s, "requests": int(calls[:, 0].sum()), "rows": int(calls[:, 1].sum()),
-                              "calls": int(calls.shape[0])}
+                              "calls": int(calls.shape[0]), "answered": len(sut.answered), "stages_ms": stage_times(np.array(sut.times))}
     if tables is not None:
         store = tables.store
         result.update({"reads": store.reads, "bytes_read": store.bytes_read, "read_s": store.read_s,
@@ -358,6 +390,21 @@ def run_test(job: dict[str, Any]) -> dict[str, Any]:
                        "table_hits": tables.table_hits.tolist(), "resident_bytes": tables.resident_bytes()})
         store.close()
     return result
+
+
+STAGES = ("queued", "lookups", "staged", "dense", "total")
+
+
+def stage_times(times: np.ndarray) -> dict[str, list[float]]:
+    """Where the requests' time went, from :attr:`RequestSut.times`: per stage (waiting for the lookup
+    thread, the lookups, waiting for the dense thread, the dense part and completion, issue to completion)
+    its p50, p99 and maximum in ms."""
+    if times.size == 0:
+        return {}
+    spans = np.diff(times, axis=1) * 1e3
+    spans = np.column_stack([spans, (times[:, -1] - times[:, 0]) * 1e3])
+    return {name: [float(np.percentile(col, 50)), float(np.percentile(col, 99)), float(col.max())]
+            for name, col in zip(STAGES, spans.T)}
 
 
 def worker_main(argv: list[str]) -> int:
@@ -477,7 +524,8 @@ class V3Report:
             self.twin_cost.describe(f"cost (twin, rows of {c.hstu.embedding_dim} fp32)"),
             self.official.describe("cost (official sizes, rows of 512 fp16, history of ~6.7k items)"),
             ("calibration: " + ", ".join(f"{k} {v * 1e3:.1f} ms per request" for k, v in self.calibration.items())
-             + f"; served in fp32, {c.threads} torch thread(s); requests in time order"),
+             + f"; served in fp32, {c.workers} request(s) at once in the dense stage, {c.threads} torch thread(s) "
+               f"each; requests in time order"),
             (f"predictions identical (memory vs every ssd variant), bit for bit, on {self.identical_requests} "
              f"requests"),
             (f"ssd tier: {self.table_rows:,} rows (item, category, album tables); cache {self.cache_rows:,} rows "
@@ -504,6 +552,8 @@ class V3Report:
             "REQ/S: requests (LoadGen's samples) per second. READS/Q: device reads per request; HIT: the cache's hit",
             "  rate over every row looked up; DEV QPS: the device probe's reads/s / READS/Q, the requests/s the device",
             "  alone allows. ACCURACY: NE, accuracy and GAUC each within 99.9% of the fp32 reference's.",
+            "  A Server request's time: queued (for the lookup thread), lookups, staged (for a dense worker), dense",
+            "  (and its completion), total (issued to completed).",
         ]
         ssd = [r for r in self.runs if "reads" in r.perf]
         mem = {r.scenario: r for r in self.runs if not r.variant.ssd}
@@ -514,6 +564,11 @@ class V3Report:
                              f"memory's requests/s")
         for r in self.runs:
             lines.append(f"  {r.variant.system} {r.scenario.value}: {r.metrics.summary()}; TEST08: {r.test08.brief()}")
+        for r in self.runs:
+            stages = r.perf.get("stages_ms") or {}
+            if r.scenario is Scenario.SERVER and stages:
+                lines.append(f"  {r.variant.system} server, a request's time (p50 / p99 / max ms): " + ", ".join(
+                    f"{name} {' / '.join(f'{x:.1f}' for x in stages[name])}" for name in STAGES))
         lines += [f"note: {n}" for n in self.notes]
         lines.append(f"results: {c.results} ({self.wall_s:.0f} s)")
         return "\n".join(lines)
@@ -596,7 +651,7 @@ def _run(config: V3Config, t_start: float, progress: Callable[[str], None]) -> V
                     "cache_rows": cache_rows, "policy": config.cache_policy.value,
                     "queue_depth": config.storage_queue_depth, "row_reader": config.row_reader.value,
                     "warm_rows": None if warm_file is None else str(warm_file), "quick": config.quick,
-                    "threads": config.threads, "data": dataclasses.asdict(config.data), "model": config.model}
+                    "threads": config.threads, "dense_workers": config.workers, "data": dataclasses.asdict(config.data), "model": config.model}
         runs = [_run_variant(config, v, scenario, calibration[v.name] if scenario is Scenario.SERVER
                              else min(calibration.values()), base_job, work, log, reference, notes,
                              progress)

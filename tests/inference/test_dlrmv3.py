@@ -157,11 +157,11 @@ def test_the_micro_twin_is_served_through_loadgen_end_to_end(tmp_path):
     through the real LoadGen, in the results tree the submission checker reads."""
     from harness.inference import dlrmv3_accuracy as acc
     from harness.inference.config import Scenario
-    from harness.inference.dlrmv3_serve import V3Config, run_dlrmv3
+    from harness.inference.dlrmv3_serve import STAGES, V3Config, run_dlrmv3
 
     results = tmp_path / "results"
     config = V3Config(quick=True, results=results, variant_kinds=("memory", "ssd"), data=DATA, model=MODEL,
-                      train_steps=4, cache_fraction=0.1, storage_queue_depth=8, server_qps=400.0)
+                      train_steps=4, cache_fraction=0.1, storage_queue_depth=8, server_qps=400.0, dense_workers=2)
     report = run_dlrmv3(config, progress=lambda _m: None)
     assert [(r.variant.name, r.scenario) for r in report.runs] == [
         ("memory", Scenario.OFFLINE), ("ssd", Scenario.OFFLINE), ("memory", Scenario.SERVER), ("ssd", Scenario.SERVER)]
@@ -176,6 +176,11 @@ def test_the_micro_twin_is_served_through_loadgen_end_to_end(tmp_path):
         assert r.metrics.requests == 96 < len(dlrmv3.RequestLog.generate(DATA))  # the first 96 in time order
         assert "TEST PASS" in (folder / "TEST08" / "verify_accuracy.txt").read_text() and r.test08.passed
         assert r.test08.matched > 0
+        # two dense workers: every request looked up is answered
+        assert r.perf["answered"] == r.perf["requests"] > 0
+        if r.scenario is Scenario.SERVER:
+            stages = r.perf["stages_ms"]
+            assert list(stages) == list(STAGES) and stages["total"][2] >= stages["dense"][2] > 0
         if r.variant.ssd:
             assert r.perf["reads"] > 0 and r.perf["reads"] == r.perf["misses"] and 0 < r.hit_rate < 1
     text = report.render()
