@@ -101,7 +101,8 @@ SCENARIOS = {"offline": (Scenario.OFFLINE,), "server": (Scenario.SERVER,), "both
               help="Rows per model call in Offline, about (whole users; Server answers each query, one user, "
                    "on its own).")
 @click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Torch intra-op threads (training and inference).")
+              help="Torch intra-op threads (training and inference); dlrm-v3 serves as many requests at once as "
+                   "the usable cores divided by this.")
 @click.option("--precision", type=click.Choice([p.value for p in Precision]), default=Precision.FP32.value,
               show_default=True,
               help="Train the served model in this precision, as harness run --precision does (the dense layers, the "
