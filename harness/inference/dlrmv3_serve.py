@@ -382,7 +382,8 @@ def run_test(job: dict[str, Any]) -> dict[str, Any]:
                            f"{type(sut.error).__name__}: {sut.error}", ErrorCategory.RUN_FAILED)
     calls = np.array(sut.calls, dtype=np.int64).reshape(-1, 5)
     result: dict[str, Any] = {"test_s": test_s, "requests": int(calls[:, 0].sum()), "rows": int(calls[:, 1].sum()),
-                              "calls": int(calls.shape[0]), "answered": len(sut.answered), "stages_ms": stage_times(np.array(sut.times))}
+                              "calls": int(calls.shape[0]), "answered": len(sut.answered),
+                              "stages_ms": stage_times(np.array(sut.times))}
     if tables is not None:
         store = tables.store
         result.update({"reads": store.reads, "bytes_read": store.bytes_read, "read_s": store.read_s,
@@ -397,7 +398,7 @@ STAGES = ("queued", "lookups", "staged", "dense", "total")
 
 def stage_times(times: np.ndarray) -> dict[str, list[float]]:
     """Where the requests' time went, from :attr:`RequestSut.times`: per stage (waiting for the lookup
-    thread, the lookups, waiting for the dense thread, the dense part and completion, issue to completion)
+    thread, the lookups, waiting for a dense worker, the dense part and completion, issue to completion)
     its p50, p99 and maximum in ms."""
     if times.size == 0:
         return {}
@@ -651,7 +652,8 @@ def _run(config: V3Config, t_start: float, progress: Callable[[str], None]) -> V
                     "cache_rows": cache_rows, "policy": config.cache_policy.value,
                     "queue_depth": config.storage_queue_depth, "row_reader": config.row_reader.value,
                     "warm_rows": None if warm_file is None else str(warm_file), "quick": config.quick,
-                    "threads": config.threads, "dense_workers": config.workers, "data": dataclasses.asdict(config.data), "model": config.model}
+                    "threads": config.threads, "dense_workers": config.workers,
+                    "data": dataclasses.asdict(config.data), "model": config.model}
         runs = [_run_variant(config, v, scenario, calibration[v.name] if scenario is Scenario.SERVER
                              else min(calibration.values()), base_job, work, log, reference, notes,
                              progress)
