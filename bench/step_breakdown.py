@@ -25,8 +25,10 @@ activities, ``record_shapes``, ``profile_memory``), each inside a ``record_funct
   largest names printed).
 
 The time of a step not inside any op (Python, NumPy, the autograd engine's bookkeeping) is
-charged to the region it falls in: the embedding forward, the embedding update, the dense
-optimizer, other backward nodes (autograd), or elsewhere (the forward's and the step's Python).
+charged to the region it falls in: the embedding forward, the embedding update (where it is built,
+the compiled row update of a bf16 table, ``harness/reference/models/_rowupdate.c``, is not a torch op:
+its time is counted here), the dense optimizer, other backward nodes (autograd), or elsewhere (the
+forward's and the step's Python).
 The rows add up to the profiled step's mean; the profiler's own cost is the ratio printed of
 that mean to the unprofiled steps' mean. The roofline column is ``bench/roofline.py``'s terms
 for the same shapes, measured in the same run: forward and backward GEMMs apart, the gather
@@ -70,7 +72,7 @@ GATHER, UPDATE = "embedding gather (forward lookup)", "embedding update (fused b
 INTER, OPT = "interaction (non-GEMM, fwd + bwd)", "dense optimizer (Adagrad step, zero_grad)"
 CASTS, ALLOC = "autocast casts (to, _to_copy, copy_)", "allocations (top-level empty/zeros/*_like)"
 ELEM, UNATTR = "dense elementwise + loss (relu, bias sums, BCE)", "unattributed ops"
-PY_GATHER, PY_UPDATE = "  not in ops: embedding forward (Python)", "  not in ops: embedding update (Python, NumPy)"
+PY_GATHER, PY_UPDATE = "  not in ops: embedding forward (Python)", "  not in ops: embedding update (Python, C, NumPy)"
 PY_OPT, PY_AUTOGRAD = "  not in ops: dense optimizer (Python)", "  not in ops: autograd engine (other nodes)"
 PY_ELSE = "  not in ops: elsewhere (forward + step Python)"
 OP_ROWS = (GEMM_FWD, GEMM_BWD, GATHER, UPDATE, INTER, OPT, CASTS, ALLOC, ELEM, UNATTR)

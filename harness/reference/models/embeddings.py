@@ -28,6 +28,7 @@ from torch import nn
 
 from harness.errors import ErrorCategory, HarnessError
 from harness.reference.data import counter_rng as rng
+from harness.reference.models import rowupdate
 from harness.reference.models.hugepages import empty_table
 from harness.reference.models.numerics import TableLayout, fused_layout, stochastic_round
 from harness.reference.models.numerics import workspace as _workspace
@@ -279,6 +280,17 @@ def _update_rows(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tensor, 
         # row, and cheaper than gathering the rows and scattering them back
         weight.index_add_(0, rows, _optimizer_delta(state, rows, grad, opt))
         return
+    # Adagrad on a bf16 table: one compiled pass over the rows where it is built (the same bits as below)
+    if opt.kind is SparseOptimizerKind.ADAGRAD and rowupdate.adagrad_bf16(
+            weight, state, rows, grad, bits[0].reshape(-1), bits[1], opt.learning_rate, opt.eps):
+        return
+    _update_rows_torch(weight, state, rows, grad, opt, bits)
+
+
+def _update_rows_torch(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tensor, grad: torch.Tensor,
+                       opt: SparseOptimizerConfig, bits: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """:func:`_update_rows` of a 16-bit weight in torch's operations (gather, widen, update, round,
+    scatter)."""
     new = _workspace("widened", grad)
     new.copy_(torch.index_select(weight, 0, rows, out=_workspace("narrow", new, weight.dtype)))
     if opt.kind is SparseOptimizerKind.ADAGRAD:
