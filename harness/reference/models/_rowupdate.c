@@ -11,8 +11,8 @@
  *
  * The arithmetic, element by element, as torch's CPU kernel (aten/src/ATen/native/cpu/
  * FusedAdagradKernel.cpp, fp32 at lr_decay 0 and step 1): state + g * g in one fused multiply-add
- * (torch's build contracts it: measured equal on every element, where the separately rounded form
- * differs on about 16%), then p - (lr * g) / (sqrt(state) + eps), each operation rounded once
+ * (torch's build contracts it: docs/performance.md, "The bf16 tables' update in one compiled pass"),
+ * then p - (lr * g) / (sqrt(state) + eps), each operation rounded once
  * (contraction off for everything else). Stochastic rounding: the fp32 bits plus bits 16..31 of
  * key * multiplier (int32, wrapping) with the highest flipped, the upper 16 bits kept.
  */
