@@ -38,7 +38,9 @@ architecture, batches and (in-memory) data; a step is forward + backward + optim
 Timings alternate between the models over several rounds (ours, plain fp32, plain bf16, then
 TorchRec, round after round) and report each one's median, so all see the same machine noise.
 
-**The roofline** (``bench/roofline.py``) is the limit of one step measured here in the same run:
+**The roofline** (``bench/roofline.py``) is the limit of one step measured here in the same run, once
+in every round beside the models (the machine's speed moves over seconds: a roofline measured once
+moved every fraction with it); the median round's is printed, with each round's figure:
 the time of the dense part's own GEMMs (every layer's forward and two backward multiplies and
 the interaction's, at the benchmark's batch, in the precision's compute type: fp32, bf16, or fp16
 on CUDA; each shape the median of 7 repetitions) plus the embedding bytes of a step at the
@@ -404,17 +406,22 @@ def table_dtype(session: TrainingSession) -> torch.dtype | None:
 
 
 def time_models(steps: dict[str, Callable[[Batch], object]], batches: list[Batch], rounds: int,
-                device) -> dict[str, float]:
+                device, roofline: Callable[[], Roofline] | None = None) -> tuple[dict[str, float], list[Roofline]]:
     """Median seconds per step of each of ``steps``, timed in turn round after round (after two
-    warm-up steps each), so that all see the same machine noise."""
+    warm-up steps each), so that all see the same machine noise; and ``roofline`` measured in each
+    round beside them (the machine's speed moves over seconds, and a roofline measured once moved
+    the fractions with it: docs/performance.md)."""
     for step in steps.values():
         for b in batches[:2]:
             step(b)
     times: dict[str, list[float]] = {name: [] for name in steps}
+    roofs: list[Roofline] = []
     for _ in range(rounds):
         for name, step in steps.items():
             times[name].append(time_steps(step, batches, device))
-    return {name: statistics.median(t) for name, t in times.items()}
+        if roofline is not None:
+            roofs.append(roofline())
+    return {name: statistics.median(t) for name, t in times.items()}, roofs
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -510,7 +517,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         labels["TorchRec"] = torchrec.LABEL
         step_fns["TorchRec"] = with_torch_defaults(torchrec.build(cfg, bc.lr, batches)[1])
-    seconds = time_models(step_fns, batches, args.rounds, device)
+    seconds, roofs = time_models(step_fns, batches, args.rounds, device, lambda: Roofline.measure(
+        cfg, bc.batch_size, [b.sparse for b in batches], precision, device))
     sps = {name: bc.batch_size / s for name, s in seconds.items()}
 
     if args.profile_step:
@@ -524,7 +532,10 @@ def main(argv: list[str] | None = None) -> None:
                                                   step_fns["plain bf16"], base_opt, plain.autocast, batches, device),
         })
 
-    print_results(labels, sps, Roofline.measure(cfg, bc.batch_size, [b.sparse for b in batches], precision, device))
+    by_speed = sorted(roofs, key=lambda r: r.samples_per_s)
+    print(f"roofline measured in each of the {len(roofs)} rounds, beside the models: "
+          + ", ".join(f"{r.samples_per_s:,.0f}" for r in roofs) + " samples/s; the median round's:")
+    print_results(labels, sps, by_speed[len(by_speed) // 2])
 
 
 if __name__ == "__main__":
