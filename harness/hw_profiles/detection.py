@@ -269,6 +269,11 @@ def _usable_cpus(logical: int) -> int:
         return logical
 
 
+def usable_cpus() -> int:
+    """The logical CPUs this process may run on (its affinity; the machine's count where unknown)."""
+    return _usable_cpus(os.cpu_count() or 1)
+
+
 def _sysconf_memory_bytes() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -317,7 +322,7 @@ def measure_memory_bandwidth(*, threads: int | None = None, megabytes: int = 128
     CPUs) copies its own ``megabytes`` array at once (numpy releases the GIL), the best of
     ``repeats``, read and written bytes counted, in bytes/s. About a second; the projection of the
     ``local`` profile asks for it, because no table knows a virtual machine's share of its host."""
-    threads = threads or _usable_cpus(os.cpu_count() or 1)
+    threads = threads or usable_cpus()
     n = megabytes * 2**20 // 8
     sources = [np.ones(n) for _ in range(threads)]
     targets = [np.empty(n) for _ in range(threads)]

@@ -19,18 +19,15 @@ from harness.rules.precision import Precision, parse_precision
 
 DEFAULT_RESULTS = Path("results")
 DEFAULT_STORAGE_LATENCY_US = 100.0  # a NAND-flash read; 3D XPoint (Optane) is about 10 us
-# reads in flight at once: an NVMe queue holds far more; this machine's virtio disk gave fio's
-# io_uring 69.6k random reads/s at 16 and 90.1k at 64, and the device probe 67-87k and 98-120k; on
-# 2026-12-05 the probe's medians 93k at 32, 101k at 64, 122k at 128, 104k at 256, and beside a
-# neighbour reading the same disk the SSD Server search passed 35 QPS at 64, 101-105 at 128
-# (docs/performance.md, "SDM levers")
+# reads in flight at once: an NVMe queue holds far more; this machine's disk read fastest at 128, also
+# beside a neighbour reading the same disk (measured: docs/performance.md, "SDM levers" and "Figures
+# behind the code's choices")
 DEFAULT_STORAGE_QUEUE_DEPTH = 128
 # The SSD variants' caches start warm with the training data's hottest rows, this share of them
-# pinned (never evicted), the rest under the cache's policy; --cold-cache starts them empty, as
-# before, nothing pinned. All of it: a query's reads fell with every share pinned (0.9: 542 a Server
-# query, 1.0: 519), and so did the lookups' CPU (nothing admitted or evicted); this benchmark serves
-# data drawn as its training data are, so a cache that adapts gains nothing (docs/performance.md,
-# "SDM levers"); a workload that drifts would leave a share to the policy (--pin-fraction 0.9)
+# pinned (never evicted), the rest under the cache's policy; --cold-cache starts them empty, nothing
+# pinned. All of it: a query's reads and the lookups' CPU fell with every share pinned, since this
+# benchmark serves data drawn as its training data are (docs/performance.md, "SDM levers"); a
+# workload that drifts would leave a share to the policy (--pin-fraction 0.9)
 DEFAULT_PIN_FRACTION = 1.0
 SYSTEM_PREFIX = "harness"
 VARIANT_KINDS = ("memory", "ssd", "ssd-latency")

@@ -49,6 +49,7 @@ import torch
 
 from harness.errors import EXIT_CODES, ErrorCategory, HarnessError, io_fault
 from harness.files import write_atomic
+from harness.hw_profiles.detection import usable_cpus
 from harness.inference import dlrmv3_accuracy as acc
 from harness.inference import mlperf
 from harness.inference.config import AGAIN, DEFAULT_RESULTS, Scenario, Variant, variants_for
@@ -132,11 +133,7 @@ class V3Config:
         """Requests in the dense stage at once, each on :attr:`threads` torch threads."""
         if self.dense_workers is not None:
             return self.dense_workers
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):
-            cores = os.cpu_count() or 1
-        return max(1, cores // self.threads)
+        return max(1, usable_cpus() // self.threads)
 
     @property
     def label(self) -> str | None:
