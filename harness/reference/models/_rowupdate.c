@@ -17,12 +17,36 @@
  * key * multiplier (int32, wrapping) with the highest flipped, the upper 16 bits kept.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #pragma GCC optimize("fp-contract=off")
 
-#define AHEAD 8 /* rows prefetched ahead */
+#ifndef AHEAD
+#define AHEAD 8
+#endif
+
+/* One row's update: w (bf16) and st (fp32 state) from its summed gradient g (fp32), rounded with key. */
+static inline void update_row(uint16_t *restrict w, float *restrict st, const float *restrict g, int64_t dim,
+                              uint32_t key, const int32_t *restrict multipliers, float lr, float eps)
+{
+    for (int64_t c = 0; c < dim; c++) {
+        uint32_t wb = (uint32_t)w[c] << 16;
+        float p;
+        memcpy(&p, &wb, 4);
+        float s = fmaf(g[c], g[c], st[c]);
+        st[c] = s;
+        float std = sqrtf(s) + eps;
+        p = p - (lr * g[c]) / std;
+        uint32_t pb;
+        memcpy(&pb, &p, 4);
+        int32_t prod = (int32_t)(key * (uint32_t)multipliers[c]);
+        uint32_t bits = (uint32_t)((prod >> 16) + 32768);
+        w[c] = (uint16_t)((pb + bits) >> 16);
+    }
+}
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 void rowupdate_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, const int64_t *rows, int64_t n,
@@ -42,19 +66,136 @@ void rowupdate_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, const i
             for (int64_t b = 0; b < dim * (int64_t)sizeof(float); b += 64)
                 __builtin_prefetch(sn + b, 1);
         }
-        for (int64_t c = 0; c < dim; c++) {
-            uint32_t wb = (uint32_t)w[c] << 16;
-            float p;
-            memcpy(&p, &wb, 4);
-            float s = fmaf(g[c], g[c], st[c]);
-            st[c] = s;
-            float std = sqrtf(s) + eps;
-            p = p - (lr * g[c]) / std;
-            uint32_t pb;
-            memcpy(&pb, &p, 4);
-            int32_t prod = (int32_t)(key * (uint32_t)multipliers[c]);
-            uint32_t bits = (uint32_t)((prod >> 16) + 32768);
-            w[c] = (uint16_t)((pb + bits) >> 16);
-        }
+        update_row(w, st, g, dim, key, multipliers, lr, eps);
     }
+}
+
+/* numerics._mix32: two xor-shift-multiply rounds and a last xor-shift, on 32 bits */
+static inline uint32_t mix32(uint32_t x)
+{
+    x = (x ^ (x >> 16)) * 0x45D9F3Bu;
+    x = (x ^ (x >> 16)) * 0x45D9F3Bu;
+    return x ^ (x >> 16);
+}
+
+/* What one thread of rowupdate_sum_adagrad_bf16 does: distinct rows lo .. hi - 1. */
+struct sum_job {
+    uint16_t *weight;
+    float *state;
+    int64_t dim, lo, hi, n, total;
+    const int64_t *rows, *starts, *grad_rows;
+    const void *grads;
+    int grads_bf16;
+    const int64_t *block_starts, *block_offsets;
+    const uint32_t *block_keys;
+    int64_t blocks;
+    const int32_t *multipliers;
+    float lr, eps;
+    float *sum; /* dim floats of this thread */
+};
+
+static inline void grad_row(float *restrict acc, const void *grads, int bf16, int64_t r, int64_t dim)
+{
+    if (bf16) {
+        const uint16_t *restrict g = (const uint16_t *)grads + r * dim;
+        for (int64_t c = 0; c < dim; c++) {
+            uint32_t b = (uint32_t)g[c] << 16;
+            float v;
+            memcpy(&v, &b, 4);
+            acc[c] = acc[c] + v;
+        }
+    } else {
+        const float *restrict g = (const float *)grads + r * dim;
+        for (int64_t c = 0; c < dim; c++)
+            acc[c] = acc[c] + g[c];
+    }
+}
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void sum_update_range(const struct sum_job *j)
+{
+    const int64_t dim = j->dim;
+    const size_t gsize = j->grads_bf16 ? 2 : 4;
+    int64_t b = 0; /* the block of the current row: rows ascend, so it only moves forward */
+    if (j->lo < j->hi)
+        while (b + 1 < j->blocks && j->rows[j->lo] >= j->block_starts[b + 1])
+            b++;
+    for (int64_t i = j->lo; i < j->hi; i++) {
+        const int64_t row = j->rows[i];
+        const int64_t s0 = j->starts[i], s1 = i + 1 < j->n ? j->starts[i + 1] : j->total;
+        if (i + AHEAD < j->hi) { /* the rows, their state and their gradients' rows, early */
+            const int64_t ra = j->rows[i + AHEAD];
+            const char *wn = (const char *)(j->weight + ra * dim), *sn = (const char *)(j->state + ra * dim);
+            for (int64_t x = 0; x < dim * (int64_t)sizeof(uint16_t); x += 64)
+                __builtin_prefetch(wn + x, 1);
+            for (int64_t x = 0; x < dim * (int64_t)sizeof(float); x += 64)
+                __builtin_prefetch(sn + x, 1);
+            const char *gn = (const char *)j->grads + j->grad_rows[j->starts[i + AHEAD]] * dim * gsize;
+            for (int64_t x = 0; x < dim * (int64_t)gsize; x += 64)
+                __builtin_prefetch(gn + x, 0);
+        }
+        float *restrict acc = j->sum;
+        memset(acc, 0, (size_t)dim * sizeof(float)); /* as embedding_bag's sum: from zero, in the ids' order */
+        for (int64_t k = s0; k < s1; k++)
+            grad_row(acc, j->grads, j->grads_bf16, j->grad_rows[k], dim);
+        while (b + 1 < j->blocks && row >= j->block_starts[b + 1])
+            b++;
+        uint32_t local = (uint32_t)(row - j->block_starts[b] + j->block_offsets[b]);
+        uint32_t key = mix32(local ^ j->block_keys[b]);
+        update_row(j->weight + row * dim, j->state + row * dim, acc, dim, key, j->multipliers, j->lr, j->eps);
+    }
+}
+
+static void *sum_update_thread(void *arg)
+{
+    sum_update_range((const struct sum_job *)arg);
+    return NULL;
+}
+
+#define MAX_THREADS 64
+
+/* Per distinct row rows[i] (ascending), the sum of gradient rows grad_rows[starts[i] .. starts[i + 1] - 1]
+ * of grads (fp32, or bf16 widened exactly: grads_bf16), added in that order from zero as torch's
+ * embedding_bag sums a bag, then the row's Adagrad update and stochastic rounding as above, its key the
+ * numerics.TableLayout.keys of a layout whose rows each have an index below 2**32 in their table:
+ * mix32(local row ^ its table's key), the local row rows[i] - block_starts[b] + block_offsets[b] of the
+ * block b that holds it. The distinct rows are split among `threads` threads, each its own contiguous
+ * part: no row is touched by two, and every value is the same whatever the split. Returns 0, or -1 where
+ * memory or a thread could not be had (nothing was written then: the caller runs the torch path). */
+int rowupdate_sum_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, const int64_t *rows, int64_t n,
+                               const int64_t *starts, int64_t total, const int64_t *grad_rows, const void *grads,
+                               int grads_bf16, const int64_t *block_starts, const int64_t *block_offsets,
+                               const uint32_t *block_keys, int64_t blocks, const int32_t *multipliers, float lr,
+                               float eps, int threads)
+{
+    if (threads < 1)
+        threads = 1;
+    if (threads > MAX_THREADS)
+        threads = MAX_THREADS;
+    if (threads > 1 && n < 4096 * (int64_t)threads) /* small updates: a thread costs more than it saves */
+        threads = (int)(n / 4096) > 1 ? (int)(n / 4096) : 1;
+    struct sum_job jobs[MAX_THREADS];
+    pthread_t tids[MAX_THREADS];
+    float *sums = malloc((size_t)threads * (size_t)(dim + 16) * sizeof(float));
+    if (sums == NULL)
+        return -1;
+    for (int t = 0; t < threads; t++) {
+        struct sum_job j = {weight, state, dim, n * t / threads, n * (t + 1) / threads, n, total, rows, starts,
+                            grad_rows, grads, grads_bf16, block_starts, block_offsets, block_keys, blocks,
+                            multipliers, lr, eps, sums + (size_t)t * (size_t)(dim + 16)};
+        jobs[t] = j;
+    }
+    int started = 0;
+    for (int t = 1; t < threads; t++) {
+        if (pthread_create(&tids[t], NULL, sum_update_thread, &jobs[t]) != 0)
+            break;
+        started = t;
+    }
+    for (int t = started + 1; t < threads; t++) /* threads that could not start: their parts run here */
+        sum_update_range(&jobs[t]);
+    sum_update_range(&jobs[0]);
+    for (int t = 1; t <= started; t++)
+        pthread_join(tids[t], NULL);
+    free(sums);
+    return 0;
 }

@@ -30,7 +30,7 @@ from harness.errors import ErrorCategory, HarnessError
 from harness.reference.data import counter_rng as rng
 from harness.reference.models import rowupdate
 from harness.reference.models.hugepages import empty_table
-from harness.reference.models.numerics import TableLayout, fused_layout, stochastic_round
+from harness.reference.models.numerics import TableLayout, column_multipliers, fused_layout, stochastic_round
 from harness.reference.models.numerics import workspace as _workspace
 from harness.reference.timing import phases
 from harness.rules.specs import EmbeddingOptimizer
@@ -308,19 +308,24 @@ def update_from_bags(weight: torch.Tensor, state: torch.Tensor, ids: torch.Tenso
     once, so the sums are never written to memory as a whole (for a multi-hot batch they are
     tens of MB, and passing them through memory twice costs more than the sums). The same
     values, bit for bit, as the three calls one after another (every row's sum and update is
-    made alike)."""
+    made alike). ``bag_grads`` of a 16-bit type are summed and applied in fp32 alike (widened
+    exactly; the compiled update of a bf16 table reads bf16 gradients as they are)."""
     flat = ids.reshape(-1)
     grads = bag_grads.reshape(bag_grads.shape[0], -1)
     if flat.numel() == 0:
         return
     seg = _segments(flat)
     if seg is None or opt is None:
+        grads = widened(grads)
         unique_ids, summed = coalesce_bags(flat, bag_of_id, grads)
         sparse_update(weight, state, unique_ids, unscale(summed, grad_unscale), opt, rounding)
         return
     unique_ids, order, starts = seg
     rows = order if bag_of_id is None else bag_of_id.reshape(-1).index_select(0, order)
     width = grads.shape[1]
+    if _fused_sum_update(weight, state, unique_ids, starts, rows, grads, opt, rounding, grad_unscale):
+        return
+    grads = widened(grads)
     parts = [grads[:, c : c + _SEGMENT_COLUMNS].contiguous() for c in range(0, width, _SEGMENT_COLUMNS)]
     bits = _rounding_bits(weight, unique_ids, rounding)
     block = _update_block(weight)
@@ -340,6 +345,35 @@ def update_from_bags(weight: torch.Tensor, state: torch.Tensor, ids: torch.Tenso
                                                                                      mode="sum")
         _update_rows(weight, state, unique_ids[a:b], unscale(summed, grad_unscale), opt,
                      None if bits is None else (bits[0][a:b], bits[1]))
+
+
+def widened(grads: torch.Tensor) -> torch.Tensor:
+    """``grads`` in fp32: as they are, or 16-bit ones widened (exactly) into a buffer kept from step
+    to step (a fresh one costs more in page faults than the conversion)."""
+    if grads.dtype == torch.float32:
+        return grads
+    return _workspace("pooled_grad", grads, torch.float32).copy_(grads)
+
+
+def _fused_sum_update(weight: torch.Tensor, state: torch.Tensor, unique_ids: torch.Tensor, starts: torch.Tensor,
+                      grad_rows: torch.Tensor, grads: torch.Tensor, opt: SparseOptimizerConfig,
+                      rounding: tuple[TableLayout, int] | None, grad_unscale: float | None) -> bool:
+    """:func:`update_from_bags`' sums and Adagrad update of a bf16 table in one compiled pass
+    (:func:`rowupdate.sum_adagrad_bf16`: the same values, bit for bit, as the blocks below); False
+    where it does not apply (another optimizer or type, a scaled loss, a layout whose keys it does
+    not compute, the library not built). On one thread: the pass waits on memory, not arithmetic,
+    and a second thread beside torch's own slowed the whole step (measured: docs/performance.md,
+    "Figures behind the code's choices")."""
+    if (opt.kind is not SparseOptimizerKind.ADAGRAD or weight.dtype != torch.bfloat16 or rounding is None
+            or grad_unscale is not None):
+        return False
+    layout, step = rounding
+    key_blocks = layout.key_blocks(step)
+    if key_blocks is None:
+        return False
+    return rowupdate.sum_adagrad_bf16(weight, state, unique_ids, starts, grad_rows, grads, key_blocks,
+                                      column_multipliers(layout.col_offset, weight.shape[1]), opt.learning_rate,
+                                      opt.eps, threads=1)
 
 
 def _optimizer_delta(state: torch.Tensor, rows: torch.Tensor, grad: torch.Tensor,
@@ -417,10 +451,10 @@ class _FusedLookup(torch.autograd.Function):
     def backward(ctx, grad_pooled: torch.Tensor):
         (ids,) = ctx.saved_tensors
         owner: FusedEmbeddingCollection = ctx.owner
-        # summed and applied in fp32 whatever the tables' type; widened into a buffer kept from
-        # step to step (a fresh one costs more in page faults than the conversion)
+        # summed and applied in fp32 whatever the tables' type (widened where it is used: the compiled
+        # update of a bf16 table reads the bf16 gradients as they are, half the bytes)
         with phases.CLOCK.phase(phases.EMBEDDING_BACKWARD):
-            owner._update_from_pooled(ids, _workspace("pooled_grad", grad_pooled, torch.float32).copy_(grad_pooled))
+            owner._update_from_pooled(ids, grad_pooled.contiguous())
         return None, None, None
 
 
@@ -523,7 +557,8 @@ class FusedEmbeddingCollection(nn.Module):
         return (torch.arange(batch, device=ids.device).unsqueeze(1) * len(self.pooling) + self.column_feature).reshape(-1)
 
     def _update_from_pooled(self, ids: torch.Tensor, grad_pooled: torch.Tensor) -> None:
-        """Apply the fused optimizer with the pooled gradients ``grad_pooled`` (fp32) of ``ids``."""
+        """Apply the fused optimizer with the pooled gradients ``grad_pooled`` (the pooled output's
+        type) of ``ids``."""
         update_from_bags(self.weight.data, self.optimizer_state, ids.reshape(-1), self._bags(ids),
                          grad_pooled.reshape(-1, grad_pooled.shape[-1]), self.optimizer,
                          (self.layout, self.update_step), self.grad_unscale)

@@ -224,6 +224,17 @@ class TableLayout:
         offsets = self.row_offsets or (0,) * len(self.tables)
         return all(o + r <= 1 << 32 for o, r in zip(offsets, self.block_rows))
 
+    def key_blocks(self, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """What :meth:`keys` needs of the layout at ``step``, for a kernel that computes the keys itself
+        (``harness/reference/models/_rowupdate.c``): the blocks' first local rows and the end (int64,
+        one more than the blocks), their ``row_offsets`` (int64) and their tables' keys (int32 of
+        :func:`_table_keys`' bits): a row's key is ``mix32(local ^ its table's key)``. None where a row
+        has an index of 2**32 or more in its table (:meth:`keys` mixes its high bits too)."""
+        if not self._short_tables:
+            return None
+        starts, tables, offsets = self._tensors
+        return starts, offsets, _to_int32(_table_keys(self.seed, step, tables.clone()))
+
     def keys(self, rows: torch.Tensor, step: int) -> torch.Tensor:
         """The ``U x 1`` keys of local rows ``rows`` at ``step`` (:func:`row_keys`' values)."""
         starts, tables, offsets = (t.to(rows.device) for t in self._tensors)

@@ -29,6 +29,13 @@ def compiled() -> ctypes.CDLL | None:
     fn.restype = None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
                    ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float, ctypes.c_float]
+    fused = getattr(lib, "rowupdate_sum_adagrad_bf16", None)
+    if fused is not None:
+        fused.restype = ctypes.c_int
+        fused.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
+                          ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
+                          ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                          ctypes.c_float, ctypes.c_float, ctypes.c_int]
     return lib
 
 
@@ -54,3 +61,47 @@ def adagrad_bf16(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tensor, 
         lib.rowupdate_adagrad_bf16(weight.data_ptr(), state.data_ptr(), cols, rows.data_ptr(), rows.numel(),
                                    grad.data_ptr(), keys.data_ptr(), multipliers.data_ptr(), lr, eps)
     return True
+
+
+def sum_adagrad_bf16(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor,
+                     grad_rows: torch.Tensor, grads: torch.Tensor,
+                     key_blocks: tuple[torch.Tensor, torch.Tensor, torch.Tensor], multipliers: torch.Tensor,
+                     lr: float, eps: float, threads: int) -> bool:
+    """The sum of each distinct row's gradients and its Adagrad update in one pass, on ``threads``
+    threads: for the ``U`` ascending distinct ``rows`` of a bf16 ``weight`` (``N x C``, fp32
+    ``state`` alike), row ``rows[i]``'s gradient is the sum of rows ``grad_rows[starts[i] ..
+    starts[i + 1] - 1]`` of ``grads`` (``M x C``, fp32 or bf16), added in that order as
+    ``embedding_bag`` sums a bag; then :func:`adagrad_bf16`'s update, each row's key computed from
+    ``key_blocks`` (:meth:`~harness.reference.models.numerics.TableLayout.key_blocks`). What
+    ``embeddings.update_from_bags``' other paths compute, bit for bit, without the sums' and the keys'
+    passes through memory. False (nothing done) where the library lacks it, the tensors are not laid
+    out as it reads them, or it could not get its memory or threads."""
+    lib = compiled()
+    fn = None if lib is None else getattr(lib, "rowupdate_sum_adagrad_bf16", None)
+    cols = weight.shape[1] if weight.dim() == 2 else -1
+    block_starts, block_offsets, block_keys = key_blocks
+    if (fn is None or weight.dtype != torch.bfloat16 or state.dtype != torch.float32 or state.shape != weight.shape
+            or grads.dtype not in (torch.float32, torch.bfloat16) or grads.dim() != 2 or grads.shape[1] != cols
+            or rows.dtype != torch.int64 or starts.dtype != torch.int64 or grad_rows.dtype != torch.int64
+            or starts.numel() != rows.numel() or multipliers.dtype != torch.int32 or multipliers.numel() != cols
+            or block_starts.dtype != torch.int64 or block_offsets.dtype != torch.int64
+            or block_keys.dtype != torch.int32 or block_starts.numel() != block_keys.numel() + 1
+            or block_offsets.numel() != block_keys.numel()
+            or any(t.device.type != "cpu" or not t.is_contiguous()
+                   for t in (weight, state, rows, starts, grad_rows, grads, multipliers, block_starts,
+                             block_offsets, block_keys))):
+        return False
+    n = rows.numel()
+    if n == 0:
+        return True
+    if int(rows.min()) < 0 or int(rows.max()) >= min(weight.shape[0], int(block_starts[-1])):
+        raise IndexError(f"rows out of the table's {weight.shape[0]} rows")
+    if not bool((rows[1:] > rows[:-1]).all()):
+        raise ValueError("the rows of a fused sum and update must ascend, each once")
+    if (int(starts[0]) < 0 or int(starts[-1]) > grad_rows.numel() or not bool((starts[1:] >= starts[:-1]).all())
+            or (grad_rows.numel() and (int(grad_rows.min()) < 0 or int(grad_rows.max()) >= grads.shape[0]))):
+        raise IndexError(f"segments out of the {grad_rows.numel()} gradient rows or the {grads.shape[0]} given")
+    return fn(weight.data_ptr(), state.data_ptr(), cols, rows.data_ptr(), n, starts.data_ptr(), grad_rows.numel(),
+              grad_rows.data_ptr(), grads.data_ptr(), int(grads.dtype == torch.bfloat16), block_starts.data_ptr(),
+              block_offsets.data_ptr(), block_keys.data_ptr(), block_keys.numel(), multipliers.data_ptr(), lr, eps,
+              max(1, int(threads))) == 0

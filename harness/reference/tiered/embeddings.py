@@ -30,6 +30,7 @@ from harness.reference.models.embeddings import (
     distinct,
     sparse_update,
     unscale,
+    widened,
 )
 from harness.reference.planner.types import RowReader
 from harness.reference.tiered.cache import CachePolicy, RowCache
@@ -146,7 +147,7 @@ class TieredEmbeddingCollection(FusedEmbeddingCollection):
     def _update_from_pooled(self, ids: torch.Tensor, grad_pooled: torch.Tensor) -> None:
         """The update of the slots ``ids`` looked up; 16-bit tables round with the bits of the
         slots' rows (their place in the tables), as the tables in memory do."""
-        slots, grad = self._coalesce_pooled(ids, grad_pooled)
+        slots, grad = self._coalesce_pooled(ids, widened(grad_pooled))
         sparse_update(self.weight.data, self.optimizer_state, slots, unscale(grad, self.grad_unscale), self.optimizer,
                       (self.layout, self.update_step), key_rows=self.cache.slot_row.index_select(0, slots))
         self.cache.mark_dirty(slots)

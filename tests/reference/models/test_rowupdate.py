@@ -39,24 +39,80 @@ def test_the_compiled_update_is_the_torch_path_bit_for_bit(cols, col_offset):
     assert torch.equal(w_c[untouched].view(torch.int16), weight[untouched].view(torch.int16))
 
 
-def test_training_updates_go_through_it_and_equal_the_torch_path(monkeypatch):
-    """``update_from_bags`` (a training step's update: duplicate ids summed, then the rows updated)
-    with and without the compiled pass."""
-    weight, state, g = _tables(3000, 16, seed=5)
-    ids = torch.randint(0, 3000, (4000,), generator=g)
-    bag_grads = torch.randn(4000, 16, generator=g)
-    opt = E.SparseOptimizerConfig(E.SparseOptimizerKind.ADAGRAD, 0.1, 1e-8)
-    layout = TableLayout(seed=3, tables=(0,), block_rows=(3000,))
+def _three_paths(monkeypatch, run, wanted_threads):
+    """``run()`` (an update of fresh copies, returning them) through the fused sum and update (on
+    ``wanted_threads``; the threads the caller asked for are recorded), through the blocks with the
+    compiled row update, and through torch's operations alone."""
     calls = []
-    real = rowupdate.adagrad_bf16
-    monkeypatch.setattr(rowupdate, "adagrad_bf16", lambda *a: calls.append(1) or real(*a))
-    w_c, s_c = weight.clone(), state.clone()
-    E.update_from_bags(w_c, s_c, ids, None, bag_grads, opt, (layout, 4))
-    assert calls
+    real = rowupdate.sum_adagrad_bf16
+
+    def fused_pass(*args, threads: int) -> bool:
+        calls.append(threads)
+        return real(*args, threads=wanted_threads)
+
+    monkeypatch.setattr(rowupdate, "sum_adagrad_bf16", fused_pass)
+    fused = run()
+    assert calls, "the fused sum and update did not run"
+    monkeypatch.setattr(E, "_fused_sum_update", lambda *a: False)
+    blocks = run()
     monkeypatch.setattr(rowupdate, "adagrad_bf16", lambda *a: False)  # as where it is not built
-    w_t, s_t = weight.clone(), state.clone()
-    E.update_from_bags(w_t, s_t, ids, None, bag_grads, opt, (layout, 4))
-    assert torch.equal(s_c, s_t) and torch.equal(w_c.view(torch.int16), w_t.view(torch.int16))
+    return fused, blocks, run(), calls
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("cols,col_offset,pooled,grad_dtype", [
+    (64, 0, False, torch.bfloat16), (64, 0, True, torch.float32), (40, 24, True, torch.bfloat16),
+    (7, 3, False, torch.float32),
+])
+def test_training_updates_are_the_same_through_every_path(monkeypatch, threads, cols, col_offset, pooled, grad_dtype):
+    """``update_from_bags`` (a training step's update: each distinct row's gradients summed, then the
+    rows updated) fused in one compiled pass (on one or two threads), in blocks with the compiled row
+    update, and in torch's operations: the same weights and state, bit for bit. Three tables (the
+    rows' keys depend on the table and the row in it), duplicates, one id per bag or three."""
+    weight, state, g = _tables(20_000, cols, seed=cols + threads)
+    layout = TableLayout(seed=7, tables=(4, 0, 9), block_rows=(5_000, 7_000, 8_000), col_offset=col_offset)
+    ids = torch.randint(0, 20_000, (30_000,), generator=g)  # ~15,500 distinct: both threads have rows
+    bags = torch.arange(10_000).repeat_interleave(3) if pooled else None
+    bag_grads = (torch.randn(10_000 if pooled else 30_000, cols, generator=g) * 0.1).to(grad_dtype)
+    opt = E.SparseOptimizerConfig(E.SparseOptimizerKind.ADAGRAD, 0.05, 1e-8)
+
+    def run():
+        w, s = weight.clone(), state.clone()
+        E.update_from_bags(w, s, ids, bags, bag_grads, opt, (layout, 12))
+        return w, s
+
+    (w_f, s_f), (w_b, s_b), (w_t, s_t), calls = _three_paths(monkeypatch, run, threads)
+    assert calls == [1]  # what the training path asks for
+    assert torch.equal(s_f, s_b) and torch.equal(s_f, s_t)
+    assert torch.equal(w_f.view(torch.int16), w_b.view(torch.int16))
+    assert torch.equal(w_f.view(torch.int16), w_t.view(torch.int16))
+    touched = torch.zeros(20_000, dtype=torch.bool)
+    touched[ids] = True
+    assert (w_f[touched] != weight[touched]).any(dim=1).float().mean() > 0.9
+    assert torch.equal(w_f[~touched].view(torch.int16), weight[~touched].view(torch.int16))
+    assert torch.equal(s_f[~touched], state[~touched])
+
+
+def test_the_fused_pass_refuses_rows_it_cannot_read():
+    weight, state, _ = _tables(100, 8, seed=2)
+    layout = TableLayout(seed=1, tables=(0,), block_rows=(100,))
+    grads, mult, blocks = torch.ones(4, 8), torch.ones(8, dtype=torch.int32), layout.key_blocks(0)
+    starts, grad_rows = torch.tensor([0, 2]), torch.tensor([0, 1, 2, 3])
+    args = (grads, blocks, mult, 0.1, 1e-8, 2)
+    with pytest.raises(ValueError, match="ascend"):
+        rowupdate.sum_adagrad_bf16(weight, state, torch.tensor([5, 3]), starts, grad_rows, *args)
+    with pytest.raises(IndexError):
+        rowupdate.sum_adagrad_bf16(weight, state, torch.tensor([5, 100]), starts, grad_rows, *args)
+    with pytest.raises(IndexError):
+        rowupdate.sum_adagrad_bf16(weight, state, torch.tensor([5, 7]), starts, torch.tensor([0, 1, 2, 4]), *args)
+    with pytest.raises(IndexError):
+        rowupdate.sum_adagrad_bf16(weight, state, torch.tensor([5, 7]), torch.tensor([0, 5]), grad_rows, *args)
+    assert not rowupdate.sum_adagrad_bf16(weight.float(), state, torch.tensor([5, 7]), starts, grad_rows, *args)
+    assert not rowupdate.sum_adagrad_bf16(weight, state, torch.tensor([5, 7]), starts, grad_rows,
+                                          grads.t().contiguous().t(), *args[1:])
+    before = weight.clone()
+    assert rowupdate.sum_adagrad_bf16(weight, state, torch.tensor([5, 7]), starts, grad_rows, *args)
+    assert (weight[[5, 7]] != before[[5, 7]]).all()
 
 
 def test_it_declines_what_it_does_not_read():
