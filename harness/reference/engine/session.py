@@ -48,6 +48,7 @@ from harness.mllog import keys
 from harness.reference.data import open_dataset
 from harness.reference.data.batches import Batch
 from harness.reference.data.datasets import Samples, step_batches
+from harness.reference.engine import heap
 from harness.reference.engine.build import (
     dense_optimizer,
     eval_split_bytes,
@@ -202,6 +203,7 @@ class TrainingSession:
     """
 
     def __init__(self, config: RunConfig, *, dataset: Samples | None = None):
+        heap.keep_freed_heap()  # a step's transient tensors reuse the heap, not fresh pages (heap.py)
         self.config = config
         self.spec: BenchmarkSpec = config.benchmark
         self.hyperparameters: dict[str, Any] = dict(config.hyperparameters)
