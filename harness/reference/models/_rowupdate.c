@@ -1,9 +1,10 @@
-/* Row-wise Adagrad on a bf16 table, one pass per row: the row widened to fp32, its fp32 state and the
+/* Adagrad on a bf16 table's rows, one pass per row: the row widened to fp32, its fp32 state and the
  * weights updated as torch's fused Adagrad kernel updates them, the result rounded stochastically back
  * to bf16 with the bits harness.reference.models.numerics draws. The same values, bit for bit, as
  * harness.reference.models.embeddings._update_rows' torch path (index_select of the rows and their
  * state, torch._fused_adagrad_, random_bits, index_copy_ of both), which makes eight passes over the
- * rows where this makes one.
+ * rows where this makes one. rowupdate_sum_adagrad_bf16 also sums each row's gradients in the same pass
+ * and computes its rounding key (the update_from_bags path: no block of sums nor any key in memory).
  *
  * A plain C library (no Python API), built at install as the optional extension
  * harness.reference.models._rowupdate (setup.py) and loaded with ctypes by

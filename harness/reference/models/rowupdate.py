@@ -1,9 +1,10 @@
-"""Adagrad on a bf16 table's rows in one compiled pass (``_rowupdate.c``): :func:`adagrad_bf16`.
+"""Adagrad on a bf16 table's rows in one compiled pass (``_rowupdate.c``): :func:`adagrad_bf16` (the
+rows' summed gradients given), :func:`sum_adagrad_bf16` (each row's gradients summed in the same pass).
 
 A plain C library built at install as the optional extension ``harness.reference.models._rowupdate``
 (``setup.py``) and loaded with ctypes; where it is missing (no C compiler at install) or refuses to
-load, :func:`adagrad_bf16` returns False and the caller runs the torch path, which computes the same
-values bit for bit (``tests/reference/models/test_rowupdate.py``).
+load, both return False and the caller runs the torch path, which computes the same values bit for bit
+(``tests/reference/models/test_rowupdate.py``).
 """
 
 from __future__ import annotations
