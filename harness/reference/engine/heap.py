@@ -11,9 +11,9 @@ twice that threshold lies free there, so pages keep being returned and faulted b
 :func:`keep_freed_heap` fixes both for the process (``mallopt``): allocations up to 32 MB (glibc's
 own ceiling for the dynamic threshold) come from the heap, and up to 512 MB freed at its top stays
 there, for the next step to reuse. What PyTorch's CPU performance guides reach with jemalloc or
-tcmalloc through ``LD_PRELOAD``, with the allocator the process already has. Measured (docs/
-performance.md, "The allocator's policy"): the small config's step 26-31 ms against 32-44 ms,
-dcnv2's 201-202 ms against 212-231 ms. The tables are not concerned: they live in mappings of
+tcmalloc through ``LD_PRELOAD``, with the allocator the process already has; a step of the small
+config and of dcnv2 takes less time with it, and the default benchmark's score is lower (measured:
+docs/performance.md, "The allocator's policy"). The tables are not concerned: they live in mappings of
 their own (:mod:`harness.reference.models.hugepages`). It changes no value; the price is that up to
 512 MB of freed memory is held by the process instead of the kernel, below the peak a step reaches
 anyway. Off glibc it does nothing.
@@ -36,7 +36,7 @@ def keep_freed_heap() -> bool:
     """Set the process's glibc allocator as the module says (once; later calls return the first's
     answer). True where it was set: Linux with glibc, both settings accepted. The two go together:
     setting the trim threshold alone also stops glibc's raising of the mmap threshold, and every
-    allocation above 128 KB then gets fresh pages (a step twice as slow, measured)."""
+    allocation above 128 KB then gets fresh pages (a step twice as slow: docs/performance.md)."""
     if not sys.platform.startswith("linux"):
         return False
     try:
