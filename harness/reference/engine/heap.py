@@ -22,9 +22,9 @@ anyway. Off glibc it does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
-import sys
+
+from harness.reference.models import hugepages
 
 MMAP_THRESHOLD_BYTES = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit systems
 TRIM_THRESHOLD_BYTES = 512 << 20
@@ -37,12 +37,9 @@ def keep_freed_heap() -> bool:
     answer). True where it was set: Linux with glibc, both settings accepted. The two go together:
     setting the trim threshold alone also stops glibc's raising of the mmap threshold, and every
     allocation above 128 KB then gets fresh pages (a step twice as slow: docs/performance.md)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+    lib = hugepages.libc()
+    mallopt = None if lib is None else getattr(lib, "mallopt", None)  # musl has none
+    if mallopt is None:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int

@@ -39,15 +39,24 @@ _HUGE_PAGE = 2 << 20
 _MADV_HUGEPAGE = 14
 
 
-@functools.lru_cache(maxsize=1)
-def _madvise():
+@functools.cache
+def libc() -> ctypes.CDLL | None:
+    """This process's C library (Linux), None elsewhere or where it does not load. Also the
+    training engine's allocator policy's (:mod:`harness.reference.engine.heap`)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     except OSError:
         return None
-    fn = libc.madvise
+
+
+@functools.lru_cache(maxsize=1)
+def _madvise():
+    lib = libc()
+    if lib is None:
+        return None
+    fn = lib.madvise
     fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     fn.restype = ctypes.c_int
     return fn

@@ -95,10 +95,10 @@ def sum_adagrad_bf16(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tens
     n = rows.numel()
     if n == 0:
         return True
-    if int(rows.min()) < 0 or int(rows.max()) >= min(weight.shape[0], int(block_starts[-1])):
-        raise IndexError(f"rows out of the table's {weight.shape[0]} rows")
     if not bool((rows[1:] > rows[:-1]).all()):
         raise ValueError("the rows of a fused sum and update must ascend, each once")
+    if int(rows[0]) < 0 or int(rows[-1]) >= min(weight.shape[0], int(block_starts[-1])):  # ascending: the ends
+        raise IndexError(f"rows out of the table's {weight.shape[0]} rows")
     if (int(starts[0]) < 0 or int(starts[-1]) > grad_rows.numel() or not bool((starts[1:] >= starts[:-1]).all())
             or (grad_rows.numel() and (int(grad_rows.min()) < 0 or int(grad_rows.max()) >= grads.shape[0]))):
         raise IndexError(f"segments out of the {grad_rows.numel()} gradient rows or the {grads.shape[0]} given")
