@@ -95,47 +95,58 @@ def distinct(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 
     Every step needs the distinct rows of its ids (to sum duplicate gradients, and for the
     row cache), and on CPU ``torch.unique`` sorts them with a comparison sort that, for one
-    batch of the default benchmark, costs a large share of the step. Here each id is
-    packed with its position (``row << bits | position``, distinct keys, so any sort is a
-    stable one) and the keys are sorted by NumPy's vectorised sort, several times faster
-    (measured: docs/performance.md, "Figures behind the code's choices"); positions then give
-    the inverse. Other devices, and ids too large to pack, use
-    ``torch.unique``.
+    batch of the default benchmark, costs a large share of the step. Here the ids are sorted
+    stably with their positions (:func:`_sorted_segments`); positions then give the inverse.
+    Other devices, and ids too large to pack, use ``torch.unique``.
     """
-    flat = ids.reshape(-1)
-    n = flat.numel()
-    bits = max(1, (n - 1).bit_length())
-    if ids.device.type != "cpu" or n == 0 or int(flat.max()) >= 1 << (62 - bits) or int(flat.min()) < 0:
+    seg = _sorted_segments(ids, with_inverse=True)
+    if seg is None:
         unique, inverse, counts = torch.unique(ids, sorted=True, return_inverse=True, return_counts=True)
         return unique, inverse, counts
-    keys = np.sort((flat.numpy() << bits) | np.arange(n, dtype=np.int64))
-    rows = keys >> bits
-    first = np.empty(n, dtype=bool)
-    first[0] = True
-    np.not_equal(rows[1:], rows[:-1], out=first[1:])
-    inverse = np.empty(n, dtype=np.int64)
-    inverse[keys & ((1 << bits) - 1)] = np.cumsum(first) - 1
-    starts = np.flatnonzero(first)
-    return (torch.from_numpy(rows[starts]), torch.from_numpy(inverse).reshape(ids.shape),
-            torch.from_numpy(np.diff(starts, append=n)))
+    unique, _, starts, inverse = seg
+    assert inverse is not None
+    return unique, inverse.reshape(ids.shape), torch.diff(starts, append=torch.tensor([ids.numel()]))
 
 
 def _segments(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """On CPU: the sorted distinct ids, the positions of ``ids`` in that order (stable: each id's
     positions ascending) and where each distinct id's positions start; None where
     :func:`distinct` would use ``torch.unique`` (another device, ids too large to pack)."""
+    seg = _sorted_segments(ids, with_inverse=False)
+    return None if seg is None else seg[:3]
+
+
+def _sorted_segments(ids: torch.Tensor,
+                     with_inverse: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
+    """:func:`rowupdate.segments` of the CPU ``ids`` (flattened): the compiled radix sort, or where
+    the library is missing each id packed with its position (``row << bits | position``, distinct
+    keys, so any sort is a stable one) and the keys sorted by NumPy (both several times faster than
+    ``torch.unique``'s comparison sort: docs/performance.md, "Figures behind the code's choices").
+    None on another device, or where an id is negative or too large to pack."""
     flat = ids.reshape(-1)
     n = flat.numel()
     bits = max(1, (n - 1).bit_length())
-    if ids.device.type != "cpu" or n == 0 or int(flat.max()) >= 1 << (62 - bits) or int(flat.min()) < 0:
+    if ids.device.type != "cpu" or n == 0:
         return None
+    top = int(flat.max())
+    if top >= 1 << (62 - bits) or int(flat.min()) < 0:
+        return None
+    seg = rowupdate.segments(flat.contiguous(), top, with_inverse)
+    if seg is not None:
+        return seg
     keys = np.sort((flat.numpy() << bits) | np.arange(n, dtype=np.int64))
     rows = keys >> bits
     first = np.empty(n, dtype=bool)
     first[0] = True
     np.not_equal(rows[1:], rows[:-1], out=first[1:])
     starts = np.flatnonzero(first)
-    return (torch.from_numpy(rows[starts]), torch.from_numpy(keys & ((1 << bits) - 1)), torch.from_numpy(starts))
+    order = keys & ((1 << bits) - 1)
+    inverse = None
+    if with_inverse:
+        inverse = np.empty(n, dtype=np.int64)
+        inverse[order] = np.cumsum(first) - 1
+    return (torch.from_numpy(rows[starts]), torch.from_numpy(order), torch.from_numpy(starts),
+            None if inverse is None else torch.from_numpy(inverse))
 
 
 _SEGMENT_COLUMNS = 64  # torch's CPU embedding_bag's fast path stops at 64 floats (measured: docs/performance.md)

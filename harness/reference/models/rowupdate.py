@@ -1,9 +1,10 @@
 """Adagrad on a bf16 table's rows in one compiled pass (``_rowupdate.c``): :func:`adagrad_bf16` (the
-rows' summed gradients given), :func:`sum_adagrad_bf16` (each row's gradients summed in the same pass).
+rows' summed gradients given), :func:`sum_adagrad_bf16` (each row's gradients summed in the same pass);
+and :func:`segments`, the sort of a batch's ids that every sparse update starts from.
 
 A plain C library built at install as the optional extension ``harness.reference.models._rowupdate``
 (``setup.py``) and loaded with ctypes; where it is missing (no C compiler at install) or refuses to
-load, both return False and the caller runs the torch path, which computes the same values bit for bit
+load, they return False (None) and the caller runs the torch (NumPy) path, which computes the same values bit for bit
 (``tests/reference/models/test_rowupdate.py``).
 """
 
@@ -37,6 +38,11 @@ def compiled() -> ctypes.CDLL | None:
                           ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                           ctypes.c_float, ctypes.c_float, ctypes.c_int]
+    segments_fn = getattr(lib, "rowupdate_segments", None)
+    if segments_fn is not None:
+        segments_fn.restype = ctypes.c_int64
+        segments_fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                ctypes.c_void_p, ctypes.c_void_p]
     return lib
 
 
@@ -106,3 +112,25 @@ def sum_adagrad_bf16(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tens
               grad_rows.data_ptr(), grads.data_ptr(), int(grads.dtype == torch.bfloat16), block_starts.data_ptr(),
               block_offsets.data_ptr(), block_keys.data_ptr(), block_keys.numel(), multipliers.data_ptr(), lr, eps,
               max(1, int(threads))) == 0
+
+
+def segments(ids: torch.Tensor, max_id: int,
+             with_inverse: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None] | None:
+    """The segments of the flat CPU int64 ``ids`` (none negative, none above ``max_id``) by a stable
+    radix sort: the distinct ids ascending, the positions of ``ids`` in sorted order (each id's
+    positions ascending), where each distinct id's positions start in that order, and (``with_inverse``)
+    each position's index among the distinct ids. What sorting the keys ``id << b | position`` gives,
+    in two or three passes over the ids instead of a comparison sort (measured: docs/performance.md,
+    "Figures behind the code's choices"). None where the library lacks it or could not get its memory."""
+    lib = compiled()
+    fn = None if lib is None else getattr(lib, "rowupdate_segments", None)
+    if fn is None or ids.dtype != torch.int64 or ids.device.type != "cpu" or not ids.is_contiguous():
+        return None
+    n = ids.numel()
+    order, unique, starts = (torch.empty(n, dtype=torch.int64) for _ in range(3))
+    inverse = torch.empty(n, dtype=torch.int64) if with_inverse else None
+    count = fn(ids.data_ptr(), n, max(1, int(max_id).bit_length()), order.data_ptr(), unique.data_ptr(),
+               starts.data_ptr(), None if inverse is None else inverse.data_ptr())
+    if count < 0:
+        return None
+    return unique[:count], order, starts[:count], inverse

@@ -125,3 +125,25 @@ def test_it_declines_what_it_does_not_read():
     assert not rowupdate.adagrad_bf16(weight, state, rows, grad.t().contiguous().t(), keys, mult, 0.1, 1e-8)
     with pytest.raises(IndexError):
         rowupdate.adagrad_bf16(weight, state, torch.tensor([1, 10]), grad, keys, mult, 0.1, 1e-8)
+
+
+@pytest.mark.parametrize("n,high", [(1, 1), (9, 3), (20_000, 5_200_000), (3_000, 2**40)])
+def test_the_radix_segments_are_the_sorted_keys_segments(monkeypatch, n, high):
+    """The compiled radix sort of a batch's ids (two passes for rows below 2**22, four for 2**40) gives
+    what the NumPy sort of the packed keys gives: the distinct ids, the stable order of the positions,
+    the segments' starts and the inverse; ``distinct`` is ``torch.unique`` through both."""
+    ids = torch.randint(0, high, (n,), generator=torch.Generator().manual_seed(n))
+    compiled = E._sorted_segments(ids, with_inverse=True)
+    assert compiled is not None and rowupdate.segments(ids, int(ids.max())) is not None
+    monkeypatch.setattr(rowupdate, "segments", lambda *a: None)  # as where the library is not built
+    numpy_path = E._sorted_segments(ids, with_inverse=True)
+    assert numpy_path is not None
+    for c, p in zip(compiled, numpy_path):
+        assert c is not None and p is not None and c.dtype == torch.int64 and torch.equal(c, p)
+    unique, order, starts, _ = compiled
+    assert torch.equal(order, torch.sort(ids, stable=True).indices)
+    assert torch.equal(ids[order[starts]], unique)
+    monkeypatch.undo()
+    expected = torch.unique(ids, sorted=True, return_inverse=True, return_counts=True)
+    for e, g in zip(expected, E.distinct(ids)):
+        assert torch.equal(g, e)
