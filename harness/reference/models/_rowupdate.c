@@ -18,7 +18,6 @@
  * key * multiplier (int32, wrapping) with the highest flipped, the upper 16 bits kept.
  */
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,12 +146,6 @@ static void sum_update_range(const struct sum_job *j)
     }
 }
 
-static void *sum_update_thread(void *arg)
-{
-    sum_update_range((const struct sum_job *)arg);
-    return NULL;
-}
-
 #define MAX_THREADS 64
 
 /* Per distinct row rows[i] (ascending), the sum of gradient rows grad_rows[starts[i] .. starts[i + 1] - 1]
@@ -160,9 +153,10 @@ static void *sum_update_thread(void *arg)
  * embedding_bag sums a bag, then the row's Adagrad update and stochastic rounding as above, its key the
  * numerics.TableLayout.keys of a layout whose rows each have an index below 2**32 in their table:
  * mix32(local row ^ its table's key), the local row rows[i] - block_starts[b] + block_offsets[b] of the
- * block b that holds it. The distinct rows are split among `threads` threads, each its own contiguous
- * part: no row is touched by two, and every value is the same whatever the split. Returns 0, or -1 where
- * memory or a thread could not be had (nothing was written then: the caller runs the torch path). */
+ * block b that holds it. The distinct rows are split among `threads` OpenMP threads (torch's own, where
+ * built with -fopenmp and loaded after torch; without OpenMP, all on the calling thread), each its own
+ * contiguous part: no row is touched by two, and every value is the same whatever the split. Returns 0,
+ * or -1 where memory could not be had (nothing was written then: the caller runs the torch path). */
 int rowupdate_sum_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, const int64_t *rows, int64_t n,
                                const int64_t *starts, int64_t total, const int64_t *grad_rows, const void *grads,
                                int grads_bf16, const int64_t *block_starts, const int64_t *block_offsets,
@@ -176,7 +170,6 @@ int rowupdate_sum_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, cons
     if (threads > 1 && n < 4096 * (int64_t)threads) /* small updates: a thread costs more than it saves */
         threads = (int)(n / 4096) > 1 ? (int)(n / 4096) : 1;
     struct sum_job jobs[MAX_THREADS];
-    pthread_t tids[MAX_THREADS];
     float *sums = malloc((size_t)threads * (size_t)(dim + 16) * sizeof(float));
     if (sums == NULL)
         return -1;
@@ -186,17 +179,9 @@ int rowupdate_sum_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, cons
                             multipliers, lr, eps, sums + (size_t)t * (size_t)(dim + 16)};
         jobs[t] = j;
     }
-    int started = 0;
-    for (int t = 1; t < threads; t++) {
-        if (pthread_create(&tids[t], NULL, sum_update_thread, &jobs[t]) != 0)
-            break;
-        started = t;
-    }
-    for (int t = started + 1; t < threads; t++) /* threads that could not start: their parts run here */
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+    for (int t = 0; t < threads; t++) /* on torch's OpenMP threads (setup.py: -fopenmp) */
         sum_update_range(&jobs[t]);
-    sum_update_range(&jobs[0]);
-    for (int t = 1; t <= started; t++)
-        pthread_join(tids[t], NULL);
     free(sums);
     return 0;
 }
@@ -269,4 +254,25 @@ int64_t rowupdate_segments(const int64_t *ids, int64_t n, int bits, int64_t *ord
     free(keys);
     free(positions);
     return u;
+}
+
+/* dst[i] = src[ids[i]] for rows of row_bytes bytes (the forward lookup of one id per feature), each row's
+ * lines fetched AHEAD rows early (the rows are spread over a large table), on `threads` OpenMP threads.
+ * The ids are the caller's to check: every one in the table. */
+void rowupdate_gather_rows(const char *src, int64_t row_bytes, const int64_t *ids, int64_t n, char *dst,
+                           int threads)
+{
+    if (threads < 1)
+        threads = 1;
+    if (n < 4096 * (int64_t)threads) /* small lookups: a thread costs more than it saves */
+        threads = (int)(n / 4096) > 1 ? (int)(n / 4096) : 1;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        if (i + 2 * AHEAD < n) {
+            const char *p = src + ids[i + 2 * AHEAD] * row_bytes;
+            for (int64_t b = 0; b < row_bytes; b += 64)
+                __builtin_prefetch(p + b, 0);
+        }
+        memcpy(dst + i * row_bytes, src + ids[i] * row_bytes, (size_t)row_bytes);
+    }
 }

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
 
 from harness.reference.data.batches import NUM_DENSE, Batch
+from harness.reference.models import dotkernel
 from harness.reference.models.embeddings import (
     FusedEmbeddingCollection,
     GroupedEmbeddingCollection,
@@ -171,8 +173,27 @@ class InteractionArch(nn.Module):
             arch = InteractionArch(num_sparse=3)
             arch(torch.rand(2, 8), torch.rand(2, 3, 8)).shape  # torch.Size([2, 14])
         """
+        if dotkernel.applies(dense, sparse):
+            return cast(torch.Tensor, _CompiledDots.apply(dense, sparse))
         z = torch.cat([dense.unsqueeze(1), sparse], dim=1)
         return torch.cat([dense, _PairwiseDots.apply(z, self.pairs, self.mirror)], dim=1)
+
+
+class _CompiledDots(torch.autograd.Function):
+    """The interaction of bf16 vectors on a CPU in one compiled pass each way
+    (:mod:`~harness.reference.models.dotkernel`): the same output and gradients as the concatenations
+    and :class:`_PairwiseDots` within a bf16 rounding (its sums in one fixed order; where torch's batched
+    matmul sums in that order too, as with AVX512-BF16 without AMX, bit for bit)."""
+
+    @staticmethod
+    def forward(ctx, dense: torch.Tensor, sparse: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(dense, sparse)
+        return dotkernel.forward(dense, sparse)
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        dense, sparse = ctx.saved_tensors
+        return dotkernel.backward(dense, sparse, grad_out)
 
 
 class InteractionDCNArch(nn.Module):

@@ -372,9 +372,9 @@ def _fused_sum_update(weight: torch.Tensor, state: torch.Tensor, unique_ids: tor
     """:func:`update_from_bags`' sums and Adagrad update of a bf16 table in one compiled pass
     (:func:`rowupdate.sum_adagrad_bf16`: the same values, bit for bit, as the blocks below); False
     where it does not apply (another optimizer or type, a scaled loss, a layout whose keys it does
-    not compute, the library not built). On one thread: the pass waits on memory, not arithmetic,
-    and a second thread beside torch's own slowed the whole step (measured: docs/performance.md,
-    "Figures behind the code's choices")."""
+    not compute, the library not built). On torch's threads (its OpenMP threads, which the library
+    shares: threads of its own beside torch's slowed the step, its share of torch's faster:
+    docs/performance.md, "Figures behind the code's choices")."""
     if (opt.kind is not SparseOptimizerKind.ADAGRAD or weight.dtype != torch.bfloat16 or rounding is None
             or grad_unscale is not None):
         return False
@@ -384,7 +384,7 @@ def _fused_sum_update(weight: torch.Tensor, state: torch.Tensor, unique_ids: tor
         return False
     return rowupdate.sum_adagrad_bf16(weight, state, unique_ids, starts, grad_rows, grads, key_blocks,
                                       column_multipliers(layout.col_offset, weight.shape[1]), opt.learning_rate,
-                                      opt.eps, threads=1)
+                                      opt.eps, threads=torch.get_num_threads())
 
 
 def _optimizer_delta(state: torch.Tensor, rows: torch.Tensor, grad: torch.Tensor,
@@ -547,7 +547,9 @@ class FusedEmbeddingCollection(nn.Module):
         """Rows ``ids`` (``B x L``) of ``weight``, sum-pooled per feature: ``B x F x D``."""
         batch = ids.shape[0]
         if self._one_hot:
-            return weight.index_select(0, ids.reshape(-1)).view(batch, ids.shape[1], -1)
+            flat = ids.reshape(-1)
+            rows = rowupdate.gather_rows(weight, flat)
+            return (weight.index_select(0, flat) if rows is None else rows).view(batch, ids.shape[1], -1)
         # one bag per (sample, feature), as nn.EmbeddingBag does it, without a B x L x D copy
         starts = torch.tensor((0, *self.pooling[:-1]), device=ids.device).cumsum(0)
         offsets = (torch.arange(batch, device=ids.device).unsqueeze(1) * ids.shape[1] + starts).reshape(-1)

@@ -1,6 +1,7 @@
 """Adagrad on a bf16 table's rows in one compiled pass (``_rowupdate.c``): :func:`adagrad_bf16` (the
 rows' summed gradients given), :func:`sum_adagrad_bf16` (each row's gradients summed in the same pass);
-and :func:`segments`, the sort of a batch's ids that every sparse update starts from.
+:func:`segments`, the sort of a batch's ids that every sparse update starts from; and
+:func:`gather_rows`, the forward lookup of one id per feature.
 
 A plain C library built at install as the optional extension ``harness.reference.models._rowupdate``
 (``setup.py``) and loaded with ctypes; where it is missing (no C compiler at install) or refuses to
@@ -12,21 +13,18 @@ from __future__ import annotations
 
 import ctypes
 import functools
-from pathlib import Path
 
 import torch
+
+from harness.reference.models import clib
 
 
 @functools.cache
 def compiled() -> ctypes.CDLL | None:
     """The compiled library, or None where it was not built or does not load."""
-    found = sorted(Path(__file__).resolve().parent.glob("_rowupdate*.so"))
-    if not found:
-        return None
-    try:
-        lib = ctypes.CDLL(str(found[0]))
-        fn = lib.rowupdate_adagrad_bf16
-    except (OSError, AttributeError):
+    lib = clib.load("_rowupdate")
+    fn = None if lib is None else getattr(lib, "rowupdate_adagrad_bf16", None)
+    if lib is None or fn is None:
         return None
     fn.restype = None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
@@ -43,6 +41,11 @@ def compiled() -> ctypes.CDLL | None:
         segments_fn.restype = ctypes.c_int64
         segments_fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
                                 ctypes.c_void_p, ctypes.c_void_p]
+    gather_fn = getattr(lib, "rowupdate_gather_rows", None)
+    if gather_fn is not None:
+        gather_fn.restype = None
+        gather_fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                              ctypes.c_int]
     return lib
 
 
@@ -134,3 +137,25 @@ def segments(ids: torch.Tensor, max_id: int,
     if count < 0:
         return None
     return unique[:count], order, starts[:count], inverse
+
+
+def gather_rows(weight: torch.Tensor, ids: torch.Tensor) -> torch.Tensor | None:
+    """``weight.index_select(0, ids)`` for a contiguous 2-D CPU ``weight`` and flat int64 ``ids``: each
+    row's lines fetched early, on torch's threads (faster on a large table: docs/performance.md,
+    "Figures behind the code's choices"). The same rows, byte for byte; an id outside the table raises
+    ``IndexError`` as ``index_select`` does. None where the library lacks it or the tensors are not laid
+    out as it reads them."""
+    lib = compiled()
+    fn = None if lib is None else getattr(lib, "rowupdate_gather_rows", None)
+    if (fn is None or weight.dim() != 2 or weight.device.type != "cpu" or not weight.is_contiguous()
+            or ids.dtype != torch.int64 or ids.dim() != 1 or ids.device.type != "cpu" or not ids.is_contiguous()):
+        return None
+    n = ids.numel()
+    out = torch.empty(n, weight.shape[1], dtype=weight.dtype)
+    if n == 0:
+        return out
+    if int(ids.min()) < 0 or int(ids.max()) >= weight.shape[0]:
+        raise IndexError(f"ids out of the table's {weight.shape[0]} rows")
+    fn(weight.data_ptr(), weight.shape[1] * weight.element_size(), ids.data_ptr(), n, out.data_ptr(),
+       torch.get_num_threads())
+    return out

@@ -147,3 +147,17 @@ def test_the_radix_segments_are_the_sorted_keys_segments(monkeypatch, n, high):
     expected = torch.unique(ids, sorted=True, return_inverse=True, return_counts=True)
     for e, g in zip(expected, E.distinct(ids)):
         assert torch.equal(g, e)
+
+
+@pytest.mark.parametrize("dtype,cols", [(torch.bfloat16, 64), (torch.float32, 7)])
+@pytest.mark.parametrize("n", [0, 5, 20_000])
+def test_the_gathered_rows_are_index_select_s(dtype, cols, n):
+    """The forward lookup's compiled gather (rows fetched early, on torch's threads: two where there are
+    more than 8,192 ids) gives ``index_select``'s rows byte for byte, and refuses an id outside the table."""
+    weight = torch.randn(30_000, cols, generator=torch.Generator().manual_seed(n)).to(dtype)
+    ids = torch.randint(0, 30_000, (n,), generator=torch.Generator().manual_seed(n + 1))
+    got = rowupdate.gather_rows(weight, ids)
+    assert got is not None and got.dtype == dtype and torch.equal(got, weight.index_select(0, ids))
+    with pytest.raises(IndexError):
+        rowupdate.gather_rows(weight, torch.tensor([0, 30_000]))
+    assert rowupdate.gather_rows(weight.t(), ids) is None  # not laid out as it reads them: index_select runs
