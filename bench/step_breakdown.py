@@ -25,16 +25,19 @@ activities, ``record_shapes``, ``profile_memory``), each inside a ``record_funct
   largest names printed).
 
 The time of a step not inside any op (Python, NumPy, the autograd engine's bookkeeping) is
-charged to the region it falls in: the embedding forward, the embedding update (where it is built,
-the compiled row update of a bf16 table, ``harness/reference/models/_rowupdate.c``, is not a torch op:
-its time is counted here), the dense optimizer, other backward nodes (autograd), or elsewhere (the
-forward's and the step's Python).
+charged to the region it falls in: the embedding forward (where it is built, the compiled gather of
+``harness/reference/models/_rowupdate.c`` is not a torch op: its time is counted here), the embedding
+update (the compiled row update of a bf16 table likewise), the interaction (its compiled pass,
+``harness/reference/models/_dotinteraction.c``, likewise), the dense optimizer, other backward nodes
+(autograd), or elsewhere (the forward's and the step's Python).
 The rows add up to the profiled step's mean; the profiler's own cost is the ratio printed of
 that mean to the unprofiled steps' mean. The roofline column is ``bench/roofline.py``'s terms
 for the same shapes, measured in the same run: forward and backward GEMMs apart, the gather
 bytes and the update bytes at copy bandwidth. The two embedding rows are set against their bytes with
-their time in no op added (their Python, NumPy and the compiled update, not a torch op): their ops
-alone would flatter them.
+their time in no op added (their Python, NumPy and compiled passes, not torch ops): their ops
+alone would flatter them. Where the dot interaction ran compiled, its multiplies are not torch GEMMs:
+their share of the roofline's GEMMs is set against the interaction's whole time instead, and the
+GEMM rows against the rest.
 """
 
 from __future__ import annotations
@@ -77,9 +80,11 @@ ELEM, UNATTR = "dense elementwise + loss (relu, bias sums, BCE)", "unattributed 
 PY_GATHER, PY_UPDATE = "  not in ops: embedding forward (Python)", "  not in ops: embedding update (Python, C, NumPy)"
 PY_OPT, PY_AUTOGRAD = "  not in ops: dense optimizer (Python)", "  not in ops: autograd engine (other nodes)"
 PY_ELSE = "  not in ops: elsewhere (forward + step Python)"
+PY_INTER = "  not in ops: interaction (compiled pass, Python)"
 OP_ROWS = (GEMM_FWD, GEMM_BWD, GATHER, UPDATE, INTER, OPT, CASTS, ALLOC, ELEM, UNATTR)
-OVERHEAD_ROWS = (PY_GATHER, PY_UPDATE, PY_OPT, PY_AUTOGRAD, PY_ELSE)
-OVERHEAD_OF = {"gather": PY_GATHER, "update": PY_UPDATE, "optimizer": PY_OPT, "backward": PY_AUTOGRAD}
+OVERHEAD_ROWS = (PY_GATHER, PY_UPDATE, PY_INTER, PY_OPT, PY_AUTOGRAD, PY_ELSE)
+OVERHEAD_OF = {"gather": PY_GATHER, "update": PY_UPDATE, "interaction": PY_INTER, "optimizer": PY_OPT,
+               "backward": PY_AUTOGRAD}
 
 
 @dataclass
@@ -91,6 +96,7 @@ class Breakdown:
     us: collections.Counter = field(default_factory=collections.Counter)
     allocations: float | None = None  # per step, from the profiler's memory events (None: not measured)
     allocated_bytes: float = 0.0
+    interaction_gemm_us: float = 0.0  # the interaction's multiplies run as torch ops (0 where it ran compiled)
     by_op: dict[str, collections.Counter] = field(default_factory=lambda: collections.defaultdict(collections.Counter))
 
     def ms(self, row: str) -> float:
@@ -159,6 +165,8 @@ def attribute(step: FunctionEvent, out: Breakdown) -> None:
             row = op_row(evt.name, region, backward) or UNATTR
             out.us[row] += us
             out.by_op[row][evt.name] += us
+            if region == "interaction" and evt.name in GEMM_OPS:
+                out.interaction_gemm_us += us
             return
         if evt.name.startswith(BACKWARD):
             backward = True
@@ -210,6 +218,7 @@ class RooflineTerms:
     gemm_bwd_ms: float
     gather_ms: float
     update_ms: float
+    interaction_gemm_ms: float = 0.0  # of the GEMMs above, the dot interaction's (forward and backward)
 
     @property
     def step_ms(self) -> float:
@@ -222,17 +231,30 @@ def roofline_terms(cfg, batch_size: int, sparse_batches, precision, device) -> R
     gemms, dtype = mlp_gemms(cfg, batch_size), gemm_dtype(precision, device)
     fwd_s, _ = gemm_time(gemms[0::3], device, dtype)
     bwd_s, _ = gemm_time([g for i, g in enumerate(gemms) if i % 3], device, dtype)
+    n = cfg.num_sparse + 1  # the dot interaction's: its three multiplies of one shape
+    inter = [g for g in gemms if g == (batch_size * n, cfg.embedding_dim, n)]
+    inter_s = gemm_time(inter, device, dtype)[0] if inter else 0.0
     bw, _ = copy_bandwidth(device)
     traffic = EmbeddingTraffic.of_batches(sparse_batches, cfg, precision)
-    return RooflineTerms(fwd_s * 1e3, bwd_s * 1e3, traffic.gather_bytes / bw * 1e3, traffic.update_bytes / bw * 1e3)
+    return RooflineTerms(fwd_s * 1e3, bwd_s * 1e3, traffic.gather_bytes / bw * 1e3, traffic.update_bytes / bw * 1e3,
+                         inter_s * 1e3)
 
 
 def print_table(bd: Breakdown, roof: RooflineTerms, plain_ms: float) -> None:
     step_ms = statistics.mean(bd.step_us) / 1e3
-    # the embeddings' rows are measured against their bytes with their time in no op included (their Python,
-    # NumPy and the compiled update, which is not a torch op): the ops alone would flatter them
-    with_py = {GATHER: bd.ms(GATHER) + bd.ms(PY_GATHER), UPDATE: bd.ms(UPDATE) + bd.ms(PY_UPDATE)}
+    # the embeddings' rows (and a compiled interaction's) are measured against their roofline with their time in
+    # no op included (their Python, NumPy and compiled passes, which are not torch ops): the ops alone would flatter
+    with_py = {GATHER: bd.ms(GATHER) + bd.ms(PY_GATHER), UPDATE: bd.ms(UPDATE) + bd.ms(PY_UPDATE),
+               INTER: bd.ms(INTER) + bd.ms(PY_INTER)}
     roof_of = {GEMM_FWD: roof.gemm_fwd_ms, GEMM_BWD: roof.gemm_bwd_ms, GATHER: roof.gather_ms, UPDATE: roof.update_ms}
+    # a dot interaction run compiled (harness/reference/models/dotkernel.py) makes its multiplies in its pass,
+    # not in torch ops: its share of the roofline's GEMMs moves to its row, set against its whole time
+    compiled_inter = roof.interaction_gemm_ms > 0 and bd.interaction_gemm_us == 0
+    inter_roof = roof.interaction_gemm_ms if compiled_inter else 0.0
+    if compiled_inter:
+        roof_of[INTER] = inter_roof
+        roof_of[GEMM_FWD] -= inter_roof / 3
+        roof_of[GEMM_BWD] -= 2 * inter_roof / 3
     print(f"{'ours: where a step goes':<50} {'ms/step':>8} {'of step':>8} {'roofline ms':>12} {'measured/roof':>14}")
 
     def line(row: str, ms: float) -> None:
@@ -250,9 +272,13 @@ def print_table(bd: Breakdown, roof: RooflineTerms, plain_ms: float) -> None:
     print(f"{'step (profiled mean; rows sum to it)':<50} {step_ms:8.2f} {1:8.1%} {roof.step_ms:12.2f} "
           f"{step_ms / roof.step_ms:13.2f}x")
     emb, roof_emb = with_py[GATHER] + with_py[UPDATE], roof.gather_ms + roof.update_ms
-    print(f"GEMMs {gemm:.2f} ms = {gemm / (roof.gemm_fwd_ms + roof.gemm_bwd_ms):.2f}x the roofline's "
-          f"{roof.gemm_fwd_ms + roof.gemm_bwd_ms:.2f}; embeddings {emb:.2f} ms (ops and their time in no op) = "
-          f"{emb / roof_emb:.2f}x its bytes' {roof_emb:.2f}")
+    roof_gemm = roof.gemm_fwd_ms + roof.gemm_bwd_ms - inter_roof
+    print(f"GEMMs {gemm:.2f} ms = {gemm / roof_gemm:.2f}x the roofline's {roof_gemm:.2f}"
+          f"{' (the dot interaction' + chr(39) + 's aside)' if compiled_inter else ''}; embeddings {emb:.2f} ms "
+          f"(ops and their time in no op) = {emb / roof_emb:.2f}x its bytes' {roof_emb:.2f}")
+    if compiled_inter:
+        print(f"the dot interaction ran compiled: its multiplies in its pass, {with_py[INTER]:.2f} ms with its "
+              f"ops = {with_py[INTER] / inter_roof:.2f}x its GEMMs' roofline {inter_roof:.2f}")
     for row, short in ((UPDATE, "embedding update"), (INTER, "interaction"), (ELEM, "elementwise"),
                        (UNATTR, "unattributed")):
         if bd.by_op[row]:
