@@ -192,20 +192,27 @@ int rowupdate_sum_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, cons
  * distinct ids ascending (unique) and where each one's positions start in order (starts); where inverse
  * is not NULL, inverse[p] is the index in unique of ids[p]. What sorting the keys id << b | position
  * gives (harness.reference.models.embeddings._segments' NumPy path), in two or three passes over the ids
- * instead of a comparison sort. Returns the number of distinct ids, or -1 where memory could not be had
- * (nothing written then). */
+ * instead of a comparison sort. Each pass on `threads` OpenMP threads, each thread a contiguous part of
+ * the pass's input, its elements placed after the earlier parts' within each digit: as stable as on one.
+ * Returns the number of distinct ids, or -1 where memory could not be had (nothing written then). */
 int64_t rowupdate_segments(const int64_t *ids, int64_t n, int bits, int64_t *order, int64_t *unique,
-                           int64_t *starts, int64_t *inverse)
+                           int64_t *starts, int64_t *inverse, int threads)
 {
     if (n <= 0)
         return 0;
     if (bits < 1)
         bits = 1;
+    if (threads < 1)
+        threads = 1;
+    if (threads > MAX_THREADS)
+        threads = MAX_THREADS;
+    if (n < 16384 * (int64_t)threads) /* small batches: a thread costs more than it saves */
+        threads = (int)(n / 16384) > 1 ? (int)(n / 16384) : 1;
     const int passes = (bits + 10) / 11;
     const int digit = (bits + passes - 1) / passes;
     const size_t buckets = (size_t)1 << digit;
     const int64_t mask = (int64_t)buckets - 1;
-    int64_t *count = calloc((size_t)passes * buckets, sizeof(int64_t));
+    int64_t *count = malloc((size_t)threads * buckets * sizeof(int64_t)); /* one pass's, each thread's */
     int64_t *keys = malloc(2 * (size_t)n * sizeof(int64_t));
     int64_t *positions = malloc((size_t)n * sizeof(int64_t));
     if (count == NULL || keys == NULL || positions == NULL) {
@@ -214,28 +221,34 @@ int64_t rowupdate_segments(const int64_t *ids, int64_t n, int bits, int64_t *ord
         free(positions);
         return -1;
     }
-    for (int64_t i = 0; i < n; i++)
-        for (int p = 0; p < passes; p++)
-            count[(size_t)p * buckets + (size_t)((ids[i] >> (p * digit)) & mask)]++;
-    for (int p = 0; p < passes; p++) { /* counts -> where each digit's run starts */
-        int64_t *c = count + (size_t)p * buckets, at = 0;
-        for (size_t d = 0; d < buckets; d++) {
-            int64_t k = c[d];
-            c[d] = at;
-            at += k;
-        }
-    }
     const int64_t *ksrc = ids, *psrc = NULL; /* the first pass's positions are 0 .. n - 1 */
     for (int p = 0; p < passes; p++) {
         int64_t *kdst = keys + (size_t)(p % 2) * (size_t)n;
         int64_t *pdst = (passes - 1 - p) % 2 == 0 ? order : positions; /* the last pass writes order */
-        int64_t *at = count + (size_t)p * buckets;
         const int shift = p * digit;
-        for (int64_t i = 0; i < n; i++) {
-            const int64_t v = ksrc[i];
-            const int64_t j = at[(v >> shift) & mask]++;
-            kdst[j] = v;
-            pdst[j] = psrc == NULL ? i : psrc[i];
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+        for (int t = 0; t < threads; t++) {
+            int64_t *c = count + (size_t)t * buckets;
+            memset(c, 0, buckets * sizeof(int64_t));
+            for (int64_t i = n * t / threads; i < n * (t + 1) / threads; i++)
+                c[(ksrc[i] >> shift) & mask]++;
+        }
+        int64_t at = 0; /* counts -> where each thread's run of each digit starts */
+        for (size_t d = 0; d < buckets; d++)
+            for (int t = 0; t < threads; t++) {
+                int64_t k = count[(size_t)t * buckets + d];
+                count[(size_t)t * buckets + d] = at;
+                at += k;
+            }
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+        for (int t = 0; t < threads; t++) {
+            int64_t *c = count + (size_t)t * buckets;
+            for (int64_t i = n * t / threads; i < n * (t + 1) / threads; i++) {
+                const int64_t v = ksrc[i];
+                const int64_t j = c[(v >> shift) & mask]++;
+                kdst[j] = v;
+                pdst[j] = psrc == NULL ? i : psrc[i];
+            }
         }
         ksrc = kdst;
         psrc = pdst;

@@ -40,7 +40,7 @@ def compiled() -> ctypes.CDLL | None:
     if segments_fn is not None:
         segments_fn.restype = ctypes.c_int64
         segments_fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                                ctypes.c_void_p, ctypes.c_void_p]
+                                ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
     gather_fn = getattr(lib, "rowupdate_gather_rows", None)
     if gather_fn is not None:
         gather_fn.restype = None
@@ -123,8 +123,9 @@ def segments(ids: torch.Tensor, max_id: int,
     radix sort: the distinct ids ascending, the positions of ``ids`` in sorted order (each id's
     positions ascending), where each distinct id's positions start in that order, and (``with_inverse``)
     each position's index among the distinct ids. What sorting the keys ``id << b | position`` gives,
-    in two or three passes over the ids instead of a comparison sort (measured: docs/performance.md,
-    "Figures behind the code's choices"). None where the library lacks it or could not get its memory."""
+    in two or three passes over the ids instead of a comparison sort, each on torch's threads (measured:
+    docs/performance.md, "Figures behind the code's choices"). None where the library lacks it or could
+    not get its memory."""
     lib = compiled()
     fn = None if lib is None else getattr(lib, "rowupdate_segments", None)
     if fn is None or ids.dtype != torch.int64 or ids.device.type != "cpu" or not ids.is_contiguous():
@@ -133,7 +134,7 @@ def segments(ids: torch.Tensor, max_id: int,
     order, unique, starts = (torch.empty(n, dtype=torch.int64) for _ in range(3))
     inverse = torch.empty(n, dtype=torch.int64) if with_inverse else None
     count = fn(ids.data_ptr(), n, max(1, int(max_id).bit_length()), order.data_ptr(), unique.data_ptr(),
-               starts.data_ptr(), None if inverse is None else inverse.data_ptr())
+               starts.data_ptr(), None if inverse is None else inverse.data_ptr(), torch.get_num_threads())
     if count < 0:
         return None
     return unique[:count], order, starts[:count], inverse

@@ -10,6 +10,16 @@ from harness.reference.models.dlrm import InteractionArch, _PairwiseDots
 pytestmark = pytest.mark.skipif(dotkernel.compiled() is None,
                                 reason="the compiled dot interaction was not built (no C compiler or OpenMP at install)")
 
+@pytest.fixture(autouse=True)
+def two_threads():
+    """Torch's threads at two (the suite runs on one: OMP_NUM_THREADS=1): the kernel splits the samples among
+    them (a thread for every 64 samples at most: the smaller shapes run on one)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
 # (batch, features, dim): the small config's; an even count of vectors; dims that are not a multiple of 32
 # (another packing) or of 64 (a part block); fewer samples than a thread's share
 SHAPES = [(300, 26, 64), (130, 3, 128), (70, 5, 16), (9, 2, 2), (1, 26, 64)]
