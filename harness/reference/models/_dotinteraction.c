@@ -63,6 +63,24 @@ struct job {
     int failed;
 };
 
+/* The next sample's inputs (its vectors; in backward its output gradient too), fetched while this one runs */
+static inline void prefetch_sample(const struct job *J, int64_t b, int with_grad)
+{
+    if (b >= J->hi)
+        return;
+    const int64_t d = J->dim, n = J->features + 1;
+    const char *e = (const char *)(J->sparse + b * J->features * d), *x = (const char *)(J->dense + b * d);
+    for (int64_t o = 0; o < J->features * d * 2; o += 64)
+        __builtin_prefetch(e + o, 0);
+    for (int64_t o = 0; o < d * 2; o += 64)
+        __builtin_prefetch(x + o, 0);
+    if (with_grad) {
+        const char *g = (const char *)(J->grad_out + b * (d + n * (n - 1) / 2));
+        for (int64_t o = 0; o < (d + n * (n - 1) / 2) * 2; o += 64)
+            __builtin_prefetch(g + o, 0);
+    }
+}
+
 /* Sizes of one sample's work: n vectors of dim values; np the vectors padded to 16 lanes; pairs. */
 #define VECTORS(j) ((j)->features + 1)
 #define PAIRS(n) ((n) * ((n) - 1) / 2)
@@ -189,6 +207,7 @@ static void forward_range(struct job *J)
         return;
     }
     for (int64_t b = J->lo; b < J->hi; b++) {
+        prefetch_sample(J, b + 1, 0);
 #ifdef HAVE_BF16_KERNEL
         if (J->bf16_kernel && d % 32 == 0)
             pack_columns_avx512(J, b, zp, np);
@@ -322,6 +341,7 @@ static void backward_range(struct job *J)
         return;
     }
     for (int64_t b = J->lo; b < J->hi; b++) {
+        prefetch_sample(J, b + 1, 1);
         pack_rows(J, b, zq, dp, sp, half_n);
         for (int64_t i0 = 0; i0 < n; i0 += IB) {
             for (int64_t c0 = 0; c0 < d; c0 += CB) {
