@@ -5,7 +5,7 @@
 table's rows in one pass, and the radix sort of a batch's ids, loaded by
 ``harness/reference/models/rowupdate.py``) and ``harness/reference/models/_dotinteraction.c`` (the dot
 interaction of bf16 vectors, loaded by ``harness/reference/models/dotkernel.py``) are built here when a C
-compiler (and, for the reader, the kernel's headers; for the interaction, OpenMP) is present;
+compiler (and, for the reader, the kernel's headers; for the models' two, OpenMP) is present;
 ``optional=True``: where one cannot be built the install goes on, the SSD tier reads with Python threads
 and says so, and the bf16 tables' update, the ids' sort and the interaction run in torch's (NumPy's)
 operations (the same values, or within a bf16 rounding for the interaction; slower).
