@@ -8,12 +8,13 @@ from harness.reference.models import dotkernel
 from harness.reference.models.dlrm import InteractionArch, _PairwiseDots
 
 pytestmark = pytest.mark.skipif(dotkernel.compiled() is None,
-                                reason="the compiled dot interaction was not built (no C compiler or OpenMP at install)")
+                                reason="the compiled dot interaction was not built (no compiler or OpenMP)")
+
 
 @pytest.fixture(autouse=True)
 def two_threads():
     """Torch's threads at two (the suite runs on one: OMP_NUM_THREADS=1): the kernel splits the samples among
-    them (a thread for every 64 samples at most: the smaller shapes run on one)."""
+    them (at least 64 samples a thread: the smaller shapes run on one)."""
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     yield
@@ -28,6 +29,7 @@ SHAPES = [(300, 26, 64), (130, 3, 128), (70, 5, 16), (9, 2, 2), (1, 26, 64)]
 def _inputs(batch, features, dim, seed, integers=False):
     g = torch.Generator().manual_seed(seed)
     width = dim + (features + 1) * features // 2
+
     def draw(*shape):
         if integers:  # small integers: every product and sum exact, so any order of additions gives the same bits
             return torch.randint(-3, 4, shape, generator=g).float()
