@@ -123,6 +123,14 @@ static void sum_update_range(const struct sum_job *j)
     for (int64_t i = j->lo; i < j->hi; i++) {
         const int64_t row = j->rows[i];
         const int64_t s0 = j->starts[i], s1 = i + 1 < j->n ? j->starts[i + 1] : j->total;
+        if (i + 4 * AHEAD < j->hi) { /* far ahead, into the second-level cache: more rows in flight */
+            const int64_t rf = j->rows[i + 4 * AHEAD];
+            const char *wf = (const char *)(j->weight + rf * dim), *sf = (const char *)(j->state + rf * dim);
+            for (int64_t x = 0; x < dim * (int64_t)sizeof(uint16_t); x += 64)
+                __builtin_prefetch(wf + x, 1, 2);
+            for (int64_t x = 0; x < dim * (int64_t)sizeof(float); x += 64)
+                __builtin_prefetch(sf + x, 1, 2);
+        }
         if (i + AHEAD < j->hi) { /* the rows, their state and their gradients' rows, early */
             const int64_t ra = j->rows[i + AHEAD];
             const char *wn = (const char *)(j->weight + ra * dim), *sn = (const char *)(j->state + ra * dim);
