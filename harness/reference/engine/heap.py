@@ -1,7 +1,7 @@
 """The C allocator's policy for a training process: transient tensors reuse the heap, not fresh pages.
 
-A CPU training step allocates and frees the same tensors every step (the small DLRM: about 220
-allocations, 105 MB a step). glibc serves an allocation above its mmap threshold with a fresh
+A CPU training step allocates and frees the same tensors every step (hundreds of them, tens of MB:
+``bench/step_breakdown.py`` prints a config's). glibc serves an allocation above its mmap threshold with a fresh
 mapping and unmaps it when freed, and returns freed memory at the heap's top to the kernel above
 its trim threshold; either way the next step's tensor of that size is new pages, each one faulted
 in and zeroed by the kernel on first touch. glibc raises the mmap threshold by itself as it sees

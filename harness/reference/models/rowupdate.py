@@ -24,7 +24,7 @@ def compiled() -> ctypes.CDLL | None:
     """The compiled library, or None where it was not built or does not load."""
     lib = clib.load("_rowupdate")
     fn = None if lib is None else getattr(lib, "rowupdate_adagrad_bf16", None)
-    if lib is None or fn is None:
+    if fn is None:
         return None
     fn.restype = None
     fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,

@@ -7,18 +7,11 @@ import torch
 from harness.reference.models import dotkernel
 from harness.reference.models.dlrm import InteractionArch, _PairwiseDots
 
-pytestmark = pytest.mark.skipif(dotkernel.compiled() is None,
-                                reason="the compiled dot interaction was not built (no compiler or OpenMP)")
-
-
-@pytest.fixture(autouse=True)
-def two_threads():
-    """Torch's threads at two (the suite runs on one: OMP_NUM_THREADS=1): the kernel splits the samples among
-    them (at least 64 samples a thread: the smaller shapes run on one)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
+# every test on two threads (conftest.py): the kernel splits the samples among them (at least 64 samples
+# a thread: the smaller shapes run on one)
+pytestmark = [pytest.mark.skipif(dotkernel.compiled() is None,
+                                 reason="the compiled dot interaction was not built (no compiler or OpenMP)"),
+              pytest.mark.usefixtures("two_threads")]
 
 
 # (batch, features, dim): the small config's; an even count of vectors; dims that are not a multiple of 32

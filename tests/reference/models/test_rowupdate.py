@@ -12,16 +12,6 @@ pytestmark = pytest.mark.skipif(rowupdate.compiled() is None,
                                 reason="the compiled row update was not built (no C compiler at install)")
 
 
-@pytest.fixture
-def two_threads():
-    """Torch's threads at two (the suite runs on one: OMP_NUM_THREADS=1), which the compiled sort and gather
-    take as theirs."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
-
-
 def _tables(rows: int, cols: int, seed: int):
     g = torch.Generator().manual_seed(seed)
     weight = (torch.randn(rows, cols, generator=g) * 0.05).to(torch.bfloat16)
