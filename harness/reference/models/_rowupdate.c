@@ -24,6 +24,8 @@
 
 #pragma GCC optimize("fp-contract=off")
 
+typedef float v16 __attribute__((vector_size(64), aligned(64)));
+
 #ifndef AHEAD
 #define AHEAD 8
 #endif
@@ -40,6 +42,54 @@ static inline void update_row(uint16_t *restrict w, float *restrict st, const fl
         st[c] = s;
         float std = sqrtf(s) + eps;
         p = p - (lr * g[c]) / std;
+        uint32_t pb;
+        memcpy(&pb, &p, 4);
+        int32_t prod = (int32_t)(key * (uint32_t)multipliers[c]);
+        uint32_t bits = (uint32_t)((prod >> 16) + 32768);
+        w[c] = (uint16_t)((pb + bits) >> 16);
+    }
+}
+
+/* Row-wise Adagrad's update of one row (FBGEMM's EXACT_ROWWISE_ADAGRAD: one accumulator st for the row):
+ * st += the mean of g's squares, then each value p + (g / (sqrt(st) + eps)) * -lr, rounded with key as
+ * above. The mean's sum runs in harness.reference.models.embeddings.row_mean_square's order: the squares
+ * folded in halves (value c plus value c + ceil(width / 2) while width > 1; the middle one of an odd
+ * width carried), then divided by dim. sq: dim floats of scratch. */
+static inline void update_row_rowwise(uint16_t *restrict w, float *restrict st, const float *restrict g,
+                                      int64_t dim, uint32_t key, const int32_t *restrict multipliers, float lr,
+                                      float eps, float *restrict sq)
+{
+    int64_t width = dim;
+    if (dim % 16 == 0 && (dim & (dim - 1)) == 0 && (uintptr_t)g % 64 == 0 && (uintptr_t)sq % 64 == 0) {
+        /* 16, 32, 64, ..: the halves are whole vectors down to 16 values */
+        const v16 *gv = (const v16 *)g;
+        v16 *v = (v16 *)sq;
+        for (int64_t k = 0; k < dim / 16; k++)
+            v[k] = gv[k] * gv[k];
+        for (int64_t n = dim / 16; n > 1;) {
+            n /= 2;
+            for (int64_t k = 0; k < n; k++)
+                v[k] = v[k] + v[k + n];
+        }
+        width = 16;
+    } else {
+        for (int64_t c = 0; c < dim; c++)
+            sq[c] = g[c] * g[c];
+    }
+    while (width > 1) {
+        const int64_t half = (width + 1) / 2;
+        for (int64_t c = 0; c < width - half; c++)
+            sq[c] = sq[c] + sq[c + half];
+        width = half;
+    }
+    const float s = *st + sq[0] / (float)dim;
+    *st = s;
+    const float denom = sqrtf(s) + eps, nlr = -lr;
+    for (int64_t c = 0; c < dim; c++) {
+        uint32_t wb = (uint32_t)w[c] << 16;
+        float p;
+        memcpy(&p, &wb, 4);
+        p = p + (g[c] / denom) * nlr;
         uint32_t pb;
         memcpy(&pb, &p, 4);
         int32_t prod = (int32_t)(key * (uint32_t)multipliers[c]);
@@ -91,7 +141,8 @@ struct sum_job {
     int64_t blocks;
     const int32_t *multipliers;
     float lr, eps;
-    float *sum; /* dim floats of this thread */
+    int rowwise; /* state: one value a row (row-wise Adagrad), else one a value */
+    float *sum; /* 2 x dim floats of this thread: the row's sum, and row-wise Adagrad's squares */
 };
 
 static inline void grad_row(float *restrict acc, const void *grads, int bf16, int64_t r, int64_t dim)
@@ -116,6 +167,7 @@ static void sum_update_range(const struct sum_job *j)
 {
     const int64_t dim = j->dim;
     const size_t gsize = j->grads_bf16 ? 2 : 4;
+    const int64_t sdim = j->rowwise ? 1 : dim; /* the state's values a row */
     int64_t b = 0; /* the block of the current row: rows ascend, so it only moves forward */
     if (j->lo < j->hi)
         while (b + 1 < j->blocks && j->rows[j->lo] >= j->block_starts[b + 1])
@@ -125,18 +177,18 @@ static void sum_update_range(const struct sum_job *j)
         const int64_t s0 = j->starts[i], s1 = i + 1 < j->n ? j->starts[i + 1] : j->total;
         if (i + 4 * AHEAD < j->hi) { /* far ahead, into the second-level cache: more rows in flight */
             const int64_t rf = j->rows[i + 4 * AHEAD];
-            const char *wf = (const char *)(j->weight + rf * dim), *sf = (const char *)(j->state + rf * dim);
+            const char *wf = (const char *)(j->weight + rf * dim), *sf = (const char *)(j->state + rf * sdim);
             for (int64_t x = 0; x < dim * (int64_t)sizeof(uint16_t); x += 64)
                 __builtin_prefetch(wf + x, 1, 2);
-            for (int64_t x = 0; x < dim * (int64_t)sizeof(float); x += 64)
+            for (int64_t x = 0; x < sdim * (int64_t)sizeof(float); x += 64)
                 __builtin_prefetch(sf + x, 1, 2);
         }
         if (i + AHEAD < j->hi) { /* the rows, their state and their gradients' rows, early */
             const int64_t ra = j->rows[i + AHEAD];
-            const char *wn = (const char *)(j->weight + ra * dim), *sn = (const char *)(j->state + ra * dim);
+            const char *wn = (const char *)(j->weight + ra * dim), *sn = (const char *)(j->state + ra * sdim);
             for (int64_t x = 0; x < dim * (int64_t)sizeof(uint16_t); x += 64)
                 __builtin_prefetch(wn + x, 1);
-            for (int64_t x = 0; x < dim * (int64_t)sizeof(float); x += 64)
+            for (int64_t x = 0; x < sdim * (int64_t)sizeof(float); x += 64)
                 __builtin_prefetch(sn + x, 1);
             const char *gn = (const char *)j->grads + j->grad_rows[j->starts[i + AHEAD]] * dim * gsize;
             for (int64_t x = 0; x < dim * (int64_t)gsize; x += 64)
@@ -150,7 +202,11 @@ static void sum_update_range(const struct sum_job *j)
             b++;
         uint32_t local = (uint32_t)(row - j->block_starts[b] + j->block_offsets[b]);
         uint32_t key = mix32(local ^ j->block_keys[b]);
-        update_row(j->weight + row * dim, j->state + row * dim, acc, dim, key, j->multipliers, j->lr, j->eps);
+        if (j->rowwise)
+            update_row_rowwise(j->weight + row * dim, j->state + row, acc, dim, key, j->multipliers, j->lr, j->eps,
+                               acc + dim);
+        else
+            update_row(j->weight + row * dim, j->state + row * dim, acc, dim, key, j->multipliers, j->lr, j->eps);
     }
 }
 
@@ -164,12 +220,13 @@ static void sum_update_range(const struct sum_job *j)
  * block b that holds it. The distinct rows are split among `threads` OpenMP threads (torch's own, where
  * built with -fopenmp and loaded after torch; without OpenMP, all on the calling thread), each its own
  * contiguous part: no row is touched by two, and every value is the same whatever the split. Returns 0,
- * or -1 where memory could not be had (nothing was written then: the caller runs the torch path). */
-int rowupdate_sum_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, const int64_t *rows, int64_t n,
+ * or -1 where memory could not be had (nothing was written then: the caller runs the torch path). With
+ * rowwise, state holds one value a row and each row's update is row-wise Adagrad's (update_row_rowwise). */
+static int sum_update(uint16_t *weight, float *state, int64_t dim, const int64_t *rows, int64_t n,
                                const int64_t *starts, int64_t total, const int64_t *grad_rows, const void *grads,
                                int grads_bf16, const int64_t *block_starts, const int64_t *block_offsets,
                                const uint32_t *block_keys, int64_t blocks, const int32_t *multipliers, float lr,
-                               float eps, int threads)
+                               float eps, int rowwise, int threads)
 {
     if (threads < 1)
         threads = 1;
@@ -178,13 +235,14 @@ int rowupdate_sum_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, cons
     if (threads > 1 && n < 4096 * (int64_t)threads) /* small updates: a thread costs more than it saves */
         threads = (int)(n / 4096) > 1 ? (int)(n / 4096) : 1;
     struct sum_job jobs[MAX_THREADS];
-    float *sums = malloc((size_t)threads * (size_t)(dim + 16) * sizeof(float));
+    const size_t per_thread = (size_t)(2 * dim + 16) * sizeof(float); /* a multiple of 64 bytes where dim is of 8 */
+    float *sums = aligned_alloc(64, ((size_t)threads * per_thread + 63) / 64 * 64);
     if (sums == NULL)
         return -1;
     for (int t = 0; t < threads; t++) {
         struct sum_job j = {weight, state, dim, n * t / threads, n * (t + 1) / threads, n, total, rows, starts,
                             grad_rows, grads, grads_bf16, block_starts, block_offsets, block_keys, blocks,
-                            multipliers, lr, eps, sums + (size_t)t * (size_t)(dim + 16)};
+                            multipliers, lr, eps, rowwise, sums + (size_t)t * (size_t)(2 * dim + 16)};  /* aligned: see per_thread */
         jobs[t] = j;
     }
 #pragma omp parallel for num_threads(threads) schedule(static, 1)
@@ -192,6 +250,27 @@ int rowupdate_sum_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, cons
         sum_update_range(&jobs[t]);
     free(sums);
     return 0;
+}
+
+int rowupdate_sum_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, const int64_t *rows, int64_t n,
+                               const int64_t *starts, int64_t total, const int64_t *grad_rows, const void *grads,
+                               int grads_bf16, const int64_t *block_starts, const int64_t *block_offsets,
+                               const uint32_t *block_keys, int64_t blocks, const int32_t *multipliers, float lr,
+                               float eps, int threads)
+{
+    return sum_update(weight, state, dim, rows, n, starts, total, grad_rows, grads, grads_bf16, block_starts,
+                      block_offsets, block_keys, blocks, multipliers, lr, eps, 0, threads);
+}
+
+/* rowupdate_sum_adagrad_bf16 with row-wise Adagrad: state one fp32 value a row. */
+int rowupdate_sum_rowwise_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, const int64_t *rows, int64_t n,
+                                       const int64_t *starts, int64_t total, const int64_t *grad_rows,
+                                       const void *grads, int grads_bf16, const int64_t *block_starts,
+                                       const int64_t *block_offsets, const uint32_t *block_keys, int64_t blocks,
+                                       const int32_t *multipliers, float lr, float eps, int threads)
+{
+    return sum_update(weight, state, dim, rows, n, starts, total, grad_rows, grads, grads_bf16, block_starts,
+                      block_offsets, block_keys, blocks, multipliers, lr, eps, 1, threads);
 }
 
 /* The segments of a batch's ids, the step's first pass over them: a stable LSD radix sort of the ids

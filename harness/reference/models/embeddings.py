@@ -369,13 +369,14 @@ def widened(grads: torch.Tensor) -> torch.Tensor:
 def _fused_sum_update(weight: torch.Tensor, state: torch.Tensor, unique_ids: torch.Tensor, starts: torch.Tensor,
                       grad_rows: torch.Tensor, grads: torch.Tensor, opt: SparseOptimizerConfig,
                       rounding: tuple[TableLayout, int] | None, grad_unscale: float | None) -> bool:
-    """:func:`update_from_bags`' sums and Adagrad update of a bf16 table in one compiled pass
+    """:func:`update_from_bags`' sums and Adagrad (or row-wise Adagrad) update of a bf16 table in one compiled pass
     (:func:`rowupdate.sum_adagrad_bf16`: the same values, bit for bit, as the blocks below); False
     where it does not apply (another optimizer or type, a scaled loss, a layout whose keys it does
     not compute, the library not built). On torch's threads (its OpenMP threads, which the library
     shares: threads of its own beside torch's slowed the step, its share of torch's faster:
     docs/performance.md, "Figures behind the code's choices")."""
-    if (opt.kind is not SparseOptimizerKind.ADAGRAD or weight.dtype != torch.bfloat16 or rounding is None
+    rowwise = opt.kind is SparseOptimizerKind.ROWWISE_ADAGRAD
+    if (not (rowwise or opt.kind is SparseOptimizerKind.ADAGRAD) or weight.dtype != torch.bfloat16 or rounding is None
             or grad_unscale is not None):
         return False
     layout, step = rounding
@@ -384,7 +385,7 @@ def _fused_sum_update(weight: torch.Tensor, state: torch.Tensor, unique_ids: tor
         return False
     return rowupdate.sum_adagrad_bf16(weight, state, unique_ids, starts, grad_rows, grads, key_blocks,
                                       column_multipliers(layout.col_offset, weight.shape[1]), opt.learning_rate,
-                                      opt.eps, threads=torch.get_num_threads())
+                                      opt.eps, threads=torch.get_num_threads(), rowwise=rowwise)
 
 
 def _optimizer_delta(state: torch.Tensor, rows: torch.Tensor, grad: torch.Tensor,
@@ -404,9 +405,26 @@ def _optimizer_delta(state: torch.Tensor, rows: torch.Tensor, grad: torch.Tensor
         state.index_copy_(0, rows, denom)
         denom.sqrt_().add_(opt.eps)
     else:
-        state.index_add_(0, rows, grad.pow(2).mean(dim=1))
-        denom = state.index_select(0, rows).sqrt_().add_(opt.eps).unsqueeze(1)
+        state.index_add_(0, rows, row_mean_square(grad))
+        # the square root correctly rounded (through fp64), as the compiled update's: torch's fp32 sqrt on a
+        # CPU may be its vector library's, one unit off in the last place for about one value in six
+        denom = state.index_select(0, rows).double().sqrt_().to(state.dtype).add_(opt.eps).unsqueeze(1)
     return grad.div_(denom).mul_(-opt.learning_rate)
+
+
+def row_mean_square(grad: torch.Tensor) -> torch.Tensor:
+    """Each row's mean of squares (row-wise Adagrad's increment of the row's accumulator), its sum in one
+    fixed order on every machine: the squares folded in halves (value ``c`` plus value ``c + ceil(w / 2)``
+    while the width ``w`` is above one, the middle value of an odd width carried), then divided by the
+    row's length. The compiled update (``_rowupdate.c``) adds in the same order; torch's ``mean`` adds in
+    an order that depends on the vector width its kernels were dispatched to."""
+    sq = grad * grad
+    width = sq.shape[1]
+    while width > 1:
+        half = (width + 1) // 2
+        sq[:, : width - half] += sq[:, half:width]
+        width = half
+    return sq[:, 0] / grad.shape[1]
 
 
 def _fused_adagrad(new: torch.Tensor, state: torch.Tensor, rows: torch.Tensor, grad: torch.Tensor,

@@ -36,6 +36,9 @@ def compiled() -> ctypes.CDLL | None:
                           ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
                           ctypes.c_float, ctypes.c_float, ctypes.c_int]
+    rowwise = getattr(lib, "rowupdate_sum_rowwise_adagrad_bf16", None)
+    if rowwise is not None and fused is not None:
+        rowwise.restype, rowwise.argtypes = fused.restype, fused.argtypes
     segments_fn = getattr(lib, "rowupdate_segments", None)
     if segments_fn is not None:
         segments_fn.restype = ctypes.c_int64
@@ -76,7 +79,7 @@ def adagrad_bf16(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tensor, 
 def sum_adagrad_bf16(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tensor, starts: torch.Tensor,
                      grad_rows: torch.Tensor, grads: torch.Tensor,
                      key_blocks: tuple[torch.Tensor, torch.Tensor, torch.Tensor], multipliers: torch.Tensor,
-                     lr: float, eps: float, threads: int) -> bool:
+                     lr: float, eps: float, threads: int, rowwise: bool = False) -> bool:
     """The sum of each distinct row's gradients and its Adagrad update in one pass, on ``threads``
     threads: for the ``U`` ascending distinct ``rows`` of a bf16 ``weight`` (``N x C``, fp32
     ``state`` alike), row ``rows[i]``'s gradient is the sum of rows ``grad_rows[starts[i] ..
@@ -85,12 +88,17 @@ def sum_adagrad_bf16(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tens
     ``key_blocks`` (:meth:`~harness.reference.models.numerics.TableLayout.key_blocks`). What
     ``embeddings.update_from_bags``' other paths compute, bit for bit, without the sums' and the keys'
     passes through memory. False (nothing done) where the library lacks it, the tensors are not laid
-    out as it reads them, or it could not get its memory or threads."""
+    out as it reads them, or it could not get its memory or threads. With ``rowwise``, row-wise Adagrad
+    (``state`` one fp32 value a row, ``N``): each row's accumulator grows by the mean of its summed
+    gradient's squares (:func:`~harness.reference.models.embeddings.row_mean_square`'s order) and its
+    values move by ``g / (sqrt(acc) + eps) * -lr``, as ``embeddings._optimizer_delta`` computes."""
     lib = compiled()
-    fn = None if lib is None else getattr(lib, "rowupdate_sum_adagrad_bf16", None)
+    fn = None if lib is None else getattr(
+        lib, "rowupdate_sum_rowwise_adagrad_bf16" if rowwise else "rowupdate_sum_adagrad_bf16", None)
     cols = weight.shape[1] if weight.dim() == 2 else -1
     block_starts, block_offsets, block_keys = key_blocks
-    if (fn is None or weight.dtype != torch.bfloat16 or state.dtype != torch.float32 or state.shape != weight.shape
+    state_shape = weight.shape[:1] if rowwise else weight.shape
+    if (fn is None or weight.dtype != torch.bfloat16 or state.dtype != torch.float32 or state.shape != state_shape
             or grads.dtype not in (torch.float32, torch.bfloat16) or grads.dim() != 2 or grads.shape[1] != cols
             or rows.dtype != torch.int64 or starts.dtype != torch.int64 or grad_rows.dtype != torch.int64
             or starts.numel() != rows.numel() or multipliers.dtype != torch.int32 or multipliers.numel() != cols

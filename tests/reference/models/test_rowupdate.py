@@ -46,9 +46,9 @@ def _three_paths(monkeypatch, run, wanted_threads):
     calls = []
     real = rowupdate.sum_adagrad_bf16
 
-    def fused_pass(*args, threads: int) -> bool:
+    def fused_pass(*args, threads: int, rowwise: bool) -> bool:
         calls.append(threads)
-        return real(*args, threads=wanted_threads)
+        return real(*args, threads=wanted_threads, rowwise=rowwise)
 
     monkeypatch.setattr(rowupdate, "sum_adagrad_bf16", fused_pass)
     fused = run()
@@ -91,6 +91,50 @@ def test_training_updates_are_the_same_through_every_path(monkeypatch, threads, 
     assert (w_f[touched] != weight[touched]).any(dim=1).float().mean() > 0.9
     assert torch.equal(w_f[~touched].view(torch.int16), weight[~touched].view(torch.int16))
     assert torch.equal(s_f[~touched], state[~touched])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("cols,pooled,grad_dtype", [(64, False, torch.bfloat16), (7, True, torch.float32)])
+def test_row_wise_adagrad_is_the_same_through_the_fused_pass_and_torch(monkeypatch, threads, cols, pooled,
+                                                                        grad_dtype):
+    """Row-wise Adagrad (one accumulator a row, MLPerf dlrm_dcnv2's) on a bf16 table: the fused compiled
+    sum and update (one or two threads) and torch's operations give the same weights and accumulators,
+    bit for bit (the mean of squares in :func:`E.row_mean_square`'s order in both)."""
+    weight, _, g = _tables(20_000, cols, seed=cols + threads)
+    state = torch.rand(20_000, generator=g) * 0.01
+    layout = TableLayout(seed=7, tables=(4, 0, 9), block_rows=(5_000, 7_000, 8_000))
+    ids = torch.randint(0, 20_000, (30_000,), generator=g)
+    bags = torch.arange(10_000).repeat_interleave(3) if pooled else None
+    bag_grads = (torch.randn(10_000 if pooled else 30_000, cols, generator=g) * 0.1).to(grad_dtype)
+    opt = E.SparseOptimizerConfig(E.SparseOptimizerKind.ROWWISE_ADAGRAD, 0.05, 1e-8)
+
+    def run():
+        w, s = weight.clone(), state.clone()
+        E.update_from_bags(w, s, ids, bags, bag_grads, opt, (layout, 12))
+        return w, s
+
+    calls = []
+    real = rowupdate.sum_adagrad_bf16
+    monkeypatch.setattr(rowupdate, "sum_adagrad_bf16",
+                        lambda *a, threads, rowwise: calls.append(rowwise) or real(*a, threads=threads, rowwise=rowwise))
+    w_f, s_f = run()
+    assert calls == [True]
+    monkeypatch.setattr(E, "_fused_sum_update", lambda *a: False)
+    w_t, s_t = run()
+    assert torch.equal(s_f, s_t)
+    assert torch.equal(w_f.view(torch.int16), w_t.view(torch.int16))
+    touched = torch.zeros(20_000, dtype=torch.bool)
+    touched[ids] = True
+    assert (s_f[touched] > state[touched]).all() and torch.equal(s_f[~touched], state[~touched])
+    assert (w_f[touched] != weight[touched]).any(dim=1).float().mean() > 0.9
+    assert torch.equal(w_f[~touched].view(torch.int16), weight[~touched].view(torch.int16))
+
+
+def test_the_row_mean_square_is_the_mean_within_its_roundings():
+    grad = torch.randn(300, 37, generator=torch.Generator().manual_seed(0)) * torch.logspace(-4, 3, 37)
+    exact = grad.double().pow(2).mean(dim=1)
+    assert torch.allclose(E.row_mean_square(grad.clone()).double(), exact, rtol=1e-6, atol=0)
+    assert torch.equal(E.row_mean_square(torch.tensor([[3.0]])), torch.tensor([9.0]))
 
 
 def test_the_fused_pass_refuses_rows_it_cannot_read():
