@@ -16,13 +16,12 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     Extension("harness.reference.tiered._rowio", ["harness/reference/tiered/_rowio.c"], optional=True,
               extra_compile_args=["-O2", "-std=gnu11"]),
-    # -fno-math-errno: sqrtf inlined and vectorised; -ffp-contract=off: every operation rounded once, as the file
-    # writes it (its pragma alone does not reach the target_clones copies: a multiply and add became one there);
+    # -fno-math-errno: sqrtf inlined and vectorised; the arithmetic's rounding is the file's own (fp-contract off);
     # -fopenmp: threads are torch's own OpenMP threads (the libgomp.so.1 torch has loaded when it loads)
     Extension("harness.reference.models._rowupdate", ["harness/reference/models/_rowupdate.c"], optional=True,
-              extra_compile_args=["-O3", "-std=gnu11", "-fno-math-errno", "-ffp-contract=off", "-fopenmp"], extra_link_args=["-fopenmp"],
+              extra_compile_args=["-O3", "-std=gnu11", "-fno-math-errno", "-fopenmp"], extra_link_args=["-fopenmp"],
               libraries=["m"]),
-    # -ffp-contract=off and -fopenmp as above: its sums in the file's order, its samples on torch's threads
+    # -fopenmp: its samples on torch's own OpenMP threads, as above
     Extension("harness.reference.models._dotinteraction", ["harness/reference/models/_dotinteraction.c"],
-              optional=True, extra_compile_args=["-O3", "-std=gnu11", "-ffp-contract=off", "-fopenmp"], extra_link_args=["-fopenmp"]),
+              optional=True, extra_compile_args=["-O3", "-std=gnu11", "-fopenmp"], extra_link_args=["-fopenmp"]),
 ])
