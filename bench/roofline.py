@@ -129,18 +129,20 @@ class EmbeddingTraffic:
     """The bytes the embedding rows of one training step move at least::
 
         bytes = B * sum(pooling) * D * b_table          forward: gather every looked-up row
-              + U * D * 2 * (b_table + b_state)         backward: read and write each distinct
+              + U * 2 * (D * b_table + S * b_state)     backward: read and write each distinct
                                                         row's weights and Adagrad state
 
     with ``B`` the batch, ``D`` the dimension, ``U`` the distinct rows the step touches (the
     distinct ids of each table, summed over tables), ``b_table`` the tables' bytes per value
-    (4 in fp32, 2 in bf16 or fp16) and ``b_state`` Adagrad's (4: its state is fp32)."""
+    (4 in fp32, 2 in bf16 or fp16), ``b_state`` Adagrad's (4: its state is fp32) and ``S`` the
+    state's values a row (``D`` for Adagrad, 1 for row-wise Adagrad)."""
 
     gathered_rows: float
     distinct_rows: float
     dim: int
     table_bytes_per_value: int
     state_bytes_per_value: int = ADAGRAD_STATE_BYTES
+    rowwise: bool = False
 
     @property
     def gather_bytes(self) -> float:
@@ -148,18 +150,21 @@ class EmbeddingTraffic:
 
     @property
     def update_bytes(self) -> float:
-        return self.distinct_rows * self.dim * 2 * (self.table_bytes_per_value + self.state_bytes_per_value)
+        state_values = 1 if self.rowwise else self.dim
+        return self.distinct_rows * 2 * (self.dim * self.table_bytes_per_value
+                                         + state_values * self.state_bytes_per_value)
 
     @property
     def bytes(self) -> float:
         return self.gather_bytes + self.update_bytes
 
     @classmethod
-    def of_batches(cls, sparse_batches: Sequence[torch.Tensor], cfg: DLRMConfig, precision: Precision) -> EmbeddingTraffic:
+    def of_batches(cls, sparse_batches: Sequence[torch.Tensor], cfg: DLRMConfig, precision: Precision,
+                   rowwise: bool = False) -> EmbeddingTraffic:
         """The mean traffic of a step over ``sparse_batches`` (each ``B x sum(pooling)``)."""
         distinct = statistics.mean(distinct_rows(s, cfg.pooling) for s in sparse_batches)
         gathered = statistics.mean(s.numel() for s in sparse_batches)
-        return cls(gathered, distinct, cfg.embedding_dim, precision.bytes_per_element)
+        return cls(gathered, distinct, cfg.embedding_dim, precision.bytes_per_element, rowwise=rowwise)
 
 
 @dataclass(frozen=True)
@@ -189,13 +194,14 @@ class Roofline:
 
     @classmethod
     def measure(cls, cfg: DLRMConfig, batch_size: int, sparse_batches: Sequence[torch.Tensor], precision: Precision,
-                device) -> Roofline:
-        """Measure both terms here and now (a few seconds)."""
+                device, rowwise: bool = False) -> Roofline:
+        """Measure both terms here and now (a few seconds); ``rowwise``: the tables' optimizer is
+        row-wise Adagrad (one state value a row)."""
         dtype = gemm_dtype(precision, device)
         gemm_s, flops = gemm_time(mlp_gemms(cfg, batch_size), device, dtype)
         bw, probe = copy_bandwidth(device)
-        return cls(batch_size, dtype, gemm_s, flops, EmbeddingTraffic.of_batches(sparse_batches, cfg, precision),
-                   bw, probe)
+        traffic = EmbeddingTraffic.of_batches(sparse_batches, cfg, precision, rowwise)
+        return cls(batch_size, dtype, gemm_s, flops, traffic, bw, probe)
 
     def describe(self) -> list[str]:
         """The limit with its parts, a few lines."""
@@ -205,7 +211,8 @@ class Roofline:
             f"GEMMs at batch {self.batch_size} take {self.gemm_s * 1e3:.2f} ms/step "
             f"({self.gemm_flops / self.gemm_s / 1e9:.1f} GFLOP/s, each shape's median of 7)",
             f"embeddings: {t.gathered_rows:,.0f} rows gathered ({t.gather_bytes / 1e6:.1f} MB) + {t.distinct_rows:,.0f} "
-            f"distinct rows read and written with their fp32 Adagrad state ({t.update_bytes / 1e6:.1f} MB) = "
+            f"distinct rows read and written with their fp32 {'row-wise ' if t.rowwise else ''}Adagrad state "
+            f"({t.update_bytes / 1e6:.1f} MB) = "
             f"{t.bytes / 1e6:.1f} MB/step at {self.bw_bytes_per_s / 1e9:.1f} GB/s "
             f"(copy of {self.bw_probe_bytes >> 20} MiB, read + write, median of 7) take {self.memory_s * 1e3:.2f} ms/step",
             f"roofline: {self.gemm_s * 1e3:.2f} + {self.memory_s * 1e3:.2f} = {self.step_s * 1e3:.2f} ms/step, "

@@ -4,11 +4,17 @@
     python bench/throughput.py --config dcnv2 --precision bf16  # MLPerf dlrm_dcnv2's architecture (rows capped)
     python bench/throughput.py                                  # everything in fp32 (--precision fp32)
     python bench/throughput.py --device cuda --precision fp16   # on a GPU: fp16 with loss scaling
+    python bench/throughput.py --precision bf16 --sparse-optimizer rowwise_adagrad  # ours and TorchRec, row-wise
     python bench/throughput.py --profile-step                   # first, where a step's time goes, phase by phase
     python bench/step_breakdown.py --precision bf16             # ours' step op by op (torch.profiler) vs the roofline
 
 Three models are timed, and TorchRec as a fourth where it is installed, on the identical
-architecture, batches and (in-memory) data; a step is forward + backward + optimizer:
+architecture, batches and (in-memory) data; a step is forward + backward + optimizer. Every model
+runs the same optimizer, so that the ratios compare implementations, not algorithms: Adagrad
+(one fp32 accumulator per value) everywhere, or with ``--sparse-optimizer rowwise_adagrad`` the
+tables' row-wise Adagrad (one accumulator per row: MLPerf dlrm_dcnv2's, FBGEMM's
+``EXACT_ROWWISE_ADAGRAD``) for ours and TorchRec, and the plain models are not run (torch has no
+row-wise Adagrad):
 
 * **plain fp32**: what a PyTorch user writes first: one ``nn.EmbeddingBag(sparse=True)`` per
   table and one ``torch.optim.Adagrad`` over every parameter, all in fp32.
@@ -27,8 +33,10 @@ architecture, batches and (in-memory) data; a step is forward + backward + optim
   ``import fbgemm_gpu`` succeed): TorchRec's own ``DLRM`` (``DLRM_DCN`` for ``--config dcnv2``;
   its own initial weights) in its fastest configuration measured on this CPU, whatever
   ``--precision``: ``DistributedModelParallel`` on a one-process gloo group, every table
-  table-wise in FBGEMM's fused kernel (TBE) with fp32 tables and ``EXACT_ROWWISE_ADAGRAD`` fused
-  into the backward, the dense part and the loss under ``torch.autocast("cpu", bfloat16)``, the
+  table-wise in FBGEMM's fused kernel (TBE) with fp32 tables and the bench's optimizer fused
+  into the backward (``EXACT_ADAGRAD``, or ``EXACT_ROWWISE_ADAGRAD``: row-wise Adagrad is
+  TorchRec's fastest, and runs against ours at row-wise Adagrad, not against the per-value
+  Adagrad; docs/performance.md), the dense part and the loss under ``torch.autocast("cpu", bfloat16)``, the
   dense parameters stepped by ``torch.optim.Adagrad`` as the plain models' are. Where TorchRec
   is not installed one line says so and how to install it (docs/performance.md, "TorchRec in
   the same run"), and the rest of the output is as without it; where it cannot run the config
@@ -46,10 +54,11 @@ the interaction's, at the benchmark's batch, in the precision's compute type: fp
 on CUDA; each shape the median of 7 repetitions) plus the embedding bytes of a step at the
 memory bandwidth measured by a large tensor copy (read + write bytes, median of 7)::
 
-    embedding bytes = B * sum(pooling) * D * b_table  +  U * D * 2 * (b_table + 4)
+    embedding bytes = B * sum(pooling) * D * b_table  +  U * 2 * (D * b_table + S * 4)
 
 the forward gather of every looked-up row, plus the backward read and write of each distinct
-row's weights (``b_table``: 4 bytes in fp32, 2 in bf16/fp16) and its fp32 Adagrad state, with
+row's weights (``b_table``: 4 bytes in fp32, 2 in bf16/fp16) and its fp32 Adagrad state (``S``
+values: ``D``, or 1 for row-wise Adagrad), with
 ``U`` the distinct ids of each table in the batch summed over tables (counted on the timed
 batches, their mean). Roofline samples/s = B / (gemm time + bytes / bandwidth). Each model's
 line gives its fraction of it. The last line is exactly::
@@ -60,6 +69,9 @@ and, where TorchRec ran, the same line with its ratio appended (so what parses t
 still does)::
 
     ratios: ours / plain fp32 X.XXx, ours / plain bf16 Y.YYx, ours / TorchRec best Z.ZZx
+
+With ``--sparse-optimizer rowwise_adagrad`` (no plain models) it is ``ratios: ours / TorchRec
+best Z.ZZx``, or ``ratios: none`` without TorchRec.
 
 ``--rounds 1 --steps 2`` makes a short run (a quick check, not a measurement).
 """
@@ -103,6 +115,11 @@ class BenchConfig:
     model: DLRMConfig
     batch_size: int
     lr: float = 0.01
+    sparse_optimizer: str = "adagrad"  # the tables' (the spec's embedding_optimizer): or "rowwise_adagrad"
+
+    @property
+    def rowwise(self) -> bool:
+        return self.sparse_optimizer == "rowwise_adagrad"
 
 
 def small_config(batch_size: int) -> BenchConfig:
@@ -215,7 +232,7 @@ def bench_spec(bc: BenchConfig) -> tuple[dict, dict]:
                     "table_rows": list(cfg.table_rows), "pooling": list(cfg.pooling)},
         "model": {"embedding_dim": cfg.embedding_dim, "bottom_mlp": list(cfg.bottom_mlp),
                   "top_mlp": list(cfg.top_mlp), "interaction": cfg.interaction.value, "dcn_layers": cfg.dcn_layers,
-                  "dcn_rank": cfg.dcn_rank, "embedding_optimizer": "adagrad"},
+                  "dcn_rank": cfg.dcn_rank, "embedding_optimizer": bc.sparse_optimizer},
         "quality": {"metric": "AUC", "target": 0.99}, "eval": {"every_epoch_fraction": 1.0, "batch_size": 1},
         "max_epochs": 1, "required_runs": 3, "max_non_converged_runs": 1, "tunable_hyperparameters": [],
         "reference_hyperparameters": {"global_batch_size": bc.batch_size, "opt_name": "adagrad",
@@ -433,6 +450,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=None, help="default: 2048 (small), 1024 (dcnv2 on CPU)")
     ap.add_argument("--steps", type=int, default=None, help="timed steps per round (default 10 small, 3 dcnv2 on CPU)")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of timing, each model in turn (default 5)")
+    ap.add_argument("--sparse-optimizer", choices=["adagrad", "rowwise_adagrad"], default="adagrad",
+                    help="the tables' optimizer, ours' and TorchRec's alike (default adagrad, every model's; "
+                         "rowwise_adagrad: MLPerf dlrm_dcnv2's, without the plain models)")
     ap.add_argument("--profile-step", action="store_true", help="print where a step's time goes, phase by phase")
     ap.add_argument("--max-rows", type=int, default=None,
                     help="cap on table rows for dcnv2 (default 200k on CPU, 4M on GPU: ours and the plain model, "
@@ -443,10 +463,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def bench_config(args: argparse.Namespace, on_gpu: bool) -> tuple[BenchConfig, int]:
     """The config the options name, and the timed steps per round."""
     if args.config == "small":
-        return small_config(args.batch_size or 2048), args.steps or 10
+        return dataclasses.replace(small_config(args.batch_size or 2048),
+                                   sparse_optimizer=args.sparse_optimizer), args.steps or 10
     bc = dcnv2_config(args.batch_size or (65536 if on_gpu else 1024),
                       args.max_rows or (4_000_000 if on_gpu else 200_000))
-    return bc, args.steps or (20 if on_gpu else 3)
+    return dataclasses.replace(bc, sparse_optimizer=args.sparse_optimizer), args.steps or (20 if on_gpu else 3)
 
 
 def ours_session(bc: BenchConfig, precision: Precision, device: torch.device) -> tuple[TrainingSession, bool]:
@@ -475,9 +496,10 @@ def print_results(labels: dict[str, str], sps: dict[str, float], roof: Roofline)
     for name in names:
         print(f"{labels[name] + ':':<{width + 1}} {sps[name]:12,.0f} samples/s  "
               f"({sps[name] / roof.samples_per_s:5.1%} of roofline)")
-    torchrec = f", ours / TorchRec best {sps['ours'] / sps['TorchRec']:.2f}x" if "TorchRec" in sps else ""
-    print(f"ratios: ours / plain fp32 {sps['ours'] / sps['plain fp32']:.2f}x, "
-          f"ours / plain bf16 {sps['ours'] / sps['plain bf16']:.2f}x{torchrec}")
+    ratios = [f"ours / {name} {sps['ours'] / sps[name]:.2f}x" for name in ("plain fp32", "plain bf16") if name in sps]
+    if "TorchRec" in sps:
+        ratios.append(f"ours / TorchRec best {sps['ours'] / sps['TorchRec']:.2f}x")
+    print(f"ratios: {', '.join(ratios) or 'none'}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -497,7 +519,7 @@ def main(argv: list[str] | None = None) -> None:
     base = BaselineDLRM(cfg, device)
     base_opt = torch.optim.Adagrad(base.parameters(), lr=bc.lr, eps=1e-8)
     labels = {
-        "ours": f"ours {precision.value} (fused tables + fused Adagrad)",
+        "ours": f"ours {precision.value} (fused tables + fused {'row-wise ' if bc.rowwise else ''}Adagrad)",
         "plain fp32": "plain fp32 (EmbeddingBag sparse + torch.optim.Adagrad)",
         "plain bf16": f"plain {plain.name} (the same under torch.autocast {plain.name}"
                       + (" + GradScaler)" if plain.scaled else ")"),
@@ -507,6 +529,10 @@ def main(argv: list[str] | None = None) -> None:
         "plain fp32": stepper(base, base_opt, Amp(device.type)),
         "plain bf16": stepper(base, base_opt, plain),  # the same module and optimizer, under autocast
     }
+    if bc.rowwise:
+        print("plain fp32 and plain bf16: not run with --sparse-optimizer rowwise_adagrad (torch.optim has no "
+              "row-wise Adagrad)")
+        del step_fns["plain fp32"], step_fns["plain bf16"]
 
     batches = make_batches(cfg, bc.batch_size, steps, device)
     torchrec = load_torchrec()
@@ -515,22 +541,24 @@ def main(argv: list[str] | None = None) -> None:
     elif why := torchrec.unsupported(cfg, device):
         print(f"TorchRec: skipped for config {args.config} on {device}: {why}")
     else:
-        labels["TorchRec"] = torchrec.LABEL
-        step_fns["TorchRec"] = with_torch_defaults(torchrec.build(cfg, bc.lr, batches)[1])
+        labels["TorchRec"] = torchrec.label(bc.rowwise)
+        step_fns["TorchRec"] = with_torch_defaults(torchrec.build(cfg, bc.lr, batches, bc.rowwise)[1])
     seconds, roofs = time_models(step_fns, batches, args.rounds, device, lambda: Roofline.measure(
-        cfg, bc.batch_size, [b.sparse for b in batches], precision, device))
+        cfg, bc.batch_size, [b.sparse for b in batches], precision, device, bc.rowwise))
     sps = {name: bc.batch_size / s for name, s in seconds.items()}
 
     if args.profile_step:
         m, base_int = session.model, BaselineInteraction(base)
-        print_profile({
-            "ours": profile_phases(m.sparse_arch, m.dense_arch, m.interaction, m.over_arch, step_fns["ours"],
-                                   session.dense_optimizer, ours_autocast(session, honoured), batches, device),
-            "plain fp32": profile_phases(base.lookups, base.bottom, base_int, base.top, step_fns["plain fp32"],
-                                         base_opt, contextlib.nullcontext, batches, device),
-            f"plain {plain.name}": profile_phases(base.lookups, base.bottom, base_int, base.top,
-                                                  step_fns["plain bf16"], base_opt, plain.autocast, batches, device),
-        })
+        phases = {"ours": profile_phases(m.sparse_arch, m.dense_arch, m.interaction, m.over_arch, step_fns["ours"],
+                                         session.dense_optimizer, ours_autocast(session, honoured), batches, device)}
+        if "plain fp32" in step_fns:
+            phases["plain fp32"] = profile_phases(base.lookups, base.bottom, base_int, base.top,
+                                                  step_fns["plain fp32"], base_opt, contextlib.nullcontext, batches,
+                                                  device)
+            phases[f"plain {plain.name}"] = profile_phases(base.lookups, base.bottom, base_int, base.top,
+                                                           step_fns["plain bf16"], base_opt, plain.autocast, batches,
+                                                           device)
+        print_profile(phases)
 
     by_speed = sorted(roofs, key=lambda r: r.samples_per_s)
     print(f"roofline measured in each of the {len(roofs)} rounds, beside the models: "

@@ -9,8 +9,9 @@ weights) trained as TorchRec trains it, in its fastest configuration measured on
 * the tables an :class:`~torchrec.EmbeddingBagCollection` sharded by
   :class:`~torchrec.distributed.DistributedModelParallel` on a one-process gloo group
   (127.0.0.1), every table table-wise, FBGEMM's fused kernel (TBE) with its optimizer fused into
-  the backward: ``OptimType.EXACT_ROWWISE_ADAGRAD`` (one fp32 accumulator per row, where the
-  others keep one per value), fp32 tables;
+  the backward: the bench's optimizer, ``OptimType.EXACT_ADAGRAD`` (one fp32 accumulator per
+  value, as the other models' Adagrad) or with ``--sparse-optimizer rowwise_adagrad``
+  ``EXACT_ROWWISE_ADAGRAD`` (one per row, as ours then), fp32 tables;
 * the dense part (bottom MLP, interaction, top MLP) and the loss under
   ``torch.autocast("cpu", dtype=torch.bfloat16)``, whatever the bench's ``--precision``;
 * the dense parameters stepped by ``torch.optim.Adagrad`` as the bench's plain models' are (same
@@ -50,7 +51,9 @@ try:
 except ImportError:  # an older TorchRec without the DCN model
     DLRM_DCN = None
 
-LABEL = "TorchRec best (TBE fp32 tables + fused row-wise Adagrad, autocast bf16)"
+def label(rowwise: bool) -> str:
+    """The model's line in the bench's output."""
+    return f"TorchRec best (TBE fp32 tables + fused {'row-wise ' if rowwise else ''}Adagrad, autocast bf16)"
 
 
 def unsupported(cfg: DLRMConfig, device: torch.device) -> str | None:
@@ -106,12 +109,15 @@ def keyed(batch: Batch, cfg: DLRMConfig) -> KeyedJaggedTensor:
     return KeyedJaggedTensor.from_lengths_sync([f"f{f}" for f in range(len(cfg.pooling))], values, lengths)
 
 
-def build(cfg: DLRMConfig, lr: float, batches: Sequence[Batch]) -> tuple[nn.Module, Callable[[Batch], None]]:
+def build(cfg: DLRMConfig, lr: float, batches: Sequence[Batch], rowwise: bool = False
+          ) -> tuple[nn.Module, Callable[[Batch], None]]:
     """TorchRec's sharded model and its training step over ``batches`` (only these: their ids are
-    turned into KeyedJaggedTensors here, once)."""
+    turned into KeyedJaggedTensors here, once); the tables' fused optimizer Adagrad, or row-wise
+    Adagrad with ``rowwise``."""
     _process_group()
     device = torch.device("cpu")
-    fused = {"optimizer": OptimType.EXACT_ROWWISE_ADAGRAD, "learning_rate": lr, "eps": 1e-8}
+    optimizer = OptimType.EXACT_ROWWISE_ADAGRAD if rowwise else OptimType.EXACT_ADAGRAD
+    fused = {"optimizer": optimizer, "learning_rate": lr, "eps": 1e-8}
     sharder = EmbeddingBagCollectionSharder(fused_params=fused)
     model = _model(cfg)
     ebc = model.sparse_arch.embedding_bag_collection
@@ -131,7 +137,7 @@ def build(cfg: DLRMConfig, lr: float, batches: Sequence[Batch]) -> tuple[nn.Modu
         optimizer.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = loss_fn(model(batch.dense, kjts[id(batch)]).squeeze(-1), batch.labels)
-        loss.backward()  # the tables' row-wise Adagrad runs here, fused into FBGEMM's backward
+        loss.backward()  # the tables' Adagrad runs here, fused into FBGEMM's backward
         optimizer.step()
 
     return model, step
