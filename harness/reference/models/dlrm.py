@@ -149,7 +149,11 @@ class _PairwiseDots(torch.autograd.Function):
         n = z.shape[1]
         padded = torch.nn.functional.pad(grad_dots, (0, 1))
         g = torch.gather(padded, 1, mirror.expand(padded.shape[0], -1)).view(-1, n, n)
-        return torch.bmm(g, z), None, None
+        if g.dtype == z.dtype:
+            return torch.bmm(g, z), None, None
+        # under autocast the forward's bmm ran in the gradient's type (fp32 tables' vectors beside bf16
+        # dense ones): its backward too, the result in z's type, as autograd's cast would give it
+        return torch.bmm(g, z.to(g.dtype)).to(z.dtype), None, None
 
 
 class InteractionArch(nn.Module):

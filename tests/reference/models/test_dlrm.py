@@ -68,3 +68,27 @@ def test_dot_interaction_gradient_equals_autograd_through_bmm():
     reference = torch.cat([d, torch.bmm(z, z.transpose(1, 2))[:, rows, cols]], dim=1)
     reference.backward(upstream)
     assert torch.allclose(ours[0], d.grad, atol=1e-6) and torch.allclose(ours[1], e.grad, atol=1e-6)
+
+
+def test_dot_interaction_backward_under_autocast_with_fp32_tables():
+    """bf16 dense vectors beside fp32 embeddings (a user's fp32 tables under bf16 autocast): the
+    forward's dots run in bf16, and the backward gives each input its gradient in its own type, close
+    to autograd's through the same bmm (it raised a dtype error before)."""
+    torch.manual_seed(0)
+    arch = InteractionArch(num_sparse=4)
+    d = torch.rand(3, 8).to(torch.bfloat16).requires_grad_()
+    e = torch.rand(3, 4, 8, requires_grad=True)
+    upstream = torch.randn(3, 8 + 10).to(torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = arch(d, e)
+    out.backward(upstream)
+    assert d.grad.dtype == torch.bfloat16 and e.grad.dtype == torch.float32
+    ours = (d.grad.float(), e.grad.clone())
+    d.grad, e.grad = None, None
+    rows, cols = torch.triu_indices(5, 5, offset=1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        z = torch.cat([d.unsqueeze(1), e], dim=1)
+        reference = torch.cat([d, torch.bmm(z, z.transpose(1, 2))[:, rows, cols]], dim=1)
+    reference.backward(upstream)
+    assert torch.allclose(ours[0], d.grad.float(), rtol=0.02, atol=0.02)
+    assert torch.allclose(ours[1], e.grad, rtol=0.02, atol=0.02)
