@@ -51,6 +51,7 @@ try:
 except ImportError:  # an older TorchRec without the DCN model
     DLRM_DCN = None
 
+
 def label(rowwise: bool) -> str:
     """The model's line in the bench's output."""
     return f"TorchRec best (TBE fp32 tables + fused {'row-wise ' if rowwise else ''}Adagrad, autocast bf16)"
