@@ -407,7 +407,8 @@ def _optimizer_delta(state: torch.Tensor, rows: torch.Tensor, grad: torch.Tensor
     else:
         state.index_add_(0, rows, row_mean_square(grad))
         # the square root correctly rounded (through fp64), as the compiled update's: torch's fp32 sqrt on a
-        # CPU may be its vector library's, one unit off in the last place for about one value in six
+        # CPU may be its vector library's, not correctly rounded (docs/performance.md, "Figures behind the
+        # code's choices")
         denom = state.index_select(0, rows).double().sqrt_().to(state.dtype).add_(opt.eps).unsqueeze(1)
     return grad.div_(denom).mul_(-opt.learning_rate)
 
