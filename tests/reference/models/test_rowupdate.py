@@ -59,6 +59,28 @@ def _three_paths(monkeypatch, run, wanted_threads):
     return fused, blocks, run(), calls
 
 
+def _training_update(kind, cols: int, col_offset: int, pooled: bool, grad_dtype: torch.dtype, seed: int):
+    """A training step's update of a bf16 table of 20,000 rows in three tables' blocks (the rows' keys
+    depend on the table and the row in it): 30,000 ids (~15,500 distinct: both threads have rows), one
+    a bag or three. Returns the table, its state (a row's or a value's), the ids and ``run()``, which
+    updates fresh copies through ``update_from_bags`` and returns them."""
+    weight, state, g = _tables(20_000, cols, seed=seed)
+    if kind is E.SparseOptimizerKind.ROWWISE_ADAGRAD:
+        state = torch.rand(20_000, generator=g) * 0.01
+    layout = TableLayout(seed=7, tables=(4, 0, 9), block_rows=(5_000, 7_000, 8_000), col_offset=col_offset)
+    ids = torch.randint(0, 20_000, (30_000,), generator=g)
+    bags = torch.arange(10_000).repeat_interleave(3) if pooled else None
+    bag_grads = (torch.randn(10_000 if pooled else 30_000, cols, generator=g) * 0.1).to(grad_dtype)
+    opt = E.SparseOptimizerConfig(kind, 0.05, 1e-8)
+
+    def run():
+        w, s = weight.clone(), state.clone()
+        E.update_from_bags(w, s, ids, bags, bag_grads, opt, (layout, 12))
+        return w, s
+
+    return weight, state, ids, run
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("cols,col_offset,pooled,grad_dtype", [
     (64, 0, False, torch.bfloat16), (64, 0, True, torch.float32), (40, 24, True, torch.bfloat16),
@@ -69,18 +91,8 @@ def test_training_updates_are_the_same_through_every_path(monkeypatch, threads, 
     rows updated) fused in one compiled pass (on one or two threads), in blocks with the compiled row
     update, and in torch's operations: the same weights and state, bit for bit. Three tables (the
     rows' keys depend on the table and the row in it), duplicates, one id per bag or three."""
-    weight, state, g = _tables(20_000, cols, seed=cols + threads)
-    layout = TableLayout(seed=7, tables=(4, 0, 9), block_rows=(5_000, 7_000, 8_000), col_offset=col_offset)
-    ids = torch.randint(0, 20_000, (30_000,), generator=g)  # ~15,500 distinct: both threads have rows
-    bags = torch.arange(10_000).repeat_interleave(3) if pooled else None
-    bag_grads = (torch.randn(10_000 if pooled else 30_000, cols, generator=g) * 0.1).to(grad_dtype)
-    opt = E.SparseOptimizerConfig(E.SparseOptimizerKind.ADAGRAD, 0.05, 1e-8)
-
-    def run():
-        w, s = weight.clone(), state.clone()
-        E.update_from_bags(w, s, ids, bags, bag_grads, opt, (layout, 12))
-        return w, s
-
+    weight, state, ids, run = _training_update(E.SparseOptimizerKind.ADAGRAD, cols, col_offset, pooled, grad_dtype,
+                                               seed=cols + threads)
     (w_f, s_f), (w_b, s_b), (w_t, s_t), calls = _three_paths(monkeypatch, run, threads)
     assert calls == [1]  # what the training path asks for
     assert torch.equal(s_f, s_b) and torch.equal(s_f, s_t)
@@ -100,19 +112,8 @@ def test_row_wise_adagrad_is_the_same_through_the_fused_pass_and_torch(monkeypat
     """Row-wise Adagrad (one accumulator a row, MLPerf dlrm_dcnv2's) on a bf16 table: the fused compiled
     sum and update (one or two threads) and torch's operations give the same weights and accumulators,
     bit for bit (the mean of squares in :func:`E.row_mean_square`'s order in both)."""
-    weight, _, g = _tables(20_000, cols, seed=cols + threads)
-    state = torch.rand(20_000, generator=g) * 0.01
-    layout = TableLayout(seed=7, tables=(4, 0, 9), block_rows=(5_000, 7_000, 8_000))
-    ids = torch.randint(0, 20_000, (30_000,), generator=g)
-    bags = torch.arange(10_000).repeat_interleave(3) if pooled else None
-    bag_grads = (torch.randn(10_000 if pooled else 30_000, cols, generator=g) * 0.1).to(grad_dtype)
-    opt = E.SparseOptimizerConfig(E.SparseOptimizerKind.ROWWISE_ADAGRAD, 0.05, 1e-8)
-
-    def run():
-        w, s = weight.clone(), state.clone()
-        E.update_from_bags(w, s, ids, bags, bag_grads, opt, (layout, 12))
-        return w, s
-
+    weight, state, ids, run = _training_update(E.SparseOptimizerKind.ROWWISE_ADAGRAD, cols, 0, pooled, grad_dtype,
+                                               seed=cols + threads)
     calls = []
     real = rowupdate.sum_adagrad_bf16
     monkeypatch.setattr(rowupdate, "sum_adagrad_bf16",
