@@ -221,8 +221,8 @@ static void sum_update_range(const struct sum_job *j)
  * built with -fopenmp and loaded after torch; without OpenMP, all on the calling thread), each its own
  * contiguous part: no row is touched by two, and every value is the same whatever the split. Returns 0,
  * or -1 where memory could not be had (nothing was written then: the caller runs the torch path). With
- * rowwise, state holds one value a row and each row's update is row-wise Adagrad's (update_row_rowwise). */
-static int sum_update(uint16_t *weight, float *state, int64_t dim, const int64_t *rows, int64_t n,
+ * rowwise (1), state holds one value a row and each row's update is row-wise Adagrad's (update_row_rowwise). */
+int rowupdate_sum_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, const int64_t *rows, int64_t n,
                                const int64_t *starts, int64_t total, const int64_t *grad_rows, const void *grads,
                                int grads_bf16, const int64_t *block_starts, const int64_t *block_offsets,
                                const uint32_t *block_keys, int64_t blocks, const int32_t *multipliers, float lr,
@@ -250,27 +250,6 @@ static int sum_update(uint16_t *weight, float *state, int64_t dim, const int64_t
         sum_update_range(&jobs[t]);
     free(sums);
     return 0;
-}
-
-int rowupdate_sum_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, const int64_t *rows, int64_t n,
-                               const int64_t *starts, int64_t total, const int64_t *grad_rows, const void *grads,
-                               int grads_bf16, const int64_t *block_starts, const int64_t *block_offsets,
-                               const uint32_t *block_keys, int64_t blocks, const int32_t *multipliers, float lr,
-                               float eps, int threads)
-{
-    return sum_update(weight, state, dim, rows, n, starts, total, grad_rows, grads, grads_bf16, block_starts,
-                      block_offsets, block_keys, blocks, multipliers, lr, eps, 0, threads);
-}
-
-/* rowupdate_sum_adagrad_bf16 with row-wise Adagrad: state one fp32 value a row. */
-int rowupdate_sum_rowwise_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, const int64_t *rows, int64_t n,
-                                       const int64_t *starts, int64_t total, const int64_t *grad_rows,
-                                       const void *grads, int grads_bf16, const int64_t *block_starts,
-                                       const int64_t *block_offsets, const uint32_t *block_keys, int64_t blocks,
-                                       const int32_t *multipliers, float lr, float eps, int threads)
-{
-    return sum_update(weight, state, dim, rows, n, starts, total, grad_rows, grads, grads_bf16, block_starts,
-                      block_offsets, block_keys, blocks, multipliers, lr, eps, 1, threads);
 }
 
 /* The segments of a batch's ids, the step's first pass over them: a stable LSD radix sort of the ids

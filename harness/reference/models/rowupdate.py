@@ -35,10 +35,7 @@ def compiled() -> ctypes.CDLL | None:
         fused.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64,
                           ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int,
                           ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                          ctypes.c_float, ctypes.c_float, ctypes.c_int]
-    rowwise = getattr(lib, "rowupdate_sum_rowwise_adagrad_bf16", None)
-    if rowwise is not None and fused is not None:
-        rowwise.restype, rowwise.argtypes = fused.restype, fused.argtypes
+                          ctypes.c_float, ctypes.c_float, ctypes.c_int, ctypes.c_int]
     segments_fn = getattr(lib, "rowupdate_segments", None)
     if segments_fn is not None:
         segments_fn.restype = ctypes.c_int64
@@ -93,8 +90,7 @@ def sum_adagrad_bf16(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tens
     gradient's squares (:func:`~harness.reference.models.embeddings.row_mean_square`'s order) and its
     values move by ``g / (sqrt(acc) + eps) * -lr``, as ``embeddings._optimizer_delta`` computes."""
     lib = compiled()
-    fn = None if lib is None else getattr(
-        lib, "rowupdate_sum_rowwise_adagrad_bf16" if rowwise else "rowupdate_sum_adagrad_bf16", None)
+    fn = None if lib is None else getattr(lib, "rowupdate_sum_adagrad_bf16", None)
     cols = weight.shape[1] if weight.dim() == 2 else -1
     block_starts, block_offsets, block_keys = key_blocks
     state_shape = weight.shape[:1] if rowwise else weight.shape
@@ -122,7 +118,7 @@ def sum_adagrad_bf16(weight: torch.Tensor, state: torch.Tensor, rows: torch.Tens
     return fn(weight.data_ptr(), state.data_ptr(), cols, rows.data_ptr(), n, starts.data_ptr(), grad_rows.numel(),
               grad_rows.data_ptr(), grads.data_ptr(), int(grads.dtype == torch.bfloat16), block_starts.data_ptr(),
               block_offsets.data_ptr(), block_keys.data_ptr(), block_keys.numel(), multipliers.data_ptr(), lr, eps,
-              max(1, int(threads))) == 0
+              int(rowwise), max(1, int(threads))) == 0
 
 
 def segments(ids: torch.Tensor, max_id: int,
