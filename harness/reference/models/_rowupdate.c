@@ -25,9 +25,14 @@
 #pragma GCC optimize("fp-contract=off")
 
 typedef float v16 __attribute__((vector_size(64), aligned(64)));
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v4 __attribute__((vector_size(16)));
 
 #ifndef AHEAD
 #define AHEAD 8
+#endif
+#ifndef GROUP
+#define GROUP 4 /* rows summed before any of them is updated (sum_update_rows) */
 #endif
 
 /* One row's update: w (bf16) and st (fp32 state) from its summed gradient g (fp32), rounded with key. */
@@ -50,14 +55,14 @@ static inline void update_row(uint16_t *restrict w, float *restrict st, const fl
     }
 }
 
-/* Row-wise Adagrad's update of one row (FBGEMM's EXACT_ROWWISE_ADAGRAD: one accumulator st for the row):
- * st += the mean of g's squares, then each value p + (g / (sqrt(st) + eps)) * -lr, rounded with key as
- * above. The mean's sum runs in harness.reference.models.embeddings.row_mean_square's order: the squares
- * folded in halves (value c plus value c + ceil(width / 2) while width > 1; the middle one of an odd
- * width carried), then divided by dim. sq: dim floats of scratch. */
-static inline void update_row_rowwise(uint16_t *restrict w, float *restrict st, const float *restrict g,
-                                      int64_t dim, uint32_t key, const int32_t *restrict multipliers, float lr,
-                                      float eps, float *restrict sq)
+/* Row-wise Adagrad (FBGEMM's EXACT_ROWWISE_ADAGRAD: one accumulator st for the row), in two halves:
+ * rowwise_denom adds to st the mean of g's squares and returns sqrt(st) + eps, rowwise_apply moves each
+ * value p to p + (g / denom) * -lr, rounded with key as above. The mean's sum runs in
+ * harness.reference.models.embeddings.row_mean_square's order: the squares folded in halves (value c
+ * plus value c + ceil(width / 2) while width > 1; the middle one of an odd width carried), then divided
+ * by dim. sq: dim floats of scratch. */
+static inline float rowwise_denom(float *restrict st, const float *restrict g, int64_t dim, float eps,
+                                  float *restrict sq)
 {
     int64_t width = dim;
     if (dim % 16 == 0 && (dim & (dim - 1)) == 0 && (uintptr_t)g % 64 == 0 && (uintptr_t)sq % 64 == 0) {
@@ -71,7 +76,22 @@ static inline void update_row_rowwise(uint16_t *restrict w, float *restrict st, 
             for (int64_t k = 0; k < n; k++)
                 v[k] = v[k] + v[k + n];
         }
-        width = 16;
+        /* the last 16 folded in registers, the same adds as the loop below: scalar loads of the values
+         * a vector store has just written wait for it to retire (no store-to-load forwarding), and with
+         * it for every older load still in flight, the next rows' lines among them (a row-wise update a
+         * fifth faster, measured) */
+        const v16 x = v[0];
+        v8 h8, t8;
+        v4 h4, t4;
+        memcpy(&h8, &x, 32);
+        memcpy(&t8, (const char *)&x + 32, 32);
+        h8 = h8 + t8;
+        memcpy(&h4, &h8, 16);
+        memcpy(&t4, (const char *)&h8 + 16, 16);
+        h4 = h4 + t4;
+        const float h2a = h4[0] + h4[2], h2b = h4[1] + h4[3];
+        sq[0] = h2a + h2b;
+        width = 1;
     } else {
         for (int64_t c = 0; c < dim; c++)
             sq[c] = g[c] * g[c];
@@ -84,7 +104,13 @@ static inline void update_row_rowwise(uint16_t *restrict w, float *restrict st, 
     }
     const float s = *st + sq[0] / (float)dim;
     *st = s;
-    const float denom = sqrtf(s) + eps, nlr = -lr;
+    return sqrtf(s) + eps;
+}
+
+static inline void rowwise_apply(uint16_t *restrict w, const float *restrict g, int64_t dim, uint32_t key,
+                                 const int32_t *restrict multipliers, float lr, float denom)
+{
+    const float nlr = -lr;
     for (int64_t c = 0; c < dim; c++) {
         uint32_t wb = (uint32_t)w[c] << 16;
         float p;
@@ -142,7 +168,7 @@ struct sum_job {
     const int32_t *multipliers;
     float lr, eps;
     int rowwise; /* state: one value a row (row-wise Adagrad), else one a value */
-    float *sum; /* 2 x dim floats of this thread: the row's sum, and row-wise Adagrad's squares */
+    float *sum; /* GROUP x dim floats of this thread (a group's sums), then dim (row-wise Adagrad's squares) */
 };
 
 static inline void grad_row(float *restrict acc, const void *grads, int bf16, int64_t r, int64_t dim)
@@ -162,52 +188,81 @@ static inline void grad_row(float *restrict acc, const void *grads, int bf16, in
     }
 }
 
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-static void sum_update_range(const struct sum_job *j)
+/* sum_update_range's rows, inlined with dim a constant where it is a common one: the rows' loops then
+ * unrolled and the sums zeroed without a call to memset (dim 64: a row-wise update in less than half the
+ * time, measured) */
+static inline __attribute__((always_inline)) void sum_update_rows(const struct sum_job *j, const int64_t dim)
 {
-    const int64_t dim = j->dim;
     const size_t gsize = j->grads_bf16 ? 2 : 4;
     const int64_t sdim = j->rowwise ? 1 : dim; /* the state's values a row */
+    float *const sq = j->sum + GROUP * dim;
     int64_t b = 0; /* the block of the current row: rows ascend, so it only moves forward */
     if (j->lo < j->hi)
         while (b + 1 < j->blocks && j->rows[j->lo] >= j->block_starts[b + 1])
             b++;
-    for (int64_t i = j->lo; i < j->hi; i++) {
-        const int64_t row = j->rows[i];
-        const int64_t s0 = j->starts[i], s1 = i + 1 < j->n ? j->starts[i + 1] : j->total;
-        if (i + 4 * AHEAD < j->hi) { /* far ahead, into the second-level cache: more rows in flight */
-            const int64_t rf = j->rows[i + 4 * AHEAD];
-            const char *wf = (const char *)(j->weight + rf * dim), *sf = (const char *)(j->state + rf * sdim);
-            for (int64_t x = 0; x < dim * (int64_t)sizeof(uint16_t); x += 64)
-                __builtin_prefetch(wf + x, 1, 2);
-            for (int64_t x = 0; x < sdim * (int64_t)sizeof(float); x += 64)
-                __builtin_prefetch(sf + x, 1, 2);
+    /* GROUP rows at a time, each step over all of them before the next: a row-wise update is one long
+     * chain (squares, their sum, the state, a square root, a division per value), and one row's chain
+     * after another's left the out-of-order window too few rows to overlap; 4 rows were faster than 1,
+     * 2, 8 or 16, for either kind of Adagrad (measured: 2 threads, 52,700 rows of 64) */
+    uint32_t keys[GROUP];
+    float denoms[GROUP];
+    for (int64_t i0 = j->lo; i0 < j->hi; i0 += GROUP) {
+        const int64_t m = j->hi - i0 < GROUP ? j->hi - i0 : GROUP;
+        for (int64_t r = 0; r < m; r++) {
+            const int64_t i = i0 + r;
+            const int64_t row = j->rows[i];
+            const int64_t s0 = j->starts[i], s1 = i + 1 < j->n ? j->starts[i + 1] : j->total;
+            if (i + 4 * AHEAD < j->hi) { /* far ahead, into the second-level cache: more rows in flight */
+                const int64_t rf = j->rows[i + 4 * AHEAD];
+                const char *wf = (const char *)(j->weight + rf * dim), *sf = (const char *)(j->state + rf * sdim);
+                for (int64_t x = 0; x < dim * (int64_t)sizeof(uint16_t); x += 64)
+                    __builtin_prefetch(wf + x, 1, 2);
+                for (int64_t x = 0; x < sdim * (int64_t)sizeof(float); x += 64)
+                    __builtin_prefetch(sf + x, 1, 2);
+            }
+            if (i + AHEAD < j->hi) { /* the rows, their state and their gradients' rows, early */
+                const int64_t ra = j->rows[i + AHEAD];
+                const char *wn = (const char *)(j->weight + ra * dim), *sn = (const char *)(j->state + ra * sdim);
+                for (int64_t x = 0; x < dim * (int64_t)sizeof(uint16_t); x += 64)
+                    __builtin_prefetch(wn + x, 1);
+                for (int64_t x = 0; x < sdim * (int64_t)sizeof(float); x += 64)
+                    __builtin_prefetch(sn + x, 1);
+                const char *gn = (const char *)j->grads + j->grad_rows[j->starts[i + AHEAD]] * dim * gsize;
+                for (int64_t x = 0; x < dim * (int64_t)gsize; x += 64)
+                    __builtin_prefetch(gn + x, 0);
+            }
+            float *restrict acc = j->sum + r * dim;
+            memset(acc, 0, (size_t)dim * sizeof(float)); /* as embedding_bag's sum: from zero, in the ids' order */
+            for (int64_t k = s0; k < s1; k++)
+                grad_row(acc, j->grads, j->grads_bf16, j->grad_rows[k], dim);
+            while (b + 1 < j->blocks && row >= j->block_starts[b + 1])
+                b++;
+            uint32_t local = (uint32_t)(row - j->block_starts[b] + j->block_offsets[b]);
+            keys[r] = mix32(local ^ j->block_keys[b]);
         }
-        if (i + AHEAD < j->hi) { /* the rows, their state and their gradients' rows, early */
-            const int64_t ra = j->rows[i + AHEAD];
-            const char *wn = (const char *)(j->weight + ra * dim), *sn = (const char *)(j->state + ra * sdim);
-            for (int64_t x = 0; x < dim * (int64_t)sizeof(uint16_t); x += 64)
-                __builtin_prefetch(wn + x, 1);
-            for (int64_t x = 0; x < sdim * (int64_t)sizeof(float); x += 64)
-                __builtin_prefetch(sn + x, 1);
-            const char *gn = (const char *)j->grads + j->grad_rows[j->starts[i + AHEAD]] * dim * gsize;
-            for (int64_t x = 0; x < dim * (int64_t)gsize; x += 64)
-                __builtin_prefetch(gn + x, 0);
+        if (j->rowwise) {
+            for (int64_t r = 0; r < m; r++)
+                denoms[r] = rowwise_denom(j->state + j->rows[i0 + r], j->sum + r * dim, dim, j->eps, sq);
+            for (int64_t r = 0; r < m; r++)
+                rowwise_apply(j->weight + j->rows[i0 + r] * dim, j->sum + r * dim, dim, keys[r], j->multipliers,
+                              j->lr, denoms[r]);
+        } else {
+            for (int64_t r = 0; r < m; r++) {
+                const int64_t row = j->rows[i0 + r];
+                update_row(j->weight + row * dim, j->state + row * dim, j->sum + r * dim, dim, keys[r],
+                           j->multipliers, j->lr, j->eps);
+            }
         }
-        float *restrict acc = j->sum;
-        memset(acc, 0, (size_t)dim * sizeof(float)); /* as embedding_bag's sum: from zero, in the ids' order */
-        for (int64_t k = s0; k < s1; k++)
-            grad_row(acc, j->grads, j->grads_bf16, j->grad_rows[k], dim);
-        while (b + 1 < j->blocks && row >= j->block_starts[b + 1])
-            b++;
-        uint32_t local = (uint32_t)(row - j->block_starts[b] + j->block_offsets[b]);
-        uint32_t key = mix32(local ^ j->block_keys[b]);
-        if (j->rowwise)
-            update_row_rowwise(j->weight + row * dim, j->state + row, acc, dim, key, j->multipliers, j->lr, j->eps,
-                               acc + dim);
-        else
-            update_row(j->weight + row * dim, j->state + row * dim, acc, dim, key, j->multipliers, j->lr, j->eps);
     }
+}
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void sum_update_range(const struct sum_job *j)
+{
+    if (j->dim == 64) /* the benchmark's tables */
+        sum_update_rows(j, 64);
+    else
+        sum_update_rows(j, j->dim);
 }
 
 #define MAX_THREADS 64
@@ -221,7 +276,7 @@ static void sum_update_range(const struct sum_job *j)
  * built with -fopenmp and loaded after torch; without OpenMP, all on the calling thread), each its own
  * contiguous part: no row is touched by two, and every value is the same whatever the split. Returns 0,
  * or -1 where memory could not be had (nothing was written then: the caller runs the torch path). With
- * rowwise (1), state holds one value a row and each row's update is row-wise Adagrad's (update_row_rowwise). */
+ * rowwise (1), state holds one value a row and each row's update is row-wise Adagrad's (rowwise_denom, rowwise_apply). */
 int rowupdate_sum_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, const int64_t *rows, int64_t n,
                                const int64_t *starts, int64_t total, const int64_t *grad_rows, const void *grads,
                                int grads_bf16, const int64_t *block_starts, const int64_t *block_offsets,
@@ -235,14 +290,14 @@ int rowupdate_sum_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, cons
     if (threads > 1 && n < 4096 * (int64_t)threads) /* small updates: a thread costs more than it saves */
         threads = (int)(n / 4096) > 1 ? (int)(n / 4096) : 1;
     struct sum_job jobs[MAX_THREADS];
-    const size_t per_thread = (size_t)(2 * dim + 16) * sizeof(float); /* a multiple of 64 bytes where dim is of 8 */
+    const size_t per_thread = (size_t)((GROUP + 1) * dim + 16) * sizeof(float); /* a multiple of 64 bytes where dim is of 8 */
     float *sums = aligned_alloc(64, ((size_t)threads * per_thread + 63) / 64 * 64);
     if (sums == NULL)
         return -1;
     for (int t = 0; t < threads; t++) {
         struct sum_job j = {weight, state, dim, n * t / threads, n * (t + 1) / threads, n, total, rows, starts,
                             grad_rows, grads, grads_bf16, block_starts, block_offsets, block_keys, blocks,
-                            multipliers, lr, eps, rowwise, sums + (size_t)t * (size_t)(2 * dim + 16)};  /* aligned: see per_thread */
+                            multipliers, lr, eps, rowwise, sums + (size_t)t * (per_thread / sizeof(float))};  /* aligned: see per_thread */
         jobs[t] = j;
     }
 #pragma omp parallel for num_threads(threads) schedule(static, 1)
@@ -250,6 +305,147 @@ int rowupdate_sum_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, cons
         sum_update_range(&jobs[t]);
     free(sums);
     return 0;
+}
+
+static int bit_length(uint64_t x)
+{
+    return x == 0 ? 0 : 64 - __builtin_clzll(x);
+}
+
+/* segments_columns' parts, each compiled for the wider vector units too. Each column's minimum and
+ * maximum id over rows r0 .. r1 - 1 (at least one). */
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void column_limits(const int64_t *restrict ids, int64_t r0, int64_t r1, int64_t cols, int64_t *restrict lo,
+                          int64_t *restrict hi)
+{
+    for (int64_t c = 0; c < cols; c++)
+        lo[c] = hi[c] = ids[r0 * cols + c];
+    for (int64_t r = r0 + 1; r < r1; r++) {
+        const int64_t *restrict x = ids + r * cols;
+        for (int64_t c = 0; c < cols; c++) {
+            lo[c] = x[c] < lo[c] ? x[c] : lo[c];
+            hi[c] = x[c] > hi[c] ? x[c] : hi[c];
+        }
+    }
+}
+
+/* Column c's keys sorted into out (rows of them), each (id - base) << bb | row, by stable LSD radix
+ * passes over the range's width bits (at most two of at most 11 bits), both passes' counts taken as the
+ * keys are made. Distinct keys, so their sorted order is the stable one. tmp: rows keys of scratch;
+ * cnt: 4096 counts. Returns the column's distinct ids. */
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static int64_t sort_column(const int64_t *restrict ids, int64_t rows, int64_t cols, int64_t c, int64_t base,
+                           int width, int bb, uint32_t *restrict out, uint32_t *restrict tmp, uint32_t *restrict cnt)
+{
+    const int passes = width > 11 ? 2 : 1, lowbits = width > 11 ? width - 11 : width;
+    const uint32_t lmask = ((uint32_t)1 << lowbits) - 1, hmask = ((uint32_t)1 << (width - lowbits)) - 1;
+    uint32_t *restrict c0 = cnt, *restrict c1 = cnt + 2048;
+    memset(cnt, 0, 4096 * sizeof(uint32_t));
+    uint32_t *first = passes == 2 ? tmp : out;
+    uint32_t *keys = passes == 2 ? out : tmp;
+    for (int64_t r = 0; r < rows; r++) {
+        const uint32_t key = (uint32_t)(ids[r * cols + c] - base) << bb | (uint32_t)r;
+        keys[r] = key;
+        c0[key >> bb & lmask]++;
+        c1[key >> (bb + lowbits) & hmask]++;
+    }
+    for (int p = 0; p < passes; p++) {
+        uint32_t *restrict ct = p ? c1 : c0;
+        const int sh = p ? bb + lowbits : bb;
+        const uint32_t m = p ? hmask : lmask;
+        uint32_t at = 0;
+        for (uint32_t d = 0; d <= m; d++) {
+            const uint32_t k = ct[d];
+            ct[d] = at;
+            at += k;
+        }
+        const uint32_t *restrict src = p ? first : keys;
+        uint32_t *restrict dst = p ? out : first;
+        for (int64_t r = 0; r < rows; r++)
+            dst[ct[src[r] >> sh & m]++] = src[r];
+    }
+    int64_t d = 1; /* a column's first id is new: the columns' ranges are disjoint */
+    for (int64_t r = 1; r < rows; r++)
+        d += (out[r] >> bb) != (out[r - 1] >> bb);
+    return d;
+}
+
+/* rowupdate_segments of ids that are rows of `cols` columns (id p in column p % cols) whose columns hold
+ * disjoint ranges of ids, ascending from column to column (a one-hot batch: each feature's ids in its
+ * table's rows of the fused weight): then the ids sorted are each column's sorted in turn, and each
+ * column, rows / cols ids of a small range, is sorted alone in the first-level cache (its ids packed
+ * with their rows into 32 bits: less than rows in 2**bb and a range of at most 22 bits and 32 - bb), instead
+ * of every id through memory in the whole range's digits. The same outputs; -2 where the ids are not so
+ * laid out (nothing written then), -1 where memory could not be had. */
+static int64_t segments_columns(const int64_t *ids, int64_t n, int64_t cols, int64_t *order, int64_t *unique,
+                                int64_t *starts, int64_t *inverse, int threads)
+{
+    const int64_t rows = n / cols;
+    const int bb = bit_length((uint64_t)rows - 1);
+    int64_t *lims = malloc(2 * (size_t)threads * (size_t)cols * sizeof(int64_t)); /* each thread's min, max */
+    if (lims == NULL)
+        return -1;
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+    for (int t = 0; t < threads; t++) {
+        int64_t *lo = lims + 2 * (size_t)t * (size_t)cols;
+        column_limits(ids, rows * t / threads, rows * (t + 1) / threads, cols, lo, lo + cols);
+    }
+    int64_t *lo = lims, *hi = lims + cols; /* thread 0's, then everyone's */
+    int fits = 1;
+    for (int64_t c = 0; c < cols && fits; c++) {
+        for (int t = 1; t < threads; t++) {
+            const int64_t *tl = lims + 2 * (size_t)t * (size_t)cols, *th = tl + cols;
+            lo[c] = tl[c] < lo[c] ? tl[c] : lo[c];
+            hi[c] = th[c] > hi[c] ? th[c] : hi[c];
+        }
+        fits = bit_length((uint64_t)(hi[c] - lo[c])) <= 22 && bit_length((uint64_t)(hi[c] - lo[c])) + bb <= 32
+               && (c == 0 || hi[c - 1] < lo[c]);
+    }
+    const size_t scratch = (size_t)rows + 4096 + 16; /* a thread's: a column's keys and two passes' counts */
+    uint32_t *sorted = fits ? malloc(((size_t)n + (size_t)threads * scratch) * sizeof(uint32_t)) : NULL;
+    int64_t *distinct = fits ? malloc(((size_t)cols + 1) * sizeof(int64_t)) : NULL; /* each column's */
+    if (sorted == NULL || distinct == NULL) {
+        free(sorted);
+        free(distinct);
+        free(lims);
+        return fits ? -1 : -2;
+    }
+    const uint32_t rmask = ((uint32_t)1 << bb) - 1;
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+    for (int t = 0; t < threads; t++) {
+        uint32_t *tmp = sorted + (size_t)n + (size_t)t * scratch, *cnt = tmp + rows;
+        for (int64_t c = cols * t / threads; c < cols * (t + 1) / threads; c++)
+            distinct[c] = sort_column(ids, rows, cols, c, lo[c], bit_length((uint64_t)(hi[c] - lo[c])), bb,
+                                      sorted + (size_t)c * (size_t)rows, tmp, cnt);
+    }
+    int64_t total = 0; /* counts -> where each column's distinct ids start */
+    for (int64_t c = 0; c < cols; c++) {
+        const int64_t d = distinct[c];
+        distinct[c] = total;
+        total += d;
+    }
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+    for (int t = 0; t < threads; t++)
+        for (int64_t c = cols * t / threads; c < cols * (t + 1) / threads; c++) {
+            const uint32_t *out = sorted + (size_t)c * (size_t)rows;
+            int64_t u = distinct[c];
+            for (int64_t r = 0; r < rows; r++) {
+                const uint32_t key = out[r];
+                const int64_t at = c * rows + r, p = (int64_t)(key & rmask) * cols + c;
+                order[at] = p;
+                if (r == 0 || (key >> bb) != (out[r - 1] >> bb)) {
+                    unique[u] = lo[c] + (int64_t)(key >> bb);
+                    starts[u] = at;
+                    u++;
+                }
+                if (inverse != NULL)
+                    inverse[p] = u - 1;
+            }
+        }
+    free(sorted);
+    free(distinct);
+    free(lims);
+    return total;
 }
 
 /* The segments of a batch's ids, the step's first pass over them: a stable LSD radix sort of the ids
@@ -260,7 +456,8 @@ int rowupdate_sum_adagrad_bf16(uint16_t *weight, float *state, int64_t dim, cons
  * gives (harness.reference.models.embeddings._segments' NumPy path), in two or three passes over the ids
  * instead of a comparison sort. Each pass on `threads` OpenMP threads, each thread a contiguous part of
  * the pass's input, its elements placed after the earlier parts' within each digit: as stable as on one.
- * Returns the number of distinct ids, or -1 where memory could not be had (nothing written then). */
+ * Ids laid out as a one-hot batch's (segments_columns) are sorted a column at a time instead, the same
+ * outputs. Returns the number of distinct ids, or -1 where memory could not be had (nothing written then). */
 int64_t rowupdate_segments(const int64_t *ids, int64_t n, int bits, int64_t *order, int64_t *unique,
                            int64_t *starts, int64_t *inverse, int threads)
 {
@@ -274,6 +471,16 @@ int64_t rowupdate_segments(const int64_t *ids, int64_t n, int bits, int64_t *ord
         threads = MAX_THREADS;
     if (n < 16384 * (int64_t)threads) /* small batches: a thread costs more than it saves */
         threads = (int)(n / 16384) > 1 ? (int)(n / 16384) : 1;
+    /* ids in rows of columns of ascending ranges: a row's ids ascend and the next row's first is below
+     * the last (a one-hot batch's columns hold at least 256 ids; segments_columns checks the rest) */
+    int64_t cols = 1;
+    while (cols < n && ids[cols] > ids[cols - 1])
+        cols++;
+    if (cols > 1 && cols < n && n % cols == 0 && n / cols >= 256) {
+        const int64_t u = segments_columns(ids, n, cols, order, unique, starts, inverse, threads);
+        if (u != -2)
+            return u;
+    }
     const int passes = (bits + 10) / 11;
     const int digit = (bits + passes - 1) / passes;
     const size_t buckets = (size_t)1 << digit;
