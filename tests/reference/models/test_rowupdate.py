@@ -195,6 +195,31 @@ def test_the_radix_segments_are_the_sorted_keys_segments(monkeypatch, two_thread
         assert torch.equal(g, e)
 
 
+@pytest.mark.parametrize("samples,rows,overlap", [(2048, (100_000,) * 26, False), (300, (40, 1, 3_000, 7, 2**21), False),
+                                                  (2048, (1_000,) * 4, True)])
+def test_a_one_hot_batch_s_segments_are_the_sorted_keys_segments(monkeypatch, two_threads, samples, rows, overlap):
+    """Ids laid out as a one-hot batch's (column ``f`` in table ``f``'s rows of the fused weight, offsets
+    ascending), which the compiled sort takes a column at a time: the small config's batch (two threads),
+    tables of one row (a column of one id), of 2**21 rows and few duplicates; and columns whose ranges
+    overlap though the first sample's ids ascend (the radix sort's, as any other ids). The same segments as
+    the NumPy sort of the packed keys."""
+    g = torch.Generator().manual_seed(samples + len(rows))
+    if overlap:
+        ids = torch.randint(0, rows[0], (samples, len(rows)), generator=g)
+        ids[0] = torch.arange(len(rows))
+    else:
+        offsets = torch.tensor((0, *rows[:-1])).cumsum(0)
+        ids = torch.stack([torch.randint(0, r, (samples,), generator=g) for r in rows], dim=1) + offsets
+    ids = ids.reshape(-1)
+    compiled = E._sorted_segments(ids, with_inverse=True)
+    monkeypatch.setattr(rowupdate, "segments", lambda *a: None)  # as where the library is not built
+    numpy_path = E._sorted_segments(ids, with_inverse=True)
+    assert compiled is not None and numpy_path is not None
+    for c, p in zip(compiled, numpy_path):
+        assert c is not None and p is not None and torch.equal(c, p)
+    assert torch.equal(compiled[1], torch.sort(ids, stable=True).indices)
+
+
 @pytest.mark.parametrize("dtype,cols", [(torch.bfloat16, 64), (torch.float32, 7)])
 @pytest.mark.parametrize("n", [0, 5, 20_000])
 def test_the_gathered_rows_are_index_select_s(two_threads, dtype, cols, n):
