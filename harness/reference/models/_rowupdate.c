@@ -78,8 +78,8 @@ static inline float rowwise_denom(float *restrict st, const float *restrict g, i
         }
         /* the last 16 folded in registers, the same adds as the loop below: scalar loads of the values
          * a vector store has just written wait for it to retire (no store-to-load forwarding), and with
-         * it for every older load still in flight, the next rows' lines among them (a row-wise update a
-         * fifth faster, measured) */
+         * it for every older load still in flight, the next rows' lines among them (measured:
+         * docs/performance.md, "Figures behind the code's choices") */
         const v16 x = v[0];
         v8 h8, t8;
         v4 h4, t4;
@@ -189,8 +189,7 @@ static inline void grad_row(float *restrict acc, const void *grads, int bf16, in
 }
 
 /* sum_update_range's rows, inlined with dim a constant where it is a common one: the rows' loops then
- * unrolled and the sums zeroed without a call to memset (dim 64: a row-wise update in less than half the
- * time, measured) */
+ * unrolled and the sums zeroed without a call to memset (measured: docs/performance.md) */
 static inline __attribute__((always_inline)) void sum_update_rows(const struct sum_job *j, const int64_t dim)
 {
     const size_t gsize = j->grads_bf16 ? 2 : 4;
@@ -202,8 +201,8 @@ static inline __attribute__((always_inline)) void sum_update_rows(const struct s
             b++;
     /* GROUP rows at a time, each step over all of them before the next: a row-wise update is one long
      * chain (squares, their sum, the state, a square root, a division per value), and one row's chain
-     * after another's left the out-of-order window too few rows to overlap; 4 rows were faster than 1,
-     * 2, 8 or 16, for either kind of Adagrad (measured: 2 threads, 52,700 rows of 64) */
+     * after another's left the out-of-order window too few rows to overlap; GROUP is the fastest of those
+     * measured, for either kind of Adagrad (docs/performance.md, "Figures behind the code's choices") */
     uint32_t keys[GROUP];
     float denoms[GROUP];
     for (int64_t i0 = j->lo; i0 < j->hi; i0 += GROUP) {
