@@ -468,11 +468,12 @@ BF16_TARGET static void pack_pairs_bf16(const struct job *J, int64_t b, uint32_t
                                         int64_t half_n)
 {
     const int64_t n = VECTORS(J), d = J->dim;
-    uint16_t lo[32], hi[32]; /* word w of the result: word w / 2 of the first vector (w even) or of the second */
-    for (int w = 0; w < 32; w++) {
-        lo[w] = (uint16_t)((w & 1) * 32 + w / 2);
-        hi[w] = (uint16_t)((w & 1) * 32 + 16 + w / 2);
-    }
+    /* word w of the result: word w / 2 (lo; hi: 16 + w / 2) of the first vector (w even) or of the second (w odd,
+     * permutex2var's index + 32) */
+    static const uint16_t lo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                    8,  40, 9,  41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+    static const uint16_t hi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                    24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
     const __m512i ilo = _mm512_loadu_si512(lo), ihi = _mm512_loadu_si512(hi);
     for (int64_t t = 0; t < half_n; t++) {
         const uint16_t *r0 = vector_row(J, b, 2 * t), *r1 = 2 * t + 1 < n ? vector_row(J, b, 2 * t + 1) : NULL;
